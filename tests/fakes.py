@@ -1,0 +1,142 @@
+"""A scripted in-memory HTTP transport for actor tests under the mock clock.
+
+Each request gets the next :class:`Reply` of the script: a status and headers (possibly
+after a delay, or never), then body chunks with virtual-time pauses between them, then
+the end of the body, a dropped connection or a stall. Everything runs on ``trio.sleep``,
+so under ``autojump_clock`` minutes of backoff and timeouts pass in microseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Callable, Sequence
+
+import attrs
+import httpx2
+import orjson
+import trio
+
+from trio_sampler.config import SamplerConfig
+from trio_sampler.types import ApiBackend
+
+
+@attrs.define
+class Reply:
+    status: int = 200
+    headers: dict[str, str] = attrs.field(factory=lambda: {"content-type": "text/event-stream"})
+    #: bytes are sent as one read each; a float is a pause (virtual seconds) before the next.
+    chunks: Sequence[bytes | float] = ()
+    #: Wait this long before answering at all (``math.inf``: never send headers).
+    delay_headers: float = 0.0
+    #: Raise this instead of answering (a connect failure, say).
+    error: Exception | None = None
+    #: After the chunks: ``"end"`` (clean end of body), ``"drop"`` (connection reset) or
+    #: ``"stall"`` (never send another byte).
+    then: str = "end"
+
+
+class _Body(httpx2.AsyncByteStream):
+    def __init__(self, reply: Reply, transport: ScriptedTransport) -> None:
+        self._reply = reply
+        self._transport = transport
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for item in self._reply.chunks:
+            if isinstance(item, float | int):
+                await trio.sleep(float(item))
+            else:
+                yield item
+        if self._reply.then == "drop":
+            raise httpx2.ReadError("connection reset by peer")
+        if self._reply.then == "stall":
+            await trio.sleep_forever()
+
+    async def aclose(self) -> None:
+        self._transport.closed_bodies += 1
+
+
+class ScriptedTransport(httpx2.AsyncBaseTransport):
+    """Serves ``script`` replies in order (the last one repeats), recording requests."""
+
+    def __init__(self, script: Sequence[Reply] | Callable[[httpx2.Request, int], Reply]) -> None:
+        self._script = script
+        self.requests: list[httpx2.Request] = []
+        self.closed_bodies = 0
+
+    def _next(self, request: httpx2.Request) -> Reply:
+        index = len(self.requests) - 1
+        if callable(self._script):
+            return self._script(request, index)
+        return self._script[min(index, len(self._script) - 1)]
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        self.requests.append(request)
+        reply = self._next(request)
+        if reply.delay_headers:
+            if math.isinf(reply.delay_headers):
+                await trio.sleep_forever()
+            await trio.sleep(reply.delay_headers)
+        if reply.error is not None:
+            raise reply.error
+        return httpx2.Response(
+            reply.status, headers=reply.headers, stream=_Body(reply, self), request=request
+        )
+
+
+def chat_chunk(delta: dict[str, object], finish: str | None = None) -> bytes:
+    data = {
+        "id": "chatcmpl-test",
+        "object": "chat.completion.chunk",
+        "model": "test-model",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return b"data: " + orjson.dumps(data) + b"\n\n"
+
+
+def chat_usage(prompt: int = 10, completion: int = 5) -> bytes:
+    data = {
+        "id": "chatcmpl-test",
+        "object": "chat.completion.chunk",
+        "model": "test-model",
+        "choices": [],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        },
+    }
+    return b"data: " + orjson.dumps(data) + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+def chat_stream(*pieces: str, pause: float = 0.0, finish: str = "stop") -> list[bytes | float]:
+    """A complete Chat Completions body: one chunk per piece, finish, usage, [DONE]."""
+    out: list[bytes | float] = []
+    for piece in pieces:
+        out.append(chat_chunk({"content": piece}))
+        if pause:
+            out.append(pause)
+    out += [chat_chunk({}, finish), chat_usage(), DONE]
+    return out
+
+
+def error_reply(status: int, body: dict[str, object] | None = None, **headers: str) -> Reply:
+    payload = body or {"error": {"message": f"status {status}", "type": "server_error"}}
+    return Reply(
+        status=status,
+        headers={"content-type": "application/json", **headers},
+        chunks=[orjson.dumps(payload)],
+    )
+
+
+def make_config(**changes: object) -> SamplerConfig:
+    """A chat-completions config aimed at the fake server."""
+    base = SamplerConfig(
+        base_url="http://fake.test/v1",
+        backend=ApiBackend.CHAT_COMPLETIONS,
+        model="test-model",
+        api_key="sk-test-SECRET-0123456789",
+    )
+    return base.evolve(**changes) if changes else base

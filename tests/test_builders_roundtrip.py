@@ -1,0 +1,110 @@
+"""Round trip over every real captured request body: parse, rebuild, compare.
+
+``parse_request`` then ``build_request`` must give the original JSON up to the short list
+of normalizations in :func:`normalize` (also listed in docs/backends/request-mapping.md).
+Fields the neutral model has no place for go through ``BuildOptions.extra_body``, which
+is what that option is for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import orjson
+import pytest
+
+from trio_sampler.wire._request import BuildOptions
+from trio_sampler.wire.chat_completions import _request as chat
+from trio_sampler.wire.messages import _request as messages
+from trio_sampler.wire.responses import _request as responses
+
+FIXTURES = Path(__file__).parent.parent.parent / "shared" / "fixtures" / "real-streams"
+MODULES: dict[str, ModuleType] = {
+    "chat_completions": chat,
+    "responses": responses,
+    "messages": messages,
+}
+CASES = sorted(FIXTURES.glob("*/*.request.json"))
+
+
+def _drop_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_nulls(v) for v in value]
+    return value
+
+
+def _one_text(content: Any, text_type: str) -> Any:
+    if (
+        isinstance(content, list)
+        and len(content) == 1
+        and isinstance(content[0], dict)
+        and content[0].get("type") == text_type
+        and set(content[0]) == {"type", "text"}
+    ):
+        return content[0]["text"]
+    return content
+
+
+def normalize(backend: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Apply the documented normalizations to a wire body (original or rebuilt)."""
+    # 1. A null field means "unset" on every backend; SDKs send explicit nulls.
+    body = _drop_nulls(body)
+    # 2. A content list holding one plain text part is the same as a string.
+    if backend == "chat_completions":
+        for message in body.get("messages", []):
+            if message.get("role") != "assistant" and "content" in message:
+                message["content"] = _one_text(message["content"], "text")
+    if backend == "responses":
+        for item in body.get("input", []):
+            if isinstance(item, dict) and "role" in item and item.get("role") != "assistant":
+                item["content"] = _one_text(item["content"], "input_text")
+            # 3. The fc_… item id of a replayed function_call is not kept (optional on input).
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                item.pop("id", None)
+        # 4. include is recomputed: reasoning.encrypted_content exactly when reasoning is
+        #    requested or replayed; other include values are not in the neutral model.
+        body.pop("include", None)
+        # 5. reasoning.summary is always "auto" when an effort is set.
+        if isinstance(body.get("reasoning"), dict):
+            body["reasoning"].pop("summary", None)
+    if backend == "messages":
+        # 2 (Messages). A string system / message content is one text block.
+        if isinstance(body.get("system"), list):
+            body["system"] = _one_text(body["system"], "text")
+        for message in body.get("messages", []):
+            message["content"] = _one_text(message["content"], "text")
+            # 6. A tool_result's list of text blocks is the same as their joined string.
+            for block in message["content"] if isinstance(message["content"], list) else []:
+                if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
+                    inner = block["content"]
+                    if all(b.get("type") == "text" and set(b) == {"type", "text"} for b in inner):
+                        block["content"] = "".join(b["text"] for b in inner)
+    # 7. Chat stream_options is always {"include_usage": true} when streaming.
+    if backend == "chat_completions":
+        body.pop("stream_options", None)
+    return body
+
+
+@pytest.mark.parametrize("path", CASES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_request_round_trip(path: Path) -> None:
+    backend = path.parent.name
+    module = MODULES[backend]
+    original = orjson.loads(path.read_bytes())
+    request = module.parse_request(original)
+    options = BuildOptions(
+        stream=bool(original.get("stream")),
+        cache_breakpoints=False,
+        extra_body=module.unmodeled_request_fields(original),
+    )
+    rebuilt = module.build_request(request, options)
+    assert orjson.loads(rebuilt.body) == rebuilt.data
+    assert normalize(backend, orjson.loads(rebuilt.body)) == normalize(backend, original)
+
+
+def test_fixtures_are_present() -> None:
+    assert len(CASES) >= 40
+    assert {p.parent.name for p in CASES} == set(MODULES)

@@ -1,0 +1,149 @@
+"""ModelCatalog: the shipped file, user overrides, malformed files, cost in ticks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from trio_sampler.models import TICKS_PER_USD, ModelCatalog, ModelCatalogError
+from trio_sampler.providers import PROFILES
+from trio_sampler.types import ApiBackend, Usage
+
+SHIPPED = [
+    "gpt-4o",
+    "gpt-4o-mini",
+    "gpt-4.1",
+    "gpt-5",
+    "gpt-5-mini",
+    "o4-mini",
+    "claude-sonnet-4-5",
+    "claude-opus-4-1",
+    "claude-haiku-4-5",
+    "grok-4",
+    "grok-code-fast-1",
+    "deepseek-chat",
+    "deepseek-reasoner",
+    "emulator-1",
+]
+
+
+def write(tmp_path: Path, document: Any) -> Path:
+    path = tmp_path / "models.json"
+    path.write_bytes(document if isinstance(document, bytes) else orjson.dumps(document))
+    return path
+
+
+def test_shipped_catalog() -> None:
+    catalog = ModelCatalog.load()
+    assert set(SHIPPED) <= set(catalog)
+    for name in catalog:
+        info = catalog.get(name)
+        assert info is not None
+        assert info.provider in PROFILES
+        assert info.max_output_tokens <= info.context_window
+    emulator = catalog.get("emulator-1")
+    assert emulator is not None and emulator.provider == "emulator"
+    assert catalog.cost_ticks("emulator-1", Usage(input_tokens=10**6, output_tokens=10**6)) == 0
+    sonnet = catalog.get("claude-sonnet-4-5")
+    assert sonnet is not None and sonnet.backend is ApiBackend.MESSAGES
+
+
+def test_snapshot_names_fall_back_to_family() -> None:
+    catalog = ModelCatalog.load()
+    info = catalog.get("gpt-4o-2024-08-06")
+    assert info is not None and info.name == "gpt-4o"
+    assert catalog.get("claude-sonnet-4-5-20250929") is not None
+    assert catalog.get("grok-4-latest") is not None
+    assert catalog.get("gpt-5-nano") is None  # not a snapshot suffix: no guessing
+    assert "gpt-4o" in catalog and "nope" not in catalog
+
+
+def test_cost_ticks_anthropic_with_cache() -> None:
+    catalog = ModelCatalog.load()
+    # 1M uncached input at $3 + 2M cache reads at $0.30 + 1M cache writes at $3.75
+    # + 1M output at $15 = 3 + 0.6 + 3.75 + 15 = $22.35
+    usage = Usage(
+        input_tokens=4_000_000,
+        cache_read_tokens=2_000_000,
+        cache_write_tokens=1_000_000,
+        output_tokens=1_000_000,
+    )
+    assert catalog.cost_ticks("claude-sonnet-4-5", usage) == 22.35 * TICKS_PER_USD
+
+
+def test_cost_ticks_small_and_exact() -> None:
+    catalog = ModelCatalog.load()
+    # gpt-4o-mini: 1 input token = 0.15 / 1e6 USD = 1500 ticks; 1 output token = 6000.
+    assert catalog.cost_ticks("gpt-4o-mini", Usage(input_tokens=1, output_tokens=1)) == 7500
+    # openai has no cache-write price: such tokens are charged as input.
+    usage = Usage(input_tokens=10, cache_write_tokens=10)
+    assert catalog.cost_ticks("gpt-4o-mini", usage) == 15000
+    assert catalog.cost_ticks("unknown-model", Usage(input_tokens=1)) is None
+    # inconsistent usage (cache larger than input) never gives a negative cost
+    assert catalog.cost_ticks("gpt-4o", Usage(input_tokens=1, cache_read_tokens=5)) == 5 * 12500
+
+
+def test_user_file_merges_over_defaults(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        {
+            "models": {
+                "gpt-4o": {"prices": {"input": 1.0}},
+                "my-local": {
+                    "provider": "vllm",
+                    "backend": "chat_completions",
+                    "context_window": 32768,
+                    "max_output_tokens": 4096,
+                    "prices": {"input": 0, "output": 0},
+                },
+            }
+        },
+    )
+    catalog = ModelCatalog.load(path)
+    gpt = catalog.get("gpt-4o")
+    assert gpt is not None
+    assert gpt.prices.input == 1.0 and gpt.prices.output == 10.0  # only input changed
+    local = catalog.get("my-local")
+    assert local is not None and local.prices.cache_read is None
+    assert "claude-haiku-4-5" in catalog
+
+
+@pytest.mark.parametrize(
+    ("document", "match"),
+    [
+        (b"{not json", "not valid JSON"),
+        ([], "expected an object"),
+        ({"models": []}, "expected an object"),
+        ({"version": 2, "models": {}}, "unsupported version 2"),
+        ({"models": {"m": 5}}, r"models\.m: must be an object"),
+        ({"models": {"m": {"provider": "x"}}}, r"models\.m: missing field"),
+        (
+            {"models": {"gpt-4o": {"context_window": "big"}}},
+            r"gpt-4o\.context_window: must be a positive integer",
+        ),
+        (
+            {"models": {"gpt-4o": {"backend": "grpc"}}},
+            r"gpt-4o\.backend: must be one of chat_completions",
+        ),
+        (
+            {"models": {"gpt-4o": {"prices": {"input": -1}}}},
+            r"prices\.input: must be a finite number >= 0",
+        ),
+        ({"models": {"gpt-4o": {"prices": {"input": "free"}}}}, r"prices\.input: must be a number"),
+        ({"models": {"gpt-4o": {"prices": {"inptu": 1}}}}, "unknown field"),
+        ({"models": {"gpt-4o": {"colour": "red"}}}, r"unknown field\(s\) \['colour'\]"),
+    ],
+)
+def test_malformed_files(tmp_path: Path, document: Any, match: str) -> None:
+    path = write(tmp_path, document)
+    with pytest.raises(ModelCatalogError, match=match) as info:
+        ModelCatalog.load(path)
+    assert str(path) in str(info.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ModelCatalogError, match="cannot read models file"):
+        ModelCatalog.load(tmp_path / "absent.json")

@@ -1,0 +1,117 @@
+"""trio_sampler: a Trio-native runtime for sampling from large language models.
+
+Describe a conversation once; stream it over OpenAI Chat Completions, OpenAI Responses or
+Anthropic Messages; get one event vocabulary, one response shape and exactly one terminal
+event per request.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from .types import IMAGE_STRIP_PLACEHOLDER as IMAGE_STRIP_PLACEHOLDER
+from .types import ApiBackend as ApiBackend
+from .types import Assistant as Assistant
+from .types import AttemptRecord as AttemptRecord
+from .types import BackendToolCall as BackendToolCall
+from .types import BackendToolCallCompleted as BackendToolCallCompleted
+from .types import BackendToolCallStarted as BackendToolCallStarted
+from .types import Cancelled as Cancelled
+from .types import ChannelToken as ChannelToken
+from .types import Completed as Completed
+from .types import ContentPart as ContentPart
+from .types import ConversationItem as ConversationItem
+from .types import ConversationRequest as ConversationRequest
+from .types import ConversationResponse as ConversationResponse
+from .types import Failed as Failed
+from .types import FirstToken as FirstToken
+from .types import HostedTool as HostedTool
+from .types import ImagePart as ImagePart
+from .types import ImagesStripped as ImagesStripped
+from .types import ModelMetadata as ModelMetadata
+from .types import NamedToolChoice as NamedToolChoice
+from .types import Reasoning as Reasoning
+from .types import ReasoningCompleted as ReasoningCompleted
+from .types import ReasoningEffort as ReasoningEffort
+from .types import RequestMetrics as RequestMetrics
+from .types import ResponseSchema as ResponseSchema
+from .types import Retrying as Retrying
+from .types import SamplingChannel as SamplingChannel
+from .types import SamplingError as SamplingError
+from .types import SamplingErrorInfo as SamplingErrorInfo
+from .types import SamplingErrorKind as SamplingErrorKind
+from .types import SamplingEvent as SamplingEvent
+from .types import StopReason as StopReason
+from .types import StreamStarted as StreamStarted
+from .types import StripReason as StripReason
+from .types import SyntheticReason as SyntheticReason
+from .types import System as System
+from .types import TerminalEvent as TerminalEvent
+from .types import TextPart as TextPart
+from .types import ToolCall as ToolCall
+from .types import ToolCallDelta as ToolCallDelta
+from .types import ToolChoice as ToolChoice
+from .types import ToolChoiceSpec as ToolChoiceSpec
+from .types import ToolResult as ToolResult
+from .types import ToolSpec as ToolSpec
+from .types import Usage as Usage
+from .types import User as User
+from .types import WebSearch as WebSearch
+from .wire import collect as collect
+from .wire import replay as replay
+
+try:
+    __version__ = version("trio-sampler")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0+unknown"
+
+__all__ = [
+    "IMAGE_STRIP_PLACEHOLDER",
+    "ApiBackend",
+    "Assistant",
+    "AttemptRecord",
+    "BackendToolCall",
+    "BackendToolCallCompleted",
+    "BackendToolCallStarted",
+    "Cancelled",
+    "ChannelToken",
+    "Completed",
+    "ContentPart",
+    "ConversationItem",
+    "ConversationRequest",
+    "ConversationResponse",
+    "Failed",
+    "FirstToken",
+    "HostedTool",
+    "ImagePart",
+    "ImagesStripped",
+    "ModelMetadata",
+    "NamedToolChoice",
+    "Reasoning",
+    "ReasoningCompleted",
+    "ReasoningEffort",
+    "RequestMetrics",
+    "ResponseSchema",
+    "Retrying",
+    "SamplingChannel",
+    "SamplingError",
+    "SamplingErrorInfo",
+    "SamplingErrorKind",
+    "SamplingEvent",
+    "StopReason",
+    "StreamStarted",
+    "StripReason",
+    "SyntheticReason",
+    "System",
+    "TerminalEvent",
+    "TextPart",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolChoice",
+    "ToolChoiceSpec",
+    "ToolResult",
+    "ToolSpec",
+    "Usage",
+    "User",
+    "WebSearch",
+    "collect",
+    "replay",
+]

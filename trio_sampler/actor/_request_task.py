@@ -1,0 +1,483 @@
+"""One request, from Submit to its terminal: attempts, retries, timeouts, doom loops.
+
+Everything that can fail is caught *inside* an attempt and becomes data (a
+:class:`SamplingErrorInfo`); the retry loop turns data into the next step; the terminal
+is delivered synchronously from ``finally``. So nothing escapes into the actor, and the
+"exactly one terminal" rule holds on every path, cancellation included.
+
+Timers are deadlines on the body read, not watchdog tasks: before the first content
+event the deadline is ``first_token`` after the headers; after it, ``idle`` after the last
+content event (pings and SSE comments produce no content events, so they do not keep a
+dead stream alive). Connect and response-header timeouts live in the client; the
+optional ``total`` timeout is a cancel scope around all attempts.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import attrs
+import trio
+
+from ..client import SamplingClient, SamplingClientError
+from ..config import RetryPolicy, SamplerConfig
+from ..doom_loop import DOOM_LOOP_HEADER, DoomLoopPolicy, TailRepetitionDetector, parse_trigger
+from ..retry import RetryAction, RetryBudget, classify
+from ..types import (
+    ApiBackend,
+    BackendToolCallCompleted,
+    BackendToolCallStarted,
+    Cancelled,
+    ChannelToken,
+    Completed,
+    ConversationRequest,
+    ConversationResponse,
+    Failed,
+    FirstToken,
+    ImagesStripped,
+    Retrying,
+    SamplingChannel,
+    SamplingErrorInfo,
+    SamplingErrorKind,
+    SamplingEvent,
+    StopReason,
+    StripReason,
+    TerminalEvent,
+    ToolCallDelta,
+)
+from ..wire import SSEDecodeError, SSEDecoder, StreamTransform, build_request, new_transform
+from ..wire._replay import decode_failure
+from ._metrics import MetricsRecorder
+from ._stream import RequestState
+
+__all__ = ["RequestRunner"]
+
+_CONTENT = frozenset(
+    {ChannelToken, ToolCallDelta, FirstToken, BackendToolCallStarted, BackendToolCallCompleted}
+)
+_REASONING = SamplingChannel.REASONING
+
+
+@attrs.define
+class _AttemptResult:
+    """How one attempt ended: a response, or an error with what had arrived."""
+
+    response: ConversationResponse | None = None
+    error: SamplingErrorInfo | None = None
+    partial: ConversationResponse | None = None
+    #: Content events were forwarded to the consumer (a retry must discard them).
+    emitted_output: bool = False
+    doom_triggers: tuple[str, ...] = ()
+
+
+def _error(
+    kind: SamplingErrorKind, message: str, *, retryable: bool, code: str
+) -> SamplingErrorInfo:
+    return SamplingErrorInfo(kind=kind, message=message, retryable=retryable, error_code=code)
+
+
+class RequestRunner:
+    """Runs requests for one actor; shared state is the client, the budget and the RNG."""
+
+    def __init__(
+        self,
+        client: SamplingClient,
+        retry_policy: RetryPolicy | None,
+        doom_policy: DoomLoopPolicy,
+        *,
+        rng: random.Random,
+        limiter: trio.CapacityLimiter | None,
+    ) -> None:
+        self._client = client
+        self._retry_policy = retry_policy
+        self._doom = doom_policy
+        self._rng = rng
+        self._limiter = limiter
+        self._budgets: dict[tuple[float, float], RetryBudget] = {}
+
+    def _budget(self, policy: RetryPolicy) -> RetryBudget | None:
+        if policy.retry_budget_ratio is None:
+            return None
+        key = (policy.retry_budget_ratio, policy.retry_budget_window_s)
+        budget = self._budgets.get(key)
+        if budget is None:
+            budget = self._budgets[key] = RetryBudget(*key)
+        return budget
+
+    # -- the request ---------------------------------------------------------------------
+
+    async def serve(self, state: RequestState) -> None:
+        """The request task: exactly one terminal, whatever happens (see module doc)."""
+        metrics = MetricsRecorder(state.submitted_at)
+        terminal: TerminalEvent | None = None
+        try:
+            with state.scope:
+                if self._limiter is not None:
+                    async with self._limiter:
+                        terminal = await self._attempts(state, metrics)
+                else:
+                    terminal = await self._attempts(state, metrics)
+        except Exception as exc:  # a bug of ours: still a typed terminal, never a crash
+            terminal = Failed(
+                state.request_id,
+                _error(
+                    SamplingErrorKind.API,
+                    f"internal error in the sampler ({type(exc).__name__}: {exc})",
+                    retryable=False,
+                    code="internal_error",
+                ),
+                self._partial(state),
+                metrics.build(None),
+            )
+        finally:
+            if terminal is None:  # cancelled (by Cancel, a consumer leaving, or shutdown)
+                partial = self._partial(state)
+                terminal = Cancelled(
+                    state.request_id,
+                    state.cancel_reason or "cancelled",
+                    partial,
+                    metrics.build(partial),
+                )
+            state.finish(terminal)
+
+    @staticmethod
+    def _partial(state: RequestState) -> ConversationResponse | None:
+        transform = state.transform
+        if transform is None or not (transform.acc.has_content() or transform.acc.usage):
+            return None
+        return transform.acc.build_response()
+
+    async def _attempts(self, state: RequestState, metrics: MetricsRecorder) -> TerminalEvent:
+        config = state.config
+        policy = self._retry_policy or config.retry
+        budget = self._budget(policy)
+        request = state.request
+        retries = 0
+        resamples = 0
+        consecutive_rate_limits = 0
+        images_stripped = False
+        doom_max = min(self._doom.max_resamples, policy.doom_loop_retries)
+        if not self._doom.enabled or policy.max_retries == 0:
+            doom_max = 0
+        total = config.timeouts.total
+        deadline = state.submitted_at + total if total else math.inf
+        if budget is not None:
+            budget.record_request(trio.current_time())
+        last_partial: ConversationResponse | None = None
+        with trio.CancelScope(deadline=deadline) as total_scope:
+            while True:
+                armed = resamples < doom_max
+                metrics.start_attempt(trio.current_time())
+                result = await self._attempt(
+                    state, request, config, metrics, armed=armed, attempt=retries + resamples + 1
+                )
+                metrics.end_attempt(trio.current_time(), result.error)
+                if result.response is not None:
+                    return Completed(
+                        state.request_id, result.response, metrics.build(result.response)
+                    )
+                error = result.error
+                assert error is not None
+                last_partial = result.partial
+                if error.kind is SamplingErrorKind.DOOM_LOOP_DETECTED and armed:
+                    resamples += 1
+                    await self._emit_retry(
+                        state,
+                        resamples,
+                        doom_max,
+                        error,
+                        self._rng.uniform(0.0, 0.25),
+                        result.emitted_output,
+                        result.doom_triggers,
+                    )
+                    continue
+                if result.emitted_output and not policy.retry_mid_stream:
+                    return Failed(
+                        state.request_id, error, last_partial, metrics.build(last_partial)
+                    )
+                decision = classify(
+                    error,
+                    retries,
+                    policy,
+                    consecutive_rate_limits=consecutive_rate_limits,
+                    images_stripped=images_stripped,
+                    uniform=self._rng.random,
+                )
+                if decision.action is RetryAction.STRIP_IMAGES:
+                    request, urls = request.strip_images()
+                    images_stripped = True
+                    if not urls:
+                        return Failed(
+                            state.request_id, error, last_partial, metrics.build(last_partial)
+                        )
+                    reason = (
+                        StripReason.SERVER_REJECTED
+                        if (error.error_code or "") == "invalid_image" and error.status_code == 400
+                        else StripReason.PAYLOAD_HEURISTIC
+                    )
+                    await state.emit([ImagesStripped(state.request_id, urls, reason)])
+                    retries += 1
+                    await self._emit_retry(
+                        state, retries, policy.max_retries, error, 0.0, result.emitted_output, ()
+                    )
+                    continue
+                if decision.action is RetryAction.FAIL:
+                    return Failed(
+                        state.request_id, error, last_partial, metrics.build(last_partial)
+                    )
+                if budget is not None and not budget.try_spend(trio.current_time()):
+                    budget_error = attrs.evolve(
+                        error, message=f"{error.message} (not retried: the retry budget is spent)"
+                    )
+                    return Failed(
+                        state.request_id, budget_error, last_partial, metrics.build(last_partial)
+                    )
+                consecutive_rate_limits = (
+                    consecutive_rate_limits + 1
+                    if error.kind is SamplingErrorKind.RATE_LIMITED
+                    else 0
+                )
+                retries += 1
+                await self._emit_retry(
+                    state,
+                    retries,
+                    policy.max_retries,
+                    error,
+                    decision.delay,
+                    result.emitted_output,
+                    (),
+                )
+        # Only reached when the total deadline fired.
+        assert total_scope.cancelled_caught
+        partial = self._partial(state) or last_partial
+        return Failed(
+            state.request_id,
+            _error(
+                SamplingErrorKind.IDLE_TIMEOUT,
+                f"the request did not finish within its total timeout of {total:g} s",
+                retryable=False,
+                code="total_timeout",
+            ),
+            partial,
+            metrics.build(partial),
+        )
+
+    async def _emit_retry(
+        self,
+        state: RequestState,
+        attempt: int,
+        max_retries: int,
+        error: SamplingErrorInfo,
+        delay: float,
+        discard: bool,
+        triggers: tuple[str, ...],
+    ) -> None:
+        state.transform = None  # the partial output is discarded from here on
+        await state.emit(
+            [
+                Retrying(
+                    state.request_id,
+                    attempt,
+                    max_retries,
+                    error.kind,
+                    error.message,
+                    delay,
+                    discard,
+                    triggers,
+                )
+            ]
+        )
+        await trio.sleep(delay)
+
+    # -- one attempt ---------------------------------------------------------------------
+
+    async def _attempt(
+        self,
+        state: RequestState,
+        request: ConversationRequest,
+        config: SamplerConfig,
+        metrics: MetricsRecorder,
+        *,
+        armed: bool,
+        attempt: int,
+    ) -> _AttemptResult:
+        try:
+            wire = build_request(config.backend, request, config.build_options())
+        except (ValueError, TypeError) as exc:
+            return _AttemptResult(
+                error=_error(
+                    SamplingErrorKind.INVALID_REQUEST,
+                    str(exc),
+                    retryable=False,
+                    code="invalid_request",
+                )
+            )
+        if armed and config.backend is ApiBackend.RESPONSES and config.provider == "xai":
+            wire = attrs.evolve(
+                wire, headers=(*wire.headers, (DOOM_LOOP_HEADER, str(self._doom.window_tokens)))
+            )
+        transform = new_transform(config.backend, state.request_id, provider=config.provider)
+        detector = TailRepetitionDetector(self._doom) if armed else None
+        state.transform = transform
+        timeouts = config.timeouts
+        emitted = False
+        triggers: tuple[str, ...] = ()
+        terminal: list[SamplingEvent] = []
+        try:
+            async with self._client.open_stream(wire, config=config) as stream:
+                now = trio.current_time()
+                metrics.headers_at = now
+                await state.emit(transform.start(stream.headers, attempt=attempt))
+                decoder = SSEDecoder(config.max_sse_event_bytes)
+                deadline = now + timeouts.first_token
+                chunks = stream.__aiter__()
+                while not transform.finished:
+                    chunk: bytes | None = None
+                    timed_out = True
+                    with trio.move_on_at(deadline):
+                        try:
+                            chunk = await chunks.__anext__()
+                        except StopAsyncIteration:
+                            chunk = None  # end of body
+                        timed_out = False
+                    if timed_out:
+                        events = transform.abort(self._timeout_error(emitted))
+                    elif chunk is None:
+                        events = self._close(transform, decoder)
+                    else:
+                        events = self._feed(transform, decoder, chunk)
+                    now = trio.current_time()
+                    metrics.last_byte_at = now
+                    batch, done, content, reasoning = self._split(events, terminal)
+                    if content:
+                        deadline = now + timeouts.idle
+                        metrics.tokens(now, content)
+                        emitted = True
+                    if detector is not None and reasoning:
+                        trigger = detector.feed(reasoning)
+                        if trigger is not None and not done:
+                            triggers = (trigger,)
+                            batch_tail = transform.abort(
+                                _error(
+                                    SamplingErrorKind.DOOM_LOOP_DETECTED,
+                                    "the reasoning is repeating itself; resampling",
+                                    retryable=True,
+                                    code="doom_loop",
+                                )
+                            )
+                            extra, done, _, _ = self._split(batch_tail, terminal)
+                            batch.extend(extra)
+                    if batch:
+                        await state.emit(batch)
+                    if done:
+                        break
+        except SamplingClientError as exc:
+            return _AttemptResult(
+                error=exc.info, partial=self._partial(state), emitted_output=emitted
+            )
+        return self._judge(terminal, emitted, armed, triggers)
+
+    @staticmethod
+    def _timeout_error(emitted: bool) -> SamplingErrorInfo:
+        if emitted:
+            return _error(
+                SamplingErrorKind.IDLE_TIMEOUT,
+                "the stream went idle: no content within the idle timeout",
+                retryable=True,
+                code="idle_timeout",
+            )
+        return _error(
+            SamplingErrorKind.IDLE_TIMEOUT,
+            "no first token within the first-token timeout",
+            retryable=True,
+            code="first_token_timeout",
+        )
+
+    @staticmethod
+    def _feed(transform: StreamTransform, decoder: SSEDecoder, chunk: bytes) -> list[SamplingEvent]:
+        events: list[SamplingEvent] = []
+        try:
+            for sse in decoder.feed(chunk):
+                events.extend(transform.feed(sse))
+                if transform.finished:
+                    break
+        except SSEDecodeError as exc:
+            events.extend(transform.abort(decode_failure(exc)))
+        return events
+
+    @staticmethod
+    def _close(transform: StreamTransform, decoder: SSEDecoder) -> list[SamplingEvent]:
+        events: list[SamplingEvent] = []
+        for sse in decoder.close():
+            events.extend(transform.feed(sse))
+        events.extend(transform.close())
+        return events
+
+    @staticmethod
+    def _split(
+        events: list[SamplingEvent], terminal: list[SamplingEvent]
+    ) -> tuple[list[SamplingEvent], bool, int, str]:
+        """Forwardable events, whether the transform ended, content count, reasoning text."""
+        batch: list[SamplingEvent] = []
+        done = False
+        content = 0
+        reasoning: list[str] = []
+        for event in events:
+            kind = type(event)
+            if kind is Completed or kind is Failed:
+                terminal.append(event)
+                done = True
+                continue
+            if kind in _CONTENT:
+                content += 1
+                if kind is ChannelToken and event.channel is _REASONING:  # type: ignore[union-attr]
+                    reasoning.append(event.text)  # type: ignore[union-attr]
+            batch.append(event)
+        return batch, done, content, "".join(reasoning)
+
+    def _judge(
+        self,
+        terminal: list[SamplingEvent],
+        emitted: bool,
+        armed: bool,
+        triggers: tuple[str, ...],
+    ) -> _AttemptResult:
+        """Turn the transform's terminal into the attempt's result (empty, doom checks)."""
+        end = terminal[0] if terminal else None
+        if isinstance(end, Failed):
+            return _AttemptResult(
+                error=end.error, partial=end.partial, emitted_output=emitted, doom_triggers=triggers
+            )
+        assert isinstance(end, Completed)
+        response = end.response
+        confident = tuple(
+            s for s in response.doom_loop_signals if self._doom.is_confident(parse_trigger(s))
+        )
+        if armed and confident:
+            return _AttemptResult(
+                error=_error(
+                    SamplingErrorKind.DOOM_LOOP_DETECTED,
+                    f"the server detected a doom loop ({', '.join(confident)})",
+                    retryable=True,
+                    code="doom_loop",
+                ),
+                partial=response,
+                emitted_output=emitted,
+                doom_triggers=confident,
+            )
+        if response.is_empty and response.stop_reason not in (
+            StopReason.CONTENT_FILTER,
+            StopReason.LENGTH,
+        ):
+            return _AttemptResult(
+                error=_error(
+                    SamplingErrorKind.EMPTY_RESPONSE,
+                    "the model returned no text and no tool calls",
+                    retryable=True,
+                    code="empty_response",
+                ),
+                partial=response,
+                emitted_output=emitted,
+            )
+        return _AttemptResult(response=response, emitted_output=emitted)

@@ -1,0 +1,384 @@
+"""The only module that does network I/O: POST a rendered request, hand back body bytes.
+
+:class:`SamplingClient` owns one ``httpx2.AsyncClient``. :meth:`SamplingClient.open_stream`
+turns a non-2xx status into a classified :class:`SamplingClientError` *before* any stream
+exists, and otherwise yields raw body chunks as they arrive (``aiter_raw``: the SSE decoder
+works on bytes). Every failure leaves as a :class:`SamplingClientError` carrying a
+:class:`SamplingErrorInfo`; trio cancellation passes through untouched.
+
+Security properties (design §4.7):
+
+* The key is read from the config's :class:`~trio_sampler.config.Secret` only when headers
+  are built, and no exception raised here contains it: httpx exceptions (which hold the
+  request and its headers) are replaced, not chained, and messages are scrubbed.
+* Redirects are never followed: a 3xx is an error, so credentials never go to another host.
+* Streams ask for ``accept-encoding: identity``: a compressed body could expand a few KiB
+  into gigabytes (a gzip bomb) inside the HTTP library, before our size cap sees it. A
+  server that compresses anyway is decoded here, incrementally and under the same cap.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import zlib
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import aclosing, asynccontextmanager
+from types import TracebackType
+
+import httpx2
+import trio
+
+from .config import SamplerConfig
+from .types import SamplingErrorInfo, SamplingErrorKind
+from .wire._request import WireRequest
+from .wire.errors import classify_http_error, classify_transport_error
+
+__all__ = ["MAX_ERROR_BODY_BYTES", "ResponseStream", "SamplingClient", "SamplingClientError"]
+
+#: A non-2xx body is read up to this many bytes for classification, no more.
+MAX_ERROR_BODY_BYTES = 64 * 1024
+# Closing a response is local (socket close, or an h2 RST_STREAM); bound it anyway so a
+# cancelled request never waits on the network while shielded.
+_CLOSE_TIMEOUT = 5.0
+_USER_AGENT = f"trio-sampler/0.1 httpx2/{httpx2.__version__}"
+
+
+class SamplingClientError(Exception):
+    """A request failed before or while its body was read. ``info`` says how.
+
+    ``str()`` is ``str(info)``: kind, status and a scrubbed, user-facing message.
+    """
+
+    def __init__(self, info: SamplingErrorInfo) -> None:
+        super().__init__(str(info))
+        self.info = info
+
+    @property
+    def kind(self) -> SamplingErrorKind:
+        return self.info.kind
+
+
+def _h2_available() -> bool:
+    return importlib.util.find_spec("h2") is not None
+
+
+async def _already_read(content: bytes) -> AsyncGenerator[bytes, None]:
+    yield content
+
+
+def _raw_chunks(response: httpx2.Response) -> AsyncGenerator[bytes, None]:
+    """The undecoded body. A response whose body was read before it reached us (mock
+    transports built with ``content=``/``json=``) is replayed from memory."""
+    if response.is_stream_consumed:
+        try:
+            return _already_read(response.content)
+        except httpx2.ResponseNotRead:
+            pass
+    return response.aiter_raw()
+
+
+def _too_large(limit: int) -> SamplingClientError:
+    # HTTP, not PAYLOAD_TOO_LARGE: that kind means *our request* was too large (and makes
+    # the actor strip images). A server sending an endless body is a broken exchange,
+    # and sending the same request again would most likely do the same.
+    return SamplingClientError(
+        SamplingErrorInfo(
+            kind=SamplingErrorKind.HTTP,
+            message=(
+                f"the response body exceeded max_response_bytes ({limit} bytes); "
+                "raise SamplerConfig.max_response_bytes if this is expected"
+            ),
+            retryable=False,
+        )
+    )
+
+
+class _BodyDecoder:
+    """Counts body bytes against a limit, and undoes gzip/deflate if the server applied it
+    despite ``accept-encoding: identity``, never producing more than the limit."""
+
+    def __init__(self, content_encoding: str, limit: int) -> None:
+        self._limit = limit
+        self._seen = 0
+        encoding = content_encoding.strip().lower()
+        self._zlib: zlib._Decompress | None = None
+        if encoding in ("gzip", "x-gzip", "deflate"):
+            self._zlib = zlib.decompressobj(wbits=zlib.MAX_WBITS | 32)  # gzip or zlib header
+        elif encoding not in ("", "identity"):
+            raise SamplingClientError(
+                SamplingErrorInfo(
+                    kind=SamplingErrorKind.HTTP,
+                    message=(
+                        f"the server sent a {encoding!r}-encoded body although the request "
+                        "asked for identity; only gzip and deflate can be decoded"
+                    ),
+                )
+            )
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self._zlib is not None:
+            try:
+                chunk = self._zlib.decompress(chunk, self._limit - self._seen + 1)
+            except zlib.error:
+                raise SamplingClientError(
+                    SamplingErrorInfo(
+                        kind=SamplingErrorKind.SERIALIZATION,
+                        message="the compressed response body is corrupt",
+                        retryable=True,
+                    )
+                ) from None
+            if self._zlib.unconsumed_tail:
+                raise _too_large(self._limit)
+        self._seen += len(chunk)
+        if self._seen > self._limit:
+            raise _too_large(self._limit)
+        return chunk
+
+
+class ResponseStream:
+    """A response whose status was 2xx and whose body is still to be read.
+
+    ``async for chunk in stream`` (or ``stream.iter_bytes()``) yields body chunks as they
+    arrive, at most ``max_response_bytes`` in all. Read failures raise
+    :class:`SamplingClientError` (a read timeout is ``IDLE_TIMEOUT``). The response is
+    closed when the :meth:`SamplingClient.open_stream` block exits.
+    """
+
+    def __init__(self, response: httpx2.Response, max_bytes: int) -> None:
+        self._response = response
+        self._raw: AsyncGenerator[bytes, None] | None = None
+        self._decoder = _BodyDecoder(response.headers.get("content-encoding", ""), max_bytes)
+
+    @property
+    def status(self) -> int:
+        return self._response.status_code
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """Response headers, case-insensitive."""
+        return self._response.headers
+
+    @property
+    def request_id(self) -> str | None:
+        """The provider's request id (``x-request-id`` or ``request-id``)."""
+        headers = self._response.headers
+        return headers.get("x-request-id") or headers.get("request-id")
+
+    def iter_bytes(self) -> AsyncIterator[bytes]:
+        """The body, chunk by chunk (the same iterator as ``async for`` on the stream)."""
+        return self
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._raw is None:
+            self._raw = _raw_chunks(self._response)
+        while True:
+            try:
+                chunk = await self._raw.__anext__()
+            except httpx2.RequestError as exc:
+                raise SamplingClientError(classify_transport_error(exc)) from None
+            except httpx2.StreamError:
+                raise StopAsyncIteration from None  # closed: the block has exited
+            decoded = self._decoder.feed(chunk)
+            if decoded:
+                return decoded
+
+    async def aclose(self) -> None:
+        """Close the response (and its connection, if the body is unfinished). Idempotent."""
+        with trio.CancelScope(shield=True) as scope:
+            scope.relative_deadline = _CLOSE_TIMEOUT
+            raw = self._raw
+            if raw is not None:
+                await raw.aclose()
+            await self._response.aclose()
+
+
+class SamplingClient:
+    """One HTTP connection pool, used for every request of an actor.
+
+    Usable as ``async with SamplingClient(config) as client:``. ``config`` supplies the
+    pool and timeout settings; each call may pass another ``config`` (a newer snapshot
+    after ``UpdateConfig``) for its URL, headers, timeouts and limits.
+
+    ``transport`` replaces the network (``httpx2.MockTransport`` in tests); pool and
+    HTTP/2 settings then do not apply.
+    """
+
+    def __init__(
+        self, config: SamplerConfig, *, transport: httpx2.AsyncBaseTransport | None = None
+    ) -> None:
+        self._config = config
+        self._client = httpx2.AsyncClient(
+            transport=transport,
+            # The actor bounds concurrency; a pool cap would queue streams invisibly and
+            # a pool timeout would fail them (trio-notes A.12).
+            limits=httpx2.Limits(
+                max_connections=None,
+                max_keepalive_connections=config.max_keepalive_connections,
+            ),
+            timeout=self._timeout(config),
+            follow_redirects=False,
+            http2=config.http2 and _h2_available(),
+        )
+
+    @property
+    def config(self) -> SamplerConfig:
+        return self._config
+
+    @staticmethod
+    def _timeout(config: SamplerConfig) -> httpx2.Timeout:
+        timeouts = config.timeouts
+        return httpx2.Timeout(
+            connect=timeouts.connect, read=timeouts.read, write=timeouts.write, pool=None
+        )
+
+    async def __aenter__(self) -> SamplingClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close every pooled connection."""
+        with trio.CancelScope(shield=True) as scope:
+            scope.relative_deadline = _CLOSE_TIMEOUT
+            await self._client.aclose()
+
+    def _build(self, wire: WireRequest, config: SamplerConfig, *, stream: bool) -> httpx2.Request:
+        headers: dict[str, tuple[str, str]] = {}
+
+        def put(name: str, value: str) -> None:
+            headers[name.lower()] = (name, value)
+
+        put("user-agent", _USER_AGENT)
+        put("content-type", "application/json")
+        put("accept", "text/event-stream" if stream else "application/json")
+        for name, value in (*config.request_headers(), *wire.headers):
+            put(name, value)
+        # After everything else: never let a header list re-enable compression (see module).
+        put("accept-encoding", "identity")
+        url = f"{config.base_url}/{wire.path.lstrip('/')}"
+        try:
+            return self._client.build_request(
+                wire.method,
+                url,
+                content=wire.body,
+                params=list(config.query_params) or None,
+                headers=list(headers.values()),
+                timeout=self._timeout(config),
+            )
+        except (httpx2.HTTPError, httpx2.InvalidURL, UnicodeError) as exc:
+            raise SamplingClientError(
+                SamplingErrorInfo(
+                    kind=SamplingErrorKind.INVALID_REQUEST,
+                    message=f"the request could not be built ({type(exc).__name__}): check "
+                    "base_url, wire.path and header values (ASCII only)",
+                )
+            ) from None
+
+    async def _send(self, request: httpx2.Request, headers_timeout: float) -> httpx2.Response:
+        try:
+            with trio.fail_after(headers_timeout):
+                return await self._client.send(request, stream=True)
+        except trio.TooSlowError:
+            info = SamplingErrorInfo(
+                kind=SamplingErrorKind.IDLE_TIMEOUT,
+                message=f"no response headers within {headers_timeout:g} s",
+                retryable=True,
+            )
+        except httpx2.RequestError as exc:
+            # Not chained: an httpx exception holds the request, and the request the key.
+            info = classify_transport_error(exc)
+        raise SamplingClientError(info)
+
+    async def _raise_for_status(self, response: httpx2.Response, read_timeout: float) -> None:
+        if 200 <= response.status_code < 300:
+            return
+        body = bytearray()
+        # Best effort and bounded in size and time: the status alone still classifies.
+        with trio.move_on_after(read_timeout):
+            try:
+                async with aclosing(_raw_chunks(response)) as chunks:
+                    async for chunk in chunks:
+                        body += chunk
+                        if len(body) >= MAX_ERROR_BODY_BYTES:
+                            break
+            except (httpx2.RequestError, httpx2.StreamError):
+                pass
+        encoding = response.headers.get("content-encoding", "")
+        try:
+            decoded = _BodyDecoder(encoding, MAX_ERROR_BODY_BYTES).feed(
+                bytes(body[:MAX_ERROR_BODY_BYTES])
+            )
+        except SamplingClientError:
+            decoded = b""
+        raise SamplingClientError(
+            classify_http_error(response.status_code, response.headers.multi_items(), decoded)
+        )
+
+    @asynccontextmanager
+    async def open_stream(
+        self, wire: WireRequest, *, config: SamplerConfig | None = None
+    ) -> AsyncIterator[ResponseStream]:
+        """POST ``wire`` and yield the 2xx response, body unread.
+
+        Entering waits for the response headers at most ``timeouts.response_headers``
+        (then ``IDLE_TIMEOUT``, retryable). A non-2xx status reads up to
+        :data:`MAX_ERROR_BODY_BYTES` of the body and raises :class:`SamplingClientError`
+        classified by :func:`classify_http_error`; a connect/TLS/read failure raises it
+        classified by :func:`classify_transport_error`. Trio cancellation is never caught.
+        Leaving the block closes the response (and its connection, if the body was not
+        read to the end).
+        """
+        config = config or self._config
+        request = self._build(wire, config, stream=True)
+        response = await self._send(request, config.timeouts.response_headers)
+        stream: ResponseStream | None = None
+        try:
+            await self._raise_for_status(response, config.timeouts.response_headers)
+            stream = ResponseStream(response, config.max_response_bytes)
+            yield stream
+        finally:
+            if stream is not None:
+                await stream.aclose()
+            else:
+                with trio.CancelScope(shield=True) as scope:
+                    scope.relative_deadline = _CLOSE_TIMEOUT
+                    await response.aclose()
+
+    async def post_json(
+        self, wire: WireRequest, *, config: SamplerConfig | None = None
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """POST a non-streaming request; return ``(status, headers, body)`` of a 2xx.
+
+        Errors as in :meth:`open_stream`. Headers of a non-streaming call only arrive
+        after the whole answer was generated, so the wait for them is bounded by
+        ``timeouts.total`` if set, else by ``max(response_headers, first_token)``.
+        """
+        config = config or self._config
+        timeouts = config.timeouts
+        wait = timeouts.total or max(timeouts.response_headers, timeouts.first_token)
+        request = self._build(wire, config, stream=False)
+        response = await self._send(request, wait)
+        stream: ResponseStream | None = None
+        try:
+            await self._raise_for_status(response, timeouts.response_headers)
+            stream = ResponseStream(response, config.max_response_bytes)
+            body = bytearray()
+            async for chunk in stream:
+                body += chunk
+            return (response.status_code, response.headers, bytes(body))
+        finally:
+            if stream is not None:
+                await stream.aclose()
+            else:
+                with trio.CancelScope(shield=True) as scope:
+                    scope.relative_deadline = _CLOSE_TIMEOUT
+                    await response.aclose()

@@ -1,0 +1,391 @@
+"""Configuration: :class:`SamplerConfig`, :class:`Timeouts`, :class:`RetryPolicy`, :class:`Secret`.
+
+Every value is an attrs frozen class validated at construction: a bad value fails where it
+is written, with a message that says what to fix, not deep inside a request. Plain data,
+no I/O (``for_provider`` reads a mapping you pass, ``os.environ`` by default).
+
+The API key lives in a :class:`Secret`, whose ``repr``/``str`` never show it: a config can
+be logged, printed or put in an exception safely.
+"""
+
+from __future__ import annotations
+
+import hmac
+import math
+import os
+import re
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from .providers import AuthScheme, ProviderProfile, get_profile
+from .types import ApiBackend
+from .wire._request import BuildOptions
+
+__all__ = [
+    "DEFAULT_ANTHROPIC_VERSION",
+    "AuthScheme",
+    "RetryPolicy",
+    "SamplerConfig",
+    "Secret",
+    "Timeouts",
+]
+
+DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
+_MIB = 1024 * 1024
+
+# RFC 7230 §3.2.6 token.
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+# Headers the HTTP layer must own: overriding them breaks framing or routing.
+_RESERVED_HEADERS = frozenset(
+    {"host", "content-length", "transfer-encoding", "connection", "upgrade", "te"}
+)
+# Names whose values are credentials: redacted in reprs.
+_SENSITIVE_NAME = re.compile(r"auth|api[-_]?key|apikey|token|secret|cookie|signature|sig$", re.I)
+
+
+class Secret:
+    """A string that never shows itself: ``repr``/``str``/``format`` give ``Secret('***')``.
+
+    Call :meth:`reveal` at the one place the value is needed (building the auth header).
+    Equality compares in constant time.
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        if not isinstance(value, str):
+            raise TypeError(f"Secret holds a str, not {type(value).__name__}")
+        self._value = value
+
+    def reveal(self) -> str:
+        """The secret itself. Never log the result."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return repr(self)
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Secret):
+            return NotImplemented
+        return hmac.compare_digest(self._value.encode(), other._value.encode())
+
+    def __hash__(self) -> int:
+        return hash((Secret, self._value))
+
+    def __reduce__(self) -> Any:
+        # Pickling would write the key in clear to wherever the pickle goes.
+        raise TypeError("Secret cannot be pickled")
+
+
+def _to_secret(value: str | Secret | None) -> Secret | None:
+    if value is None or isinstance(value, Secret):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"api_key must be a str or Secret, not {type(value).__name__}")
+    return Secret(value)
+
+
+def _positive(name: str, value: float | None, *, optional: bool = False) -> None:
+    if value is None:
+        if optional:
+            return
+        raise ValueError(f"{name} must be a number of seconds, not None")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        hint = " or None for no limit" if optional else ""
+        raise ValueError(f"{name} must be a positive, finite number of seconds{hint}; got {value}")
+
+
+@attrs.frozen
+class Timeouts:
+    """The separate timeouts of one request, in seconds (design §5).
+
+    * ``connect`` (10 s): TCP + TLS; longer means the host is unreachable.
+    * ``write`` (60 s): sending the body (large image payloads on slow uplinks).
+    * ``response_headers`` (60 s): from sending to the status line. Servers answer with
+      headers before generating (the reference system has no such limit and hangs).
+    * ``first_token`` (300 s): headers to first content. Long, because reasoning models
+      think for minutes before they speak.
+    * ``idle`` (120 s): between content events. Pings and SSE comments do not reset it.
+    * ``total`` (None): a deadline for the whole request, off by default because agent
+      turns legitimately run long.
+
+    The client uses ``max(first_token, idle)`` as the socket read timeout: a backstop for a
+    dead connection, while the actor enforces the precise first-token and idle timers.
+    """
+
+    connect: float = 10.0
+    write: float = 60.0
+    response_headers: float = 60.0
+    first_token: float = 300.0
+    idle: float = 120.0
+    total: float | None = None
+
+    def __attrs_post_init__(self) -> None:
+        for field in ("connect", "write", "response_headers", "first_token", "idle"):
+            _positive(f"Timeouts.{field}", getattr(self, field))
+        _positive("Timeouts.total", self.total, optional=True)
+
+    @property
+    def read(self) -> float:
+        """The socket read (inter-chunk) timeout given to the HTTP client."""
+        return max(self.first_token, self.idle)
+
+
+@attrs.frozen
+class RetryPolicy:
+    """How the actor retries (design §5). Backoff before retry ``n`` (0-based) is
+    ``min(base_delay * 2**n, max_delay) * (1 - jitter * U)``, ``U`` uniform in [0, 1).
+
+    * ``max_retries`` (4): retries after the first attempt (5 attempts in all); the SDKs
+      use 2, which gives up during a short provider blip.
+    * ``max_retry_after`` (60 s): a server-requested wait is honoured up to this; longer
+      ones fail fast rather than block a request for minutes.
+    * ``max_consecutive_rate_limits`` (3): a separate, small cap on back-to-back 429s.
+    * ``retry_budget_ratio`` (None = off): retries may be at most this share of the
+      actor's requests within ``retry_budget_window_s``, so an outage does not multiply load.
+    * ``doom_loop_retries`` (2): resamples on a doom loop, on their own budget.
+    * ``retry_mid_stream`` (True): retry after output started, with ``discard_partial``.
+    """
+
+    max_retries: int = 4
+    base_delay: float = 0.5
+    max_delay: float = 30.0
+    jitter: float = 0.25
+    max_retry_after: float = 60.0
+    max_consecutive_rate_limits: int = 3
+    retry_budget_ratio: float | None = None
+    retry_budget_window_s: float = 10.0
+    doom_loop_retries: int = 2
+    retry_mid_stream: bool = True
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("max_retries", "max_consecutive_rate_limits", "doom_loop_retries"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"RetryPolicy.{name} must be an int >= 0; got {value!r}")
+        for name in ("base_delay", "max_delay", "max_retry_after", "retry_budget_window_s"):
+            _positive(f"RetryPolicy.{name}", getattr(self, name))
+        if self.max_delay < self.base_delay:
+            raise ValueError(
+                f"RetryPolicy.max_delay ({self.max_delay}) must be >= base_delay "
+                f"({self.base_delay})"
+            )
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ValueError(f"RetryPolicy.jitter is a fraction in [0, 1]; got {self.jitter}")
+        ratio = self.retry_budget_ratio
+        if ratio is not None and not 0.0 < ratio <= 1.0:
+            raise ValueError(
+                f"RetryPolicy.retry_budget_ratio is a fraction in (0, 1] or None; got {ratio}"
+            )
+
+
+def _validate_base_url(url: str) -> str:
+    if not isinstance(url, str) or not url.strip():
+        raise ValueError("base_url is required, e.g. 'https://api.openai.com/v1'")
+    parts = urllib.parse.urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(
+            "base_url must be an absolute http:// or https:// URL such as "
+            f"'https://api.openai.com/v1'; got a URL with scheme {parts.scheme or 'none'!r}"
+        )
+    if parts.username or parts.password:
+        raise ValueError("base_url must not contain credentials; pass the key as api_key")
+    if parts.query or parts.fragment:
+        raise ValueError(
+            "base_url must not contain a query or fragment; pass query parameters "
+            "as query_params={...}"
+        )
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+
+
+def _pairs(
+    value: Mapping[str, str] | Iterable[tuple[str, str]] | None,
+) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    items = value.items() if isinstance(value, Mapping) else value
+    return tuple((str(k), str(v)) for k, v in items)
+
+
+def _validate_headers(pairs: tuple[tuple[str, str], ...]) -> None:
+    for name, value in pairs:
+        if not _TOKEN.match(name):
+            raise ValueError(
+                f"extra header name {name!r} is not a valid HTTP token "
+                "(letters, digits and !#$%&'*+-.^_`|~ only, no spaces or colons)"
+            )
+        if name.lower() in _RESERVED_HEADERS:
+            raise ValueError(f"extra header {name!r} is managed by the HTTP client; remove it")
+        if any(c in value for c in "\r\n\0"):
+            raise ValueError(
+                f"extra header {name!r} has a value containing CR, LF or NUL, which would "
+                "split the request (header injection); remove the line breaks"
+            )
+
+
+def _redacted_pairs(pairs: tuple[tuple[str, str], ...]) -> str:
+    shown = [(k, "***" if _SENSITIVE_NAME.search(k) else v) for k, v in pairs]
+    return repr(tuple(shown))
+
+
+@attrs.frozen
+class SamplerConfig:
+    """Everything needed to talk to one endpoint. Validated at construction.
+
+    ``api_key`` is stored as a :class:`Secret` (a plain ``str`` is wrapped); ``repr`` never
+    shows it, nor the values of extra headers or query parameters whose names look like
+    credentials.
+    """
+
+    base_url: str = attrs.field(converter=_validate_base_url)
+    backend: ApiBackend = ApiBackend.CHAT_COMPLETIONS
+    model: str | None = None
+    api_key: Secret | None = attrs.field(default=None, converter=_to_secret)
+    auth_scheme: AuthScheme = AuthScheme.BEARER
+    #: Sent as ``anthropic-version`` when ``backend`` is MESSAGES.
+    anthropic_version: str = DEFAULT_ANTHROPIC_VERSION
+    extra_headers: tuple[tuple[str, str], ...] = attrs.field(
+        default=(), converter=_pairs, repr=_redacted_pairs
+    )
+    query_params: tuple[tuple[str, str], ...] = attrs.field(
+        default=(), converter=_pairs, repr=_redacted_pairs
+    )
+    timeouts: Timeouts = attrs.field(factory=Timeouts)
+    #: One SSE event may not exceed this (a hostile server cannot exhaust memory).
+    max_sse_event_bytes: int = 16 * _MIB
+    #: A whole response body may not exceed this.
+    max_response_bytes: int = 256 * _MIB
+    #: Try HTTP/2 (only if the ``h2`` package is installed; off by default, see docs).
+    http2: bool = False
+    #: Idle connections kept for reuse. Live streams are not limited by the pool.
+    max_keepalive_connections: int = 64
+    retry: RetryPolicy = attrs.field(factory=RetryPolicy)
+    #: Provider profile name: selects wire quirks (see :mod:`trio_sampler.providers`).
+    provider: str | None = None
+    #: ``max_tokens`` sent when the request sets none (Messages requires one).
+    default_max_output_tokens: int = 8192
+    #: Place Anthropic ``cache_control`` breakpoints.
+    cache_breakpoints: bool = True
+    #: Fail instead of converting what a backend cannot carry.
+    strict_conversion: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.backend, ApiBackend):
+            raise TypeError(f"backend must be an ApiBackend, not {self.backend!r}")
+        if not isinstance(self.auth_scheme, AuthScheme):
+            raise TypeError(f"auth_scheme must be an AuthScheme, not {self.auth_scheme!r}")
+        if self.model is not None and not self.model.strip():
+            raise ValueError("model must be a non-empty name or None")
+        if self.api_key is not None and any(c in self.api_key.reveal() for c in "\r\n\0"):
+            raise ValueError("api_key contains a line break or NUL; copy the key again")
+        if any(c in self.anthropic_version for c in "\r\n\0") or not self.anthropic_version:
+            raise ValueError("anthropic_version must be a date string such as '2023-06-01'")
+        _validate_headers(self.extra_headers)
+        for key, value in self.query_params:
+            if not key or any(c in key + value for c in "\r\n\0"):
+                raise ValueError(f"query parameter {key!r} is empty or contains CR/LF/NUL")
+        for name in ("max_sse_event_bytes", "max_response_bytes", "default_max_output_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int; got {value!r}")
+        if self.max_keepalive_connections < 0:
+            raise ValueError("max_keepalive_connections must be >= 0")
+        if self.provider is not None:
+            get_profile(self.provider)  # raises with the list of known names
+
+    @property
+    def profile(self) -> ProviderProfile | None:
+        """The provider profile named by ``provider``, if any."""
+        return get_profile(self.provider) if self.provider is not None else None
+
+    @classmethod
+    def for_provider(
+        cls,
+        name: str,
+        *,
+        model: str | None = None,
+        api_key: str | Secret | None = None,
+        base_url: str | None = None,
+        env: Mapping[str, str] = os.environ,
+        **overrides: Any,
+    ) -> SamplerConfig:
+        """A config from the profile ``name``: its base URL, backend and auth scheme.
+
+        The key comes from ``api_key``, else the profile's environment variable in ``env``.
+        A provider that needs a key and has none raises :class:`ValueError` naming the
+        variable to set. ``overrides`` are any other :class:`SamplerConfig` fields.
+        """
+        profile = get_profile(name)
+        url = base_url or profile.base_url
+        if url is None:
+            raise ValueError(f"provider {profile.name!r} has no standard address: pass base_url=")
+        key = _to_secret(api_key)
+        if key is None and profile.api_key_env is not None:
+            from_env = env.get(profile.api_key_env, "").strip()
+            key = Secret(from_env) if from_env else None
+        if key is None and profile.requires_api_key:
+            raise ValueError(
+                f"provider {profile.name!r} needs an API key: set the environment variable "
+                f"{profile.api_key_env} or pass api_key="
+            )
+        scheme = profile.auth_scheme if key is not None else AuthScheme.NONE
+        fields: dict[str, Any] = {
+            "base_url": url,
+            "backend": profile.backend,
+            "model": model or profile.default_model,
+            "api_key": key,
+            "auth_scheme": scheme,
+            "provider": profile.name,
+        }
+        fields.update(overrides)
+        return cls(**fields)
+
+    def auth_headers(self) -> list[tuple[str, str]]:
+        """The credential header for ``auth_scheme`` (empty without a key or for NONE)."""
+        if self.api_key is None or not self.api_key or self.auth_scheme is AuthScheme.NONE:
+            return []
+        if self.auth_scheme is AuthScheme.X_API_KEY:
+            return [("x-api-key", self.api_key.reveal())]
+        return [("authorization", f"Bearer {self.api_key.reveal()}")]
+
+    def request_headers(self) -> list[tuple[str, str]]:
+        """Headers on every request: auth, ``anthropic-version`` (Messages), extra headers.
+
+        Extra headers come last and replace a same-named header before them, so a gateway
+        can take over ``authorization`` deliberately.
+        """
+        headers = self.auth_headers()
+        if self.backend is ApiBackend.MESSAGES:
+            headers.append(("anthropic-version", self.anthropic_version))
+        overridden = {name.lower() for name, _ in self.extra_headers}
+        headers = [(k, v) for k, v in headers if k.lower() not in overridden]
+        headers.extend(self.extra_headers)
+        return headers
+
+    def build_options(self, *, stream: bool = True) -> BuildOptions:
+        """The options the request builders take, from this config."""
+        return BuildOptions(
+            model=self.model,
+            provider=self.provider,
+            stream=stream,
+            default_max_output_tokens=self.default_max_output_tokens,
+            cache_breakpoints=self.cache_breakpoints,
+            strict=self.strict_conversion,
+        )
+
+    def evolve(self, **changes: Any) -> SamplerConfig:
+        """A copy with ``changes`` applied (and validated)."""
+        return attrs.evolve(self, **changes)

@@ -1,0 +1,425 @@
+"""The emulator's ASGI application: routing, auth redaction, recording, faults, streaming."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import math
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from typing import Any
+from urllib.parse import parse_qs
+
+import orjson
+import trio
+
+from ._cache import SHARED_CACHE, PromptCache
+from ._faults import AttemptPlan, FaultBook
+from ._render_chat import ChatRenderer
+from ._render_messages import MessagesRenderer
+from ._render_responses import ResponsesRenderer
+from ._reply import Reply, RequestView, empty_reply, plan_reply
+from ._script import (
+    DropFault,
+    EmptyFault,
+    MalformedFault,
+    Script,
+    ScriptError,
+    StatusFault,
+    StreamErrorFault,
+    parse_script,
+)
+from ._sse import Renderer, dumps, retry_after_headers
+from ._validate import ApiError, view_chat, view_messages, view_responses
+
+__all__ = ["EMULATOR_MODELS", "REDACTED", "EmulatorApp", "redact_headers"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+REDACTED = "REDACTED"
+#: Header names whose values are credentials: never stored, logged or echoed.
+SECRET_HEADERS = frozenset(
+    {"authorization", "x-api-key", "api-key", "proxy-authorization", "cookie", "x-goog-api-key"}
+)
+#: Models listed by ``GET /v1/models`` (any model name is accepted and echoed).
+EMULATOR_MODELS = ("emulator-1", "gpt-4o-mini", "gpt-5-mini", "claude-haiku-4-5")
+MAX_BODY_BYTES = 32 * 1024 * 1024
+MAX_RECORDED_PER_SCENARIO = 1000
+
+_ROUTES: dict[str, tuple[Renderer, Callable[[Mapping[str, Any], PromptCache], RequestView]]] = {
+    "/v1/chat/completions": (ChatRenderer(), view_chat),
+    "/v1/responses": (ResponsesRenderer(), view_responses),
+    "/v1/messages": (MessagesRenderer(), view_messages),
+}
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+]
+_JSON = (b"content-type", b"application/json")
+
+
+def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """``headers`` with every credential value replaced by ``"REDACTED"``."""
+    return {k: (REDACTED if k in SECRET_HEADERS else v) for k, v in headers.items()}
+
+
+def _peer_check(backend: str, data: Mapping[str, Any]) -> None:
+    """Run the wire layer's ``parse_request`` for the backend, when it exists.
+
+    It raises ``ValueError`` on shapes the client library could not have produced or read;
+    the emulator answers those with a 400 like the real API would.
+    """
+    try:
+        module = importlib.import_module(f"trio_sampler.wire.{backend}._request")
+    except ImportError:
+        return
+    parse = getattr(module, "parse_request", None)
+    if parse is None:
+        return
+    try:
+        parse(data)
+    except ValueError as exc:
+        raise ApiError(str(exc)) from None
+
+
+class EmulatorApp:
+    """The emulator as an ASGI 3 application (HTTP and lifespan scopes).
+
+    Args:
+        bench: serve pre-rendered bodies cached per (backend, script, model, stream), so a
+            request costs one dictionary lookup (also per request: ``x-emulator-bench: 1``).
+        require_key: when set, requests must carry this key (``Authorization: Bearer`` or
+            ``x-api-key``) or get a 401; when ``None`` any key (or none) is accepted.
+        cache: the prompt-cache store; the process-wide one by default.
+    """
+
+    def __init__(
+        self,
+        *,
+        bench: bool = False,
+        require_key: str | None = None,
+        cache: PromptCache | None = None,
+    ) -> None:
+        self.bench = bench
+        self._require_key = require_key
+        self.cache = SHARED_CACHE if cache is None else cache
+        self.faults = FaultBook()
+        self._recorded: dict[str, list[dict[str, Any]]] = {}
+        self._bench_bodies: dict[tuple[Any, ...], tuple[int, list[tuple[bytes, bytes]], bytes]] = {}
+
+    def __repr__(self) -> str:
+        # Never show the key, even in a repr.
+        return (
+            f"EmulatorApp(bench={self.bench}, require_key={'set' if self._require_key else None})"
+        )
+
+    def requests(self, scenario: str | None = None) -> list[dict[str, Any]]:
+        """Requests received for ``scenario`` (all scenarios when ``None``), auth redacted.
+
+        Requests without a scenario are recorded under ``""``.
+        """
+        if scenario is None:
+            return [r for rs in self._recorded.values() for r in rs]
+        return list(self._recorded.get(scenario, ()))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http":
+            await self._http(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"].rstrip("/")
+        method: str = scope["method"]
+        headers: dict[str, str] = {}
+        for raw_name, raw_value in scope["headers"]:
+            name = raw_name.decode("latin-1").lower()
+            value = raw_value.decode("latin-1")
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        route = _ROUTES.get(path)
+        anthropic = "anthropic-version" in headers or path == "/v1/messages"
+        renderer: Renderer = _ROUTES["/v1/messages" if anthropic else "/v1/chat/completions"][0]
+        request_id = "req_" + uuid.uuid4().hex
+        try:
+            if not self._authorized(headers):
+                raise ApiError("", status=401)
+            if path == "/v1/models" and method == "GET":
+                await _respond(send, 200, self._models(anthropic), [])
+                return
+            if path == "/v1/emulator/requests" and method == "GET":
+                query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+                scenario = query["scenario"][0] if "scenario" in query else None
+                await _respond(send, 200, self.requests(scenario), [])
+                return
+            if route is None:
+                raise ApiError(f"Unknown request URL: {method} {path}.", status=404)
+            if method != "POST":
+                raise ApiError(f"Method {method} not allowed for {path}.", status=405)
+            renderer, view_of = route
+            body = await _read_body(receive)
+            await self._sample(renderer, view_of, path, headers, body, receive, send, request_id)
+        except _ClientGone:
+            return
+        except ApiError as error:
+            extra = [(renderer.request_id_header(), request_id.encode())]
+            await _respond(send, error.status, renderer.error_body(error, request_id), extra)
+
+    def _authorized(self, headers: Mapping[str, str]) -> bool:
+        if self._require_key is None:
+            return True
+        bearer = headers.get("authorization", "")
+        key = bearer[7:] if bearer.lower().startswith("bearer ") else headers.get("x-api-key")
+        return key == self._require_key
+
+    def _models(self, anthropic: bool) -> dict[str, Any]:
+        if anthropic:
+            data = [
+                {"type": "model", "id": m, "display_name": m, "created_at": "2025-01-01T00:00:00Z"}
+                for m in EMULATOR_MODELS
+            ]
+            return {
+                "data": data,
+                "has_more": False,
+                "first_id": data[0]["id"],
+                "last_id": data[-1]["id"],
+            }
+        models = [
+            {"id": m, "object": "model", "created": 1735689600, "owned_by": "trio-sampler-emulator"}
+            for m in EMULATOR_MODELS
+        ]
+        return {"object": "list", "data": models}
+
+    def _record(self, script: Script, path: str, headers: Mapping[str, str], data: Any) -> None:
+        records = self._recorded.setdefault(script.scenario or "", [])
+        records.append({"path": path, "headers": redact_headers(headers), "body": data})
+        del records[:-MAX_RECORDED_PER_SCENARIO]
+
+    async def _sample(
+        self,
+        renderer: Renderer,
+        view_of: Callable[[Mapping[str, Any], PromptCache], RequestView],
+        path: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        receive: Receive,
+        send: Send,
+        request_id: str,
+    ) -> None:
+        try:
+            script = parse_script(headers.get("x-emulator-script"))
+        except ScriptError as exc:
+            raise ApiError(str(exc)) from None
+        bench = (self.bench or headers.get("x-emulator-bench") == "1") and not (
+            script.faults or script.delay_ms
+        )
+        if bench and await self._bench_hit(renderer, script, body, send):
+            return
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise ApiError(
+                "We could not parse the JSON body of your request. The API expects a JSON "
+                "payload, but what was sent was not valid JSON."
+            ) from None
+        if not isinstance(data, dict):
+            raise ApiError("The request body must be a JSON object.")
+        if not bench:
+            self._record(script, path, headers, data)
+        view = view_of(data, self.cache)
+        _peer_check(renderer.backend, data)
+        key = script.scenario or ("script:" + hashlib.sha256(script.source.encode()).hexdigest())
+        plan = self.faults.plan(key, script.faults)
+        base = [
+            (renderer.request_id_header(), request_id.encode()),
+            (b"x-emulator-attempt", str(plan.attempt).encode()),
+        ]
+        outcome = plan.outcome
+        if isinstance(outcome, StatusFault):
+            error_body = outcome.body or renderer.error_body(
+                ApiError("", status=outcome.status), request_id
+            )
+            await _respond(
+                send, outcome.status, error_body, base + retry_after_headers(outcome.retry_after)
+            )
+            return
+        if isinstance(outcome, EmptyFault):
+            reply = empty_reply(view, body)
+        else:
+            reply = plan_reply(view, script, body)
+        if view.stream:
+            frames = renderer.stream(reply, view)
+            if bench:
+                self._bench_store(
+                    renderer, script, data, 200, base + _SSE_HEADERS, b"".join(frames)
+                )
+            await _send_start(send, 200, base + _SSE_HEADERS)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope)
+                await _emit(send, renderer, reply, view, frames, plan, script.delay_ms / 1000)
+                nursery.cancel_scope.cancel()
+            return
+        for stall in plan.stalls:
+            await trio.sleep(stall.seconds)
+        payload = dumps(renderer.body(reply, view))
+        if isinstance(outcome, StreamErrorFault):
+            error = ApiError("", status=529 if renderer.backend == "messages" else 500)
+            error.error_type = outcome.error_type
+            await _respond(send, error.status, renderer.error_body(error, request_id), base)
+            return
+        if bench:
+            self._bench_store(renderer, script, data, 200, [*base, _JSON], payload)
+        await _send_start(
+            send, 200, [*base, _JSON, (b"content-length", str(len(payload)).encode())]
+        )
+        if isinstance(outcome, DropFault):
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": payload[: len(payload) // 2],
+                    "more_body": True,
+                }
+            )
+            return  # returning mid-body makes the server close the connection
+        if isinstance(outcome, MalformedFault):
+            payload = payload[: len(payload) // 2].ljust(len(payload))
+        await send({"type": "http.response.body", "body": payload, "more_body": False})
+
+    def _bench_key(
+        self, renderer: Renderer, script: Script, data: Mapping[str, Any]
+    ) -> tuple[Any, ...]:
+        options = data.get("stream_options")
+        usage = isinstance(options, Mapping) and options.get("include_usage") is True
+        return (renderer.backend, script.source, data.get("model"), data.get("stream"), usage)
+
+    def _bench_store(
+        self,
+        renderer: Renderer,
+        script: Script,
+        data: Mapping[str, Any],
+        status: int,
+        headers: list[tuple[bytes, bytes]],
+        payload: bytes,
+    ) -> None:
+        headers = [h for h in headers if h[0] != b"x-emulator-attempt"]
+        self._bench_bodies[self._bench_key(renderer, script, data)] = (status, headers, payload)
+
+    async def _bench_hit(self, renderer: Renderer, script: Script, body: bytes, send: Send) -> bool:
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return False
+        if not isinstance(data, dict):
+            return False
+        hit = self._bench_bodies.get(self._bench_key(renderer, script, data))
+        if hit is None:
+            return False
+        status, headers, payload = hit
+        await _send_start(send, status, headers)
+        await send({"type": "http.response.body", "body": payload, "more_body": False})
+        return True
+
+
+class _ClientGone(Exception):
+    """The client disconnected before its request body was complete."""
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise ApiError("Request body too large.", status=413)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _watch_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
+    """Cancel the stream when the client goes away (``send`` alone never notices)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            scope.cancel()
+            return
+
+
+async def _send_start(send: Send, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+
+
+async def _respond(
+    send: Send, status: int, payload: Any, headers: list[tuple[bytes, bytes]]
+) -> None:
+    body = dumps(payload)
+    await _send_start(send, status, [*headers, _JSON, (b"content-length", str(len(body)).encode())])
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _emit(
+    send: Send,
+    renderer: Renderer,
+    reply: Reply,
+    view: RequestView,
+    frames: list[bytes],
+    plan: AttemptPlan,
+    delay: float,
+) -> None:
+    """Send ``frames`` with the attempt's pacing and outcome faults applied.
+
+    Events are counted over ``frames`` (keep-alives excluded). Without a delay, consecutive
+    frames are coalesced into one body message.
+    """
+    pending = bytearray()
+
+    async def flush() -> None:
+        if pending:
+            await send({"type": "http.response.body", "body": bytes(pending), "more_body": True})
+            pending.clear()
+
+    for pings in plan.pings:
+        for number in range(pings.count):
+            pending += renderer.keepalive()
+            await flush()
+            if pings.interval_ms and number < pings.count - 1:
+                await trio.sleep(pings.interval_ms / 1000)
+    outcome = plan.outcome
+    cut = math.inf
+    if isinstance(outcome, StreamErrorFault | DropFault | MalformedFault):
+        # Never past the terminator: a fault always interrupts a real stream.
+        cut = min(outcome.after_events, len(frames) - 1)
+    for index, frame in enumerate(frames):
+        if index == cut:
+            if isinstance(outcome, StreamErrorFault):
+                pending += b"".join(renderer.stream_error(reply, view, outcome.error_type, index))
+                break
+            if isinstance(outcome, DropFault):
+                await flush()
+                return  # no final message: the server closes the connection mid-body
+            pending += renderer.malformed()
+        for stall in plan.stalls:
+            if stall.after_events == index:
+                await flush()
+                await trio.sleep(stall.seconds)
+        if delay and index:
+            await flush()
+            await trio.sleep(delay)
+        pending += frame
+    await flush()
+    await send({"type": "http.response.body", "body": b"", "more_body": False})

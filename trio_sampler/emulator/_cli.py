@@ -1,0 +1,41 @@
+"""``trio-sampler serve``: the emulator as a command-line server."""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import trio
+
+from ._serve import serve
+
+__all__ = ["main_serve", "run_serve"]
+
+
+def run_serve(argv_host: str, argv_port: int) -> int:
+    """Serve on ``argv_host:argv_port`` until interrupted; returns the exit status.
+
+    The first line on stdout is exactly ``listening on http://HOST:PORT`` (flushed), with
+    the bound port when ``argv_port`` is 0, so scripts can wait for it and parse it.
+    """
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(functools.partial(serve, host=argv_host, port=argv_port))
+            print(f"listening on {server.origin}", flush=True)
+
+    try:
+        trio.run(main)
+    except KeyboardInterrupt:
+        return 0
+    except OSError as exc:
+        print(
+            f"trio-sampler serve: cannot listen on {argv_host}:{argv_port}: {exc}", file=sys.stderr
+        )
+        return 1
+    return 0
+
+
+def main_serve(host: str, port: int) -> int:
+    """Alias of :func:`run_serve` (the name the design uses)."""
+    return run_serve(host, port)

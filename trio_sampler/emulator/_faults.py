@@ -1,0 +1,87 @@
+"""Which scripted faults apply to this attempt: per-scenario attempt counting.
+
+The rule, stated once (also in ``docs/emulator.md``):
+
+* Faults are considered in list order. A fault with ``times: k`` applies to ``k``
+  attempts and is then used up; a fault without ``times`` applies to every attempt.
+* At most one *outcome* fault fires per attempt (``status``, ``stream_error``, ``drop``,
+  ``malformed``, ``empty``): the first one in the list that is not used up. So
+  ``[{"type":"status","status":503,"times":2}]`` fails attempts 1 and 2 and lets attempt 3
+  succeed, and ``[{status, times 1}, {drop, times 1}]`` gives 503, then a dropped stream,
+  then success.
+* *Pacing* faults (``stall``, ``pings``) combine with the outcome fault and with each
+  other; each one that is not used up applies, and counts one use.
+
+Counters live per scenario key: the script's ``scenario``, or (without one) the script's
+own text, so an SDK that retries by re-sending the same headers walks through the
+schedule.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ._script import (
+    DropFault,
+    EmptyFault,
+    Fault,
+    MalformedFault,
+    PingsFault,
+    StallFault,
+    StatusFault,
+    StreamErrorFault,
+)
+
+__all__ = ["AttemptPlan", "FaultBook", "OutcomeFault"]
+
+OutcomeFault = StatusFault | StreamErrorFault | DropFault | MalformedFault | EmptyFault
+
+
+@attrs.frozen
+class AttemptPlan:
+    """What happens to one attempt: its number, the outcome fault and the pacing faults."""
+
+    attempt: int
+    outcome: OutcomeFault | None = None
+    stalls: tuple[StallFault, ...] = ()
+    pings: tuple[PingsFault, ...] = ()
+
+
+@attrs.define
+class _ScenarioState:
+    attempts: int = 0
+    uses: dict[int, int] = attrs.field(factory=dict)
+
+
+@attrs.define
+class FaultBook:
+    """Per-scenario fault state, kept by the app for its lifetime."""
+
+    _states: dict[str, _ScenarioState] = attrs.field(factory=dict)
+
+    def plan(self, key: str, faults: tuple[Fault, ...]) -> AttemptPlan:
+        """Count one attempt for ``key`` and decide which ``faults`` apply to it."""
+        state = self._states.setdefault(key, _ScenarioState())
+        state.attempts += 1
+        outcome: OutcomeFault | None = None
+        stalls: list[StallFault] = []
+        pings: list[PingsFault] = []
+        for index, fault in enumerate(faults):
+            used = state.uses.get(index, 0)
+            if fault.times is not None and used >= fault.times:
+                continue
+            if isinstance(fault, StallFault):
+                stalls.append(fault)
+            elif isinstance(fault, PingsFault):
+                pings.append(fault)
+            elif outcome is None:
+                outcome = fault
+            else:
+                continue
+            state.uses[index] = used + 1
+        return AttemptPlan(state.attempts, outcome, tuple(stalls), tuple(pings))
+
+    def attempts(self, key: str) -> int:
+        """How many attempts ``key`` has seen."""
+        state = self._states.get(key)
+        return 0 if state is None else state.attempts

@@ -1,0 +1,300 @@
+"""What the emulator answers, backend-neutral: the request facts it needs, and the reply.
+
+:class:`RequestView` is what a validator extracts from a wire body; :func:`plan_reply`
+turns it (and the script) into a :class:`Reply`, deterministically: every random choice
+comes from a PRNG seeded with a hash of the request body.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import string
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import orjson
+
+from ._cache import CHARS_PER_TOKEN, CacheResult, count_tokens
+from ._script import HostedToolScript, Script
+
+__all__ = [
+    "PlannedToolCall",
+    "Reply",
+    "ReplyUsage",
+    "RequestView",
+    "ToolOffer",
+    "chunk_text",
+    "empty_reply",
+    "minimal_value",
+    "plan_reply",
+    "random_id",
+]
+
+_WORDS = (
+    "the",
+    "model",
+    "considers",
+    "your",
+    "request",
+    "carefully",
+    "and",
+    "answers",
+    "with",
+    "a",
+    "short",
+    "plausible",
+    "reply",
+    "about",
+    "trio",
+    "structured",
+    "concurrency",
+    "nurseries",
+    "cancel",
+    "scopes",
+    "channels",
+    "streams",
+    "tokens",
+    "events",
+    "retries",
+    "backoff",
+    "deadlines",
+    "tasks",
+    "checkpoints",
+    "emulated",
+    "sampling",
+)
+
+
+@attrs.frozen
+class ToolOffer:
+    """A client tool the request offers: its name and JSON schema."""
+
+    name: str
+    schema: Mapping[str, Any]
+
+
+@attrs.frozen
+class RequestView:
+    """The facts of a validated request that shape the reply."""
+
+    model: str
+    stream: bool
+    max_tokens: int | None = None
+    include_usage: bool = False
+    reasoning: bool = False
+    include_encrypted: bool = False
+    tools: tuple[ToolOffer, ...] = ()
+    forced_tool: str | None = None
+    tools_disabled: bool = False
+    last_is_user: bool = True
+    tool_result: str | None = None
+    prompt: CacheResult = attrs.field(factory=lambda: CacheResult(0))
+    echo: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class PlannedToolCall:
+    """A tool call the reply makes; ``arguments`` is a JSON string."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@attrs.frozen
+class ReplyUsage:
+    """Usage in neutral terms (``input_tokens`` is the whole prompt, cached or not)."""
+
+    input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+@attrs.frozen
+class Reply:
+    """One reply, ready to render on any backend."""
+
+    id_seed: str
+    reasoning: str
+    text: str
+    tool_calls: tuple[PlannedToolCall, ...]
+    hosted: HostedToolScript | None
+    stop: str
+    usage: ReplyUsage
+    chunk_chars: int | None = None
+
+
+def random_id(rng: random.Random, length: int, alphabet: str = string.ascii_letters) -> str:
+    """``length`` characters from ``alphabet``, drawn from ``rng``."""
+    alphabet = alphabet + string.digits
+    return "".join(rng.choice(alphabet) for _ in range(length))
+
+
+def chunk_text(text: str, chunk_chars: int | None) -> list[str]:
+    """Split ``text`` into stream deltas: fixed ``chunk_chars`` slices, else word by word."""
+    if not text:
+        return []
+    if chunk_chars:
+        return [text[i : i + chunk_chars] for i in range(0, len(text), chunk_chars)]
+    pieces: list[str] = []
+    current = ""
+    for char in text:
+        if char.isspace() and current and not current.isspace():
+            pieces.append(current)
+            current = ""
+        current += char
+    pieces.append(current)
+    return pieces
+
+
+def minimal_value(schema: Any, rng: random.Random, depth: int = 0) -> Any:
+    """A minimal JSON value valid for ``schema``: required properties, types, enums."""
+    if not isinstance(schema, Mapping) or depth > 8:
+        return {}
+    if "const" in schema:
+        return schema["const"]
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return enum[0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        options = schema.get(key)
+        if isinstance(options, list) and options:
+            return minimal_value(options[0], rng, depth + 1)
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind is None:
+        kind = "object" if "properties" in schema else "string"
+    if kind == "object":
+        properties = schema.get("properties")
+        properties = properties if isinstance(properties, Mapping) else {}
+        required = schema.get("required")
+        names = [n for n in required if isinstance(n, str)] if isinstance(required, list) else []
+        return {name: minimal_value(properties.get(name, {}), rng, depth + 1) for name in names}
+    if kind == "array":
+        count = schema.get("minItems", 0)
+        count = count if isinstance(count, int) and 0 <= count <= 16 else 0
+        return [minimal_value(schema.get("items", {}), rng, depth + 1) for _ in range(count)]
+    if kind == "integer":
+        low = schema.get("minimum", 1)
+        return low if isinstance(low, int) and not isinstance(low, bool) else 1
+    if kind == "number":
+        low = schema.get("minimum", 1.5)
+        return low if isinstance(low, int | float) and not isinstance(low, bool) else 1.5
+    if kind == "boolean":
+        return True
+    if kind == "null":
+        return None
+    length = schema.get("minLength", 0)
+    word = rng.choice(_WORDS)
+    if isinstance(length, int) and length > len(word):
+        word = (word * (length // len(word) + 1))[:length]
+    return word
+
+
+def _sentences(rng: random.Random, tokens: int) -> str:
+    words: list[str] = []
+    chars = 0
+    while chars < tokens * CHARS_PER_TOKEN:
+        word = rng.choice(_WORDS)
+        if not words or words[-1].endswith("."):
+            word = word.capitalize()
+        if rng.random() < 0.12:
+            word += "."
+        words.append(word)
+        chars += len(word) + 1
+    text = " ".join(words)
+    return text if text.endswith(".") else text + "."
+
+
+def _cut(text: str, budget: int) -> tuple[str, bool]:
+    """``text`` limited to ``budget`` tokens, and whether it was cut."""
+    if count_tokens(text) <= budget:
+        return text, False
+    return text[: budget * CHARS_PER_TOKEN], True
+
+
+def _tool_calls(
+    view: RequestView, script: Script, rng: random.Random
+) -> tuple[PlannedToolCall, ...]:
+    if script.tool_calls is not None:
+        calls = [(c.name, dict(c.arguments)) for c in script.tool_calls]
+    elif (
+        script.text is None
+        and view.tools
+        and view.last_is_user
+        and not view.tools_disabled
+        and script.stop in (None, "tool_calls")
+    ):
+        chosen = next((t for t in view.tools if t.name == view.forced_tool), view.tools[0])
+        calls = [(chosen.name, minimal_value(chosen.schema, rng))]
+    else:
+        return ()
+    return tuple(PlannedToolCall(random_id(rng, 24), name, _dumps(args)) for name, args in calls)
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def plan_reply(view: RequestView, script: Script, body: bytes) -> Reply:
+    """The reply to ``view`` under ``script``; the same body always gives the same reply."""
+    seed = hashlib.sha256(body).digest()
+    rng = random.Random(seed)
+    id_seed = seed.hex()
+    budget = view.max_tokens if view.max_tokens is not None else 1 << 30
+    cut = False
+    reasoning = ""
+    if script.reasoning is not None:
+        reasoning = script.reasoning
+    elif view.reasoning:
+        reasoning = "Let me think. " + _sentences(rng, rng.randint(12, 30))
+    reasoning, cut = _cut(reasoning, budget)
+    budget -= count_tokens(reasoning)
+    tool_calls = () if cut else _tool_calls(view, script, rng)
+    if script.text is not None:
+        text = script.text
+    elif tool_calls:
+        text = ""
+    elif view.tool_result is not None:
+        result = view.tool_result.strip() or "(empty)"
+        text = f"The tool returned {result[:400]}. " + _sentences(rng, rng.randint(6, 16))
+    else:
+        text = _sentences(rng, rng.randint(20, 60))
+    if cut:
+        text = ""
+    else:
+        text, cut = _cut(text, budget)
+    if cut:
+        tool_calls = ()
+    output_tokens = count_tokens(reasoning) + count_tokens(text)
+    output_tokens += sum(count_tokens(c.name) + count_tokens(c.arguments) for c in tool_calls)
+    if script.stop is not None:
+        stop = script.stop
+    elif cut:
+        stop = "length"
+    elif tool_calls:
+        stop = "tool_calls"
+    else:
+        stop = "stop"
+    usage = ReplyUsage(
+        input_tokens=script.usage.get("input_tokens", view.prompt.total),
+        output_tokens=script.usage.get("output_tokens", output_tokens),
+        reasoning_tokens=script.usage.get("reasoning_tokens", count_tokens(reasoning)),
+        cache_read_tokens=script.usage.get("cache_read_tokens", view.prompt.read),
+        cache_write_tokens=script.usage.get("cache_write_tokens", view.prompt.write),
+    )
+    return Reply(
+        id_seed, reasoning, text, tool_calls, script.hosted_tool, stop, usage, script.chunk_chars
+    )
+
+
+def empty_reply(view: RequestView, body: bytes) -> Reply:
+    """A well-formed reply with no content (the ``empty`` fault)."""
+    seed = hashlib.sha256(body).hexdigest()
+    usage = ReplyUsage(view.prompt.total, 0, 0, view.prompt.read, view.prompt.write)
+    return Reply(seed, "", "", (), None, "stop", usage)

@@ -1,0 +1,380 @@
+"""The per-request script (header ``x-emulator-script``): schema, parsing and validation.
+
+A script is a JSON object. Every key is optional; an empty script (or no header) means the
+emulator's default, deterministic behaviour. Unknown keys and wrongly typed values are
+rejected with a :class:`ScriptError` whose message names the offending key, so a typo in a
+test fails loudly (400) instead of silently running the default.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Literal, TypeAlias
+
+import attrs
+import orjson
+
+__all__ = [
+    "STOP_VALUES",
+    "USAGE_KEYS",
+    "DropFault",
+    "EmptyFault",
+    "Fault",
+    "HostedToolScript",
+    "MalformedFault",
+    "PingsFault",
+    "Script",
+    "ScriptError",
+    "ScriptToolCall",
+    "StallFault",
+    "StatusFault",
+    "StreamErrorFault",
+    "parse_script",
+]
+
+#: Neutral stop values a script may force.
+STOP_VALUES = ("stop", "length", "tool_calls", "content_filter")
+#: Usage override keys (the neutral :class:`trio_sampler.types.Usage` names).
+USAGE_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+)
+
+Stop: TypeAlias = Literal["stop", "length", "tool_calls", "content_filter"]
+
+
+class ScriptError(ValueError):
+    """The script header is not valid; the message says what is wrong."""
+
+
+@attrs.frozen
+class ScriptToolCall:
+    """A client tool call the reply makes: the tool's name and its arguments object."""
+
+    name: str
+    arguments: Mapping[str, Any]
+
+
+@attrs.frozen
+class HostedToolScript:
+    """A server-side (hosted) tool the reply runs before its text."""
+
+    name: str
+    query: str
+
+
+@attrs.frozen
+class StatusFault:
+    """Answer with an HTTP error status instead of a reply."""
+
+    status: int
+    retry_after: float | None = None
+    body: Mapping[str, Any] | None = None
+    times: int | None = None
+
+
+@attrs.frozen
+class StreamErrorFault:
+    """After ``after_events`` stream events, send the backend's in-stream error and end."""
+
+    after_events: int
+    error_type: str | None = None
+    times: int | None = None
+
+
+@attrs.frozen
+class DropFault:
+    """After ``after_events`` stream events, close the connection with no terminator."""
+
+    after_events: int
+    times: int | None = None
+
+
+@attrs.frozen
+class StallFault:
+    """After ``after_events`` stream events, go silent for ``seconds``, then carry on."""
+
+    after_events: int
+    seconds: float
+    times: int | None = None
+
+
+@attrs.frozen
+class MalformedFault:
+    """After ``after_events`` stream events, send one data line that is not JSON."""
+
+    after_events: int
+    times: int | None = None
+
+
+@attrs.frozen
+class EmptyFault:
+    """Answer 200 with a well-formed reply that has no content."""
+
+    times: int | None = None
+
+
+@attrs.frozen
+class PingsFault:
+    """Send ``count`` keep-alives, ``interval_ms`` apart, before any content."""
+
+    count: int
+    interval_ms: int = 0
+    times: int | None = None
+
+
+Fault: TypeAlias = (
+    StatusFault
+    | StreamErrorFault
+    | DropFault
+    | StallFault
+    | MalformedFault
+    | EmptyFault
+    | PingsFault
+)
+
+
+@attrs.frozen
+class Script:
+    """A parsed script. ``None`` fields mean "the default behaviour"."""
+
+    text: str | None = None
+    reasoning: str | None = None
+    tool_calls: tuple[ScriptToolCall, ...] | None = None
+    hosted_tool: HostedToolScript | None = None
+    chunk_chars: int | None = None
+    delay_ms: float = 0
+    stop: Stop | None = None
+    usage: Mapping[str, int] = attrs.field(factory=dict)
+    scenario: str | None = None
+    faults: tuple[Fault, ...] = ()
+    #: The header's exact text: the bench-mode cache key and the implicit scenario.
+    source: str = ""
+
+
+_SCRIPT_KEYS = frozenset(
+    {
+        "text",
+        "reasoning",
+        "tool_calls",
+        "hosted_tool",
+        "chunk_chars",
+        "delay_ms",
+        "stop",
+        "usage",
+        "scenario",
+        "faults",
+    }
+)
+
+# fault type -> (required keys, optional keys); "type" and "times" are always allowed.
+_FAULT_KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "status": (frozenset({"status"}), frozenset({"retry_after", "body"})),
+    "stream_error": (frozenset({"after_events"}), frozenset({"error_type"})),
+    "drop": (frozenset({"after_events"}), frozenset()),
+    "stall": (frozenset({"after_events", "seconds"}), frozenset()),
+    "malformed": (frozenset({"after_events"}), frozenset()),
+    "empty": (frozenset(), frozenset()),
+    "pings": (frozenset({"count"}), frozenset({"interval_ms"})),
+}
+
+
+def parse_script(raw: str | bytes | None) -> Script:
+    """Parse and validate the ``x-emulator-script`` header value.
+
+    ``None`` or an empty value gives the default :class:`Script`.
+
+    Raises:
+        ScriptError: the value is not a JSON object of the documented schema.
+    """
+    if raw is None:
+        return Script()
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    if not text.strip():
+        return Script()
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise ScriptError(f"x-emulator-script is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ScriptError("x-emulator-script must be a JSON object")
+    unknown = sorted(set(data) - _SCRIPT_KEYS)
+    if unknown:
+        raise ScriptError(
+            f"x-emulator-script: unknown key(s) {', '.join(unknown)}; "
+            f"allowed: {', '.join(sorted(_SCRIPT_KEYS))}"
+        )
+    stop = _opt(data, "stop", str, "script")
+    if stop is not None and stop not in STOP_VALUES:
+        raise ScriptError(f"x-emulator-script: stop must be one of {', '.join(STOP_VALUES)}")
+    chunk_chars = _opt_int(data, "chunk_chars", "script", minimum=1)
+    delay_ms = _opt_number(data, "delay_ms", "script")
+    return Script(
+        text=_opt(data, "text", str, "script"),
+        reasoning=_opt(data, "reasoning", str, "script"),
+        tool_calls=_tool_calls(data.get("tool_calls")),
+        hosted_tool=_hosted_tool(data.get("hosted_tool")),
+        chunk_chars=chunk_chars,
+        delay_ms=delay_ms or 0,
+        stop=stop,  # checked against STOP_VALUES above
+        usage=_usage(data.get("usage")),
+        scenario=_opt(data, "scenario", str, "script"),
+        faults=_faults(data.get("faults")),
+        source=text,
+    )
+
+
+def _where(where: str, key: str) -> str:
+    return f"x-emulator-script: {key}" if where == "script" else f"x-emulator-script: {where}.{key}"
+
+
+def _opt(data: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise ScriptError(f"{_where(where, key)} must be a {kind.__name__}")
+    return value
+
+
+def _opt_number(
+    data: Mapping[str, Any], key: str, where: str, *, required: bool = False
+) -> float | None:
+    value = data.get(key)
+    if value is None:
+        if required:
+            raise ScriptError(f"{_where(where, key)} is required")
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ScriptError(f"{_where(where, key)} must be a finite number")
+    if value < 0:
+        raise ScriptError(f"{_where(where, key)} must not be negative")
+    return float(value)
+
+
+def _opt_int(
+    data: Mapping[str, Any], key: str, where: str, *, required: bool = False, minimum: int = 0
+) -> int | None:
+    value = data.get(key)
+    if value is None:
+        if required:
+            raise ScriptError(f"{_where(where, key)} is required")
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ScriptError(f"{_where(where, key)} must be an integer")
+    if value < minimum:
+        raise ScriptError(f"{_where(where, key)} must be >= {minimum}")
+    return value
+
+
+def _tool_calls(value: Any) -> tuple[ScriptToolCall, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise ScriptError("x-emulator-script: tool_calls must be a list")
+    calls = []
+    for index, call in enumerate(value):
+        where = f"tool_calls[{index}]"
+        if not isinstance(call, dict) or set(call) - {"name", "arguments"}:
+            raise ScriptError(
+                f"x-emulator-script: {where} must be an object with 'name' and 'arguments'"
+            )
+        name = call.get("name")
+        if not isinstance(name, str) or not name:
+            raise ScriptError(f"x-emulator-script: {where}.name must be a non-empty string")
+        arguments = call.get("arguments", {})
+        if not isinstance(arguments, dict):
+            raise ScriptError(f"x-emulator-script: {where}.arguments must be a JSON object")
+        calls.append(ScriptToolCall(name, arguments))
+    return tuple(calls)
+
+
+def _hosted_tool(value: Any) -> HostedToolScript | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - {"name", "query"}:
+        raise ScriptError("x-emulator-script: hosted_tool must be {'name': ..., 'query': ...}")
+    if value.get("name") != "web_search":
+        raise ScriptError("x-emulator-script: hosted_tool.name must be 'web_search'")
+    query = value.get("query", "")
+    if not isinstance(query, str):
+        raise ScriptError("x-emulator-script: hosted_tool.query must be a string")
+    return HostedToolScript("web_search", query)
+
+
+def _usage(value: Any) -> dict[str, int]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ScriptError("x-emulator-script: usage must be an object")
+    out: dict[str, int] = {}
+    for key in value:
+        if key not in USAGE_KEYS:
+            raise ScriptError(
+                f"x-emulator-script: usage.{key} is not a usage field; "
+                f"allowed: {', '.join(USAGE_KEYS)}"
+            )
+        checked = _opt_int(value, key, "usage")
+        if checked is not None:
+            out[key] = checked
+    return out
+
+
+def _faults(value: Any) -> tuple[Fault, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ScriptError("x-emulator-script: faults must be a list")
+    return tuple(_fault(index, fault) for index, fault in enumerate(value))
+
+
+def _fault(index: int, data: Any) -> Fault:
+    where = f"faults[{index}]"
+    if not isinstance(data, dict):
+        raise ScriptError(f"x-emulator-script: {where} must be an object")
+    kind = data.get("type")
+    if kind not in _FAULT_KEYS:
+        raise ScriptError(
+            f"x-emulator-script: {where}.type must be one of {', '.join(_FAULT_KEYS)}"
+        )
+    required, optional = _FAULT_KEYS[kind]
+    missing = sorted(required - set(data))
+    if missing:
+        raise ScriptError(f"x-emulator-script: {where} ({kind}) needs {', '.join(missing)}")
+    unknown = sorted(set(data) - required - optional - {"type", "times"})
+    if unknown:
+        raise ScriptError(f"x-emulator-script: {where} ({kind}) has unknown key(s) {unknown}")
+    times = _opt_int(data, "times", where, minimum=1)
+    if kind == "status":
+        status = _opt_int(data, "status", where, required=True, minimum=400)
+        assert status is not None
+        if status > 599:
+            raise ScriptError(f"x-emulator-script: {where}.status must be 400..599")
+        body = data.get("body")
+        if body is not None and not isinstance(body, dict):
+            raise ScriptError(f"x-emulator-script: {where}.body must be a JSON object")
+        retry_after = _opt_number(data, "retry_after", where)
+        return StatusFault(status, retry_after, body, times)
+    if kind == "empty":
+        return EmptyFault(times)
+    if kind == "pings":
+        count = _opt_int(data, "count", where, required=True)
+        interval = _opt_int(data, "interval_ms", where) or 0
+        assert count is not None
+        return PingsFault(count, interval, times)
+    after = _opt_int(data, "after_events", where, required=True)
+    assert after is not None
+    if kind == "stream_error":
+        error_type = _opt(data, "error_type", str, where)
+        return StreamErrorFault(after, error_type, times)
+    if kind == "drop":
+        return DropFault(after, times)
+    if kind == "malformed":
+        return MalformedFault(after, times)
+    seconds = _opt_number(data, "seconds", where, required=True)
+    assert seconds is not None
+    return StallFault(after, seconds, times)

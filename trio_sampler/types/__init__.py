@@ -1,0 +1,103 @@
+"""Plain data: the conversation model, events, errors and usage. No I/O, no imports of ours."""
+
+from ._conversation import IMAGE_STRIP_PLACEHOLDER as IMAGE_STRIP_PLACEHOLDER
+from ._conversation import ApiBackend as ApiBackend
+from ._conversation import Assistant as Assistant
+from ._conversation import BackendToolCall as BackendToolCall
+from ._conversation import ContentPart as ContentPart
+from ._conversation import ConversationItem as ConversationItem
+from ._conversation import ConversationRequest as ConversationRequest
+from ._conversation import ConversationResponse as ConversationResponse
+from ._conversation import HostedTool as HostedTool
+from ._conversation import ImagePart as ImagePart
+from ._conversation import NamedToolChoice as NamedToolChoice
+from ._conversation import Reasoning as Reasoning
+from ._conversation import ReasoningEffort as ReasoningEffort
+from ._conversation import ResponseSchema as ResponseSchema
+from ._conversation import StopReason as StopReason
+from ._conversation import SyntheticReason as SyntheticReason
+from ._conversation import System as System
+from ._conversation import TextPart as TextPart
+from ._conversation import ToolCall as ToolCall
+from ._conversation import ToolChoice as ToolChoice
+from ._conversation import ToolChoiceSpec as ToolChoiceSpec
+from ._conversation import ToolResult as ToolResult
+from ._conversation import ToolSpec as ToolSpec
+from ._conversation import Usage as Usage
+from ._conversation import User as User
+from ._conversation import WebSearch as WebSearch
+from ._events import AttemptRecord as AttemptRecord
+from ._events import BackendToolCallCompleted as BackendToolCallCompleted
+from ._events import BackendToolCallStarted as BackendToolCallStarted
+from ._events import Cancelled as Cancelled
+from ._events import ChannelToken as ChannelToken
+from ._events import Completed as Completed
+from ._events import Failed as Failed
+from ._events import FirstToken as FirstToken
+from ._events import ImagesStripped as ImagesStripped
+from ._events import ModelMetadata as ModelMetadata
+from ._events import ReasoningCompleted as ReasoningCompleted
+from ._events import RequestMetrics as RequestMetrics
+from ._events import Retrying as Retrying
+from ._events import SamplingChannel as SamplingChannel
+from ._events import SamplingError as SamplingError
+from ._events import SamplingErrorInfo as SamplingErrorInfo
+from ._events import SamplingErrorKind as SamplingErrorKind
+from ._events import SamplingEvent as SamplingEvent
+from ._events import StreamStarted as StreamStarted
+from ._events import StripReason as StripReason
+from ._events import TerminalEvent as TerminalEvent
+from ._events import ToolCallDelta as ToolCallDelta
+from ._json import to_jsonable as to_jsonable
+
+__all__ = [
+    "IMAGE_STRIP_PLACEHOLDER",
+    "ApiBackend",
+    "Assistant",
+    "AttemptRecord",
+    "BackendToolCall",
+    "BackendToolCallCompleted",
+    "BackendToolCallStarted",
+    "Cancelled",
+    "ChannelToken",
+    "Completed",
+    "ContentPart",
+    "ConversationItem",
+    "ConversationRequest",
+    "ConversationResponse",
+    "Failed",
+    "FirstToken",
+    "HostedTool",
+    "ImagePart",
+    "ImagesStripped",
+    "ModelMetadata",
+    "NamedToolChoice",
+    "Reasoning",
+    "ReasoningCompleted",
+    "ReasoningEffort",
+    "RequestMetrics",
+    "ResponseSchema",
+    "Retrying",
+    "SamplingChannel",
+    "SamplingError",
+    "SamplingErrorInfo",
+    "SamplingErrorKind",
+    "SamplingEvent",
+    "StopReason",
+    "StreamStarted",
+    "StripReason",
+    "SyntheticReason",
+    "System",
+    "TerminalEvent",
+    "TextPart",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolChoice",
+    "ToolChoiceSpec",
+    "ToolResult",
+    "ToolSpec",
+    "Usage",
+    "User",
+    "WebSearch",
+    "to_jsonable",
+]

@@ -1,0 +1,483 @@
+"""The neutral conversation model: what an application says, whatever the backend.
+
+Every class here is a frozen attrs value: safe to share between tasks, hashable where
+its fields are, and compared by value. Sequences are tuples so that a request built
+once can be reused turn after turn without anyone mutating it underneath.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeAlias
+
+import attrs
+
+__all__ = [
+    "IMAGE_STRIP_PLACEHOLDER",
+    "ApiBackend",
+    "Assistant",
+    "BackendToolCall",
+    "ContentPart",
+    "ConversationItem",
+    "ConversationRequest",
+    "ConversationResponse",
+    "HostedTool",
+    "ImagePart",
+    "NamedToolChoice",
+    "Reasoning",
+    "ReasoningEffort",
+    "ResponseSchema",
+    "StopReason",
+    "SyntheticReason",
+    "System",
+    "TextPart",
+    "ToolCall",
+    "ToolChoice",
+    "ToolChoiceSpec",
+    "ToolResult",
+    "ToolSpec",
+    "Usage",
+    "User",
+    "WebSearch",
+]
+
+#: Text that replaces an image the server could not process (image-strip recovery).
+IMAGE_STRIP_PLACEHOLDER = "[image removed — the server could not process it; continue without it]"
+
+
+class ApiBackend(enum.Enum):
+    """The three wire protocols the runtime speaks."""
+
+    CHAT_COMPLETIONS = "chat_completions"
+    RESPONSES = "responses"
+    MESSAGES = "messages"
+
+
+class StopReason(enum.Enum):
+    """Why the model stopped, normalized across backends.
+
+    The verbatim wire value is kept beside it in
+    :attr:`ConversationResponse.raw_stop_reason`.
+    """
+
+    STOP = "stop"
+    LENGTH = "length"
+    TOOL_CALLS = "tool_calls"
+    CONTENT_FILTER = "content_filter"
+
+
+class ReasoningEffort(enum.Enum):
+    """How hard a reasoning model should think (rendered per backend by the builders)."""
+
+    NONE = "none"
+    MINIMAL = "minimal"
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+    XHIGH = "xhigh"
+    MAX = "max"
+
+
+class SyntheticReason(enum.Enum):
+    """Why a :class:`User` item was injected by the system rather than typed by a person."""
+
+    COMPACTION_SUMMARY = "compaction_summary"
+    SYSTEM_REMINDER = "system_reminder"
+    PROJECT_INSTRUCTIONS = "project_instructions"
+    AUTO_CONTINUE = "auto_continue"
+    AUTO_RECOVERY = "auto_recovery"
+    INTERJECTION = "interjection"
+    TASK_COMPLETED = "task_completed"
+    SUBAGENT_COMPLETED = "subagent_completed"
+    NOTIFICATION_DRAIN = "notification_drain"
+    GOAL_SUMMARY = "goal_summary"
+    GOAL_CLASSIFIER_NUDGE = "goal_classifier_nudge"
+    SCHEDULER_FIRED = "scheduler_fired"
+    STOP_HOOK_FEEDBACK = "stop_hook_feedback"
+    WORKING_DIRECTORY_SWITCH = "working_directory_switch"
+    UNKNOWN = "unknown"
+
+    @classmethod
+    def parse(cls, value: str) -> SyntheticReason:
+        """Map a stored string to a member; unknown strings become :attr:`UNKNOWN`."""
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNKNOWN
+
+
+def _tuple(value: Sequence[Any] | None) -> tuple[Any, ...]:
+    return () if value is None else tuple(value)
+
+
+# ---------------------------------------------------------------------------
+# Content parts and items
+# ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class TextPart:
+    """A run of text inside a user message or tool result."""
+
+    text: str
+
+
+@attrs.frozen
+class ImagePart:
+    """An image, by ``https://`` URL or by ``data:<mime>;base64,...`` URI."""
+
+    url: str
+    #: Optional fidelity hint (``"low"``, ``"high"``, ``"auto"``), where the backend has one.
+    detail: str | None = None
+
+    @property
+    def is_data_uri(self) -> bool:
+        return self.url.startswith("data:")
+
+
+ContentPart: TypeAlias = TextPart | ImagePart
+
+
+def _parts(value: str | Sequence[ContentPart]) -> tuple[ContentPart, ...]:
+    if isinstance(value, str):
+        return (TextPart(value),)
+    return tuple(value)
+
+
+@attrs.frozen
+class System:
+    """Instructions from the application.
+
+    ``developer=True`` marks developer instructions (OpenAI's ``developer`` role); backends
+    without that role render them as system instructions.
+    """
+
+    content: str
+    developer: bool = False
+
+
+@attrs.frozen
+class User:
+    """A user turn: text and images, possibly injected by the system (``synthetic_reason``)."""
+
+    content: tuple[ContentPart, ...] = attrs.field(converter=_parts)
+    synthetic_reason: SyntheticReason | None = None
+
+    @property
+    def text(self) -> str:
+        """The text parts joined with newlines (images left out)."""
+        return "\n".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    @property
+    def images(self) -> tuple[ImagePart, ...]:
+        return tuple(p for p in self.content if isinstance(p, ImagePart))
+
+
+@attrs.frozen
+class ToolCall:
+    """A call of a local tool requested by the model.
+
+    ``arguments`` is the JSON text exactly as the model produced it (an object, normally);
+    use :meth:`parsed_arguments` to decode it.
+    """
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    def parsed_arguments(self) -> Any:
+        """The arguments decoded as JSON (raises ``ValueError`` if the model sent invalid JSON)."""
+        import orjson
+
+        return orjson.loads(self.arguments or "{}")
+
+
+@attrs.frozen
+class Assistant:
+    """A model turn: its visible text and the local tool calls it asked for.
+
+    Reasoning is never stored here: it is a sibling :class:`Reasoning` item placed before
+    the assistant item it belongs to, so interleavings survive byte for byte.
+    """
+
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_tuple)
+    #: The refusal text, when the model declined (OpenAI ``refusal``).
+    refusal: str | None = None
+    #: The model that produced this turn, as the server named it.
+    model: str | None = None
+    #: Opaque per-turn id some backends return (Responses message item id).
+    id: str | None = None
+
+
+@attrs.frozen
+class ToolResult:
+    """The result of running a local tool, answering :attr:`ToolCall.id`."""
+
+    call_id: str
+    content: str
+    images: tuple[ImagePart, ...] = attrs.field(default=(), converter=_tuple)
+    is_error: bool = False
+
+
+@attrs.frozen
+class BackendToolCall:
+    """A tool the server ran itself (web search, code interpreter, ...).
+
+    ``raw`` keeps the provider's own item(s) so the call can be replayed byte for byte to
+    the backend that produced it (``origin``); other backends get a text summary.
+    """
+
+    id: str
+    name: str
+    #: The call's input as JSON text (e.g. ``{"query": "..."}``).
+    arguments: str = "{}"
+    status: str | None = None
+    #: The provider's result payload, as decoded JSON, when one was sent.
+    result: Any = None
+    origin: ApiBackend | None = None
+    raw: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=_tuple)
+
+    def text_summary(self) -> str:
+        """A one-line rendering for backends that cannot carry the native item."""
+        return f"[backend {self.name}] {self.arguments}"
+
+
+@attrs.frozen
+class Reasoning:
+    """The model's reasoning, as a sibling item before the assistant turn it led to.
+
+    ``text`` is the full reasoning where the server sent it (Anthropic thinking, raw
+    reasoning text, Chat Completions ``reasoning_content``); ``summary`` holds summary parts
+    (Responses). The opaque round-trip state is kept exactly as received:
+    ``encrypted_content`` and ``id`` (Responses), ``signature`` (Anthropic thinking) or
+    ``redacted_data`` (Anthropic redacted thinking). ``origin`` records which backend
+    produced the opaque state, since no other backend can accept it.
+    """
+
+    text: str = ""
+    summary: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+    id: str | None = None
+    encrypted_content: str | None = None
+    signature: str | None = None
+    redacted_data: str | None = None
+    origin: ApiBackend | None = None
+
+    @property
+    def display_text(self) -> str:
+        """Full text when present, else the summary parts joined with newlines."""
+        return self.text if self.text else "\n".join(self.summary)
+
+    @property
+    def is_opaque(self) -> bool:
+        """True when the item carries provider state that must be replayed unmodified."""
+        return bool(self.encrypted_content or self.signature or self.redacted_data)
+
+
+ConversationItem: TypeAlias = System | User | Assistant | ToolResult | BackendToolCall | Reasoning
+
+
+# ---------------------------------------------------------------------------
+# Tools and the request
+# ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ToolSpec:
+    """A local tool the model may call. ``parameters`` is a JSON Schema object."""
+
+    name: str
+    description: str | None = None
+    parameters: Mapping[str, Any] = attrs.field(
+        factory=lambda: {"type": "object", "properties": {}}
+    )
+    #: Ask for strict schema adherence where the backend supports it (``None``: backend default).
+    strict: bool | None = None
+
+
+@attrs.frozen
+class WebSearch:
+    """The server-hosted web search tool."""
+
+    max_uses: int | None = None
+    allowed_domains: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+    #: ``"low" | "medium" | "high"`` on OpenAI.
+    search_context_size: str | None = None
+
+
+HostedTool: TypeAlias = WebSearch
+
+
+class ToolChoice(enum.Enum):
+    """Whether the model may, must or must not call tools."""
+
+    AUTO = "auto"
+    NONE = "none"
+    REQUIRED = "required"
+
+
+@attrs.frozen
+class NamedToolChoice:
+    """Force a call of one named local tool."""
+
+    name: str
+
+
+ToolChoiceSpec: TypeAlias = ToolChoice | NamedToolChoice
+
+
+@attrs.frozen
+class ResponseSchema:
+    """Ask for a JSON answer matching ``schema``."""
+
+    name: str
+    schema: Mapping[str, Any]
+    strict: bool = True
+    description: str | None = None
+
+
+@attrs.frozen
+class ConversationRequest:
+    """One sampling call, said in neutral terms.
+
+    It says what the call means, not what any endpoint's JSON looks like; the builders in
+    :mod:`trio_sampler.wire` render it per backend. ``model`` may be left ``None`` to use
+    the configured model.
+    """
+
+    items: tuple[ConversationItem, ...] = attrs.field(converter=_tuple)
+    tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=_tuple)
+    hosted_tools: tuple[HostedTool, ...] = attrs.field(default=(), converter=_tuple)
+    tool_choice: ToolChoiceSpec | None = None
+    parallel_tool_calls: bool | None = None
+    model: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_output_tokens: int | None = None
+    reasoning_effort: ReasoningEffort | None = None
+    #: Anthropic extended-thinking budget; derived from the effort when ``None``.
+    thinking_budget_tokens: int | None = None
+    response_schema: ResponseSchema | None = None
+    stop_sequences: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+    prompt_cache_key: str | None = None
+    #: End-user id for abuse monitoring (``user`` / ``safety_identifier`` / ``metadata.user_id``).
+    user_id: str | None = None
+    #: Tracing metadata sent where the backend accepts it (string values only).
+    metadata: Mapping[str, str] = attrs.field(factory=dict)
+    extra_headers: Mapping[str, str] = attrs.field(factory=dict)
+
+    def strip_images(self) -> tuple[ConversationRequest, tuple[str, ...]]:
+        """Replace user images by placeholder text and drop tool-result images.
+
+        Returns the new request and the URLs removed; never adds or removes items.
+        """
+        stripped: list[str] = []
+        new_items: list[ConversationItem] = []
+        for item in self.items:
+            if isinstance(item, User) and item.images:
+                parts: list[ContentPart] = []
+                for part in item.content:
+                    if isinstance(part, ImagePart):
+                        stripped.append(part.url)
+                        parts.append(TextPart(IMAGE_STRIP_PLACEHOLDER))
+                    else:
+                        parts.append(part)
+                new_items.append(attrs.evolve(item, content=parts))
+            elif isinstance(item, ToolResult) and item.images:
+                stripped.extend(p.url for p in item.images)
+                new_items.append(attrs.evolve(item, images=()))
+            else:
+                new_items.append(item)
+        return attrs.evolve(self, items=new_items), tuple(stripped)
+
+
+# ---------------------------------------------------------------------------
+# Usage and the response
+# ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Usage:
+    """Token usage, normalized the same way on every backend.
+
+    * ``input_tokens``: the whole prompt, cached or not (Anthropic: its ``input_tokens``
+      plus cache reads plus cache writes).
+    * ``cache_read_tokens``: the part of the prompt served from cache.
+    * ``cache_write_tokens``: the part written to cache (Anthropic; 0 elsewhere).
+    * ``output_tokens``: everything generated, reasoning included.
+    * ``reasoning_tokens``: the reasoning part of ``output_tokens``, where reported.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@attrs.frozen
+class ConversationResponse:
+    """What a finished (or partial) sampling call produced.
+
+    ``items`` is the ordered output: reasoning and backend tool calls, then exactly one
+    trailing :class:`Assistant` with its text and tool calls.
+    """
+
+    items: tuple[ConversationItem, ...] = attrs.field(default=(), converter=_tuple)
+    stop_reason: StopReason | None = None
+    #: The verbatim wire stop/finish reason (``end_turn``, ``refusal``, ``incomplete``, ...).
+    raw_stop_reason: str | None = None
+    usage: Usage | None = None
+    #: Cost in ticks (1 USD = 10**10 ticks), as reported by the server or computed.
+    cost_usd_ticks: int | None = None
+    model: str | None = None
+    response_id: str | None = None
+    #: Number of text chunks streamed (detects text lost between deltas and the final item).
+    chunk_count: int = 0
+    stop_sequence: str | None = None
+    #: Doom-loop signals attached by the server or the local detector.
+    doom_loop_signals: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+
+    @property
+    def assistant(self) -> Assistant:
+        """The trailing assistant item (an empty one if the response has none)."""
+        for item in reversed(self.items):
+            if isinstance(item, Assistant):
+                return item
+        return Assistant()
+
+    @property
+    def text(self) -> str:
+        return self.assistant.content
+
+    @property
+    def refusal(self) -> str | None:
+        return self.assistant.refusal
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        return self.assistant.tool_calls
+
+    @property
+    def reasoning_items(self) -> tuple[Reasoning, ...]:
+        return tuple(i for i in self.items if isinstance(i, Reasoning))
+
+    @property
+    def backend_tool_calls(self) -> tuple[BackendToolCall, ...]:
+        return tuple(i for i in self.items if isinstance(i, BackendToolCall))
+
+    @property
+    def reasoning_text(self) -> str:
+        """All reasoning text (full text, else summaries), blocks joined with newlines."""
+        return "\n".join(r.display_text for r in self.reasoning_items if r.display_text)
+
+    @property
+    def is_empty(self) -> bool:
+        """No visible text, no refusal and no tool calls."""
+        a = self.assistant
+        return not a.content and not a.tool_calls and not a.refusal

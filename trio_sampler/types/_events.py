@@ -1,0 +1,321 @@
+"""Errors, metrics and the one event vocabulary every backend is turned into.
+
+Per attempt, in order::
+
+    StreamStarted            headers read, body not yet
+    ModelMetadata?           model info from response headers
+    FirstToken?              first text or reasoning of the attempt
+    ChannelToken*            channel = TEXT | REASONING
+    ToolCallDelta*           tool_index, id?, name?, arguments_delta
+    ReasoningCompleted?      a reasoning block is complete (signature / encrypted state known)
+    BackendToolCallStarted/Completed*
+    Retrying / ImagesStripped   before a new attempt
+    exactly one of: Completed | Failed | Cancelled
+
+The per-token events (:class:`ChannelToken`, :class:`ToolCallDelta`) are slotted but not
+frozen: frozen attrs construction costs about 2.5x more and these are built once per token.
+Treat every event as immutable all the same.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any, TypeAlias
+
+import attrs
+
+from ._conversation import ConversationResponse, Reasoning, Usage
+
+__all__ = [
+    "AttemptRecord",
+    "BackendToolCallCompleted",
+    "BackendToolCallStarted",
+    "Cancelled",
+    "ChannelToken",
+    "Completed",
+    "Failed",
+    "FirstToken",
+    "ImagesStripped",
+    "ModelMetadata",
+    "ReasoningCompleted",
+    "RequestMetrics",
+    "Retrying",
+    "SamplingChannel",
+    "SamplingError",
+    "SamplingErrorInfo",
+    "SamplingErrorKind",
+    "SamplingEvent",
+    "StreamStarted",
+    "StripReason",
+    "TerminalEvent",
+    "ToolCallDelta",
+]
+
+
+class SamplingChannel(enum.Enum):
+    """Which stream a token belongs to."""
+
+    TEXT = "text"
+    REASONING = "reasoning"
+
+
+class SamplingErrorKind(enum.Enum):
+    """What went wrong, precisely enough to decide on a retry without parsing messages."""
+
+    AUTH = "auth"
+    HTTP = "http"
+    API = "api"
+    SERIALIZATION = "serialization"
+    IDLE_TIMEOUT = "idle_timeout"
+    RATE_LIMITED = "rate_limited"
+    EMPTY_RESPONSE = "empty_response"
+    MAX_TOKENS_TRUNCATION = "max_tokens_truncation"
+    DOOM_LOOP_DETECTED = "doom_loop_detected"
+    CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+    OVERLOADED = "overloaded"
+    INVALID_REQUEST = "invalid_request"
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    CONTENT_FILTER = "content_filter"
+    TRANSPORT = "transport"
+
+
+@attrs.frozen
+class SamplingErrorInfo:
+    """A classified failure: plain data, safe to log (never contains a secret)."""
+
+    kind: SamplingErrorKind
+    #: A user-facing message: trimmed, never an HTML page, never a secret.
+    message: str
+    status_code: int | None = None
+    retryable: bool = False
+    #: Server-requested delay (``retry-after-ms`` / ``retry-after``), in seconds.
+    retry_after: float | None = None
+    #: The ``x-should-retry`` header, when sent.
+    should_retry: bool | None = None
+    #: Provider error type (``overloaded_error``, ``invalid_request_error``, ...).
+    error_type: str | None = None
+    #: Provider error code (``context_length_exceeded``, ``invalid_image``, ...).
+    error_code: str | None = None
+    #: The provider's request id (``x-request-id`` / ``request-id``), for support tickets.
+    provider_request_id: str | None = None
+    #: Rate-limit headers as sent (``x-ratelimit-*``, ``anthropic-ratelimit-*``).
+    rate_limit: Mapping[str, str] = attrs.field(factory=dict)
+
+    def __str__(self) -> str:
+        status = f" (HTTP {self.status_code})" if self.status_code is not None else ""
+        return f"{self.kind.value}{status}: {self.message}"
+
+
+class SamplingError(Exception):
+    """Raised by :meth:`SamplerHandle.submit_and_collect` when a request ends in ``Failed``.
+
+    ``info`` is the classified error; ``partial`` what was received before it.
+    """
+
+    def __init__(
+        self, info: SamplingErrorInfo, partial: ConversationResponse | None = None
+    ) -> None:
+        super().__init__(str(info))
+        self.info = info
+        self.partial = partial
+
+    @property
+    def kind(self) -> SamplingErrorKind:
+        return self.info.kind
+
+
+class StripReason(enum.Enum):
+    """Why images were stripped before a retry."""
+
+    SERVER_REJECTED = "server_rejected"
+    PAYLOAD_HEURISTIC = "payload_heuristic"
+
+
+@attrs.frozen
+class AttemptRecord:
+    """One attempt of a request: how it ended (``kind`` ``None`` = success)."""
+
+    attempt: int
+    kind: SamplingErrorKind | None
+    status_code: int | None = None
+    duration_ms: float = 0.0
+
+
+@attrs.frozen
+class RequestMetrics:
+    """Latency and accounting of one request, attached to every terminal event.
+
+    Times are milliseconds from submit. ``None`` means the point was never reached
+    (e.g. no first token in a tools-only turn, or a cancel before headers).
+    """
+
+    time_to_headers_ms: float | None = None
+    time_to_first_token_ms: float | None = None
+    time_to_last_byte_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    itl_max_ms: float | None = None
+    chunk_count: int = 0
+    attempts: tuple[AttemptRecord, ...] = ()
+    usage: Usage | None = None
+    cost_usd_ticks: int | None = None
+
+
+# ---------------------------------------------------------------------------
+# Events
+# ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class StreamStarted:
+    """Response headers were read (status 2xx); the body has not been read yet."""
+
+    request_id: str
+    attempt: int = 1
+
+
+@attrs.frozen
+class ModelMetadata:
+    """Model information from response headers or the stream's first event."""
+
+    request_id: str
+    model: str | None = None
+    response_id: str | None = None
+    context_window: int | None = None
+    max_completion_tokens: int | None = None
+
+
+@attrs.frozen
+class FirstToken:
+    """The first text or reasoning content of this attempt arrived (tool calls do not count)."""
+
+    request_id: str
+
+
+@attrs.define
+class ChannelToken:
+    """A piece of text on one channel. ``chunk_index`` counts text and reasoning, from 1."""
+
+    request_id: str
+    channel: SamplingChannel
+    text: str
+    chunk_index: int
+
+
+@attrs.define
+class ToolCallDelta:
+    """A fragment of a local tool call.
+
+    ``tool_index`` identifies the call within the attempt (0, 1, ... in order of first
+    appearance). ``id`` and ``name`` are sent on the first fragment; ``arguments_delta`` is a
+    fragment of JSON text, not valid JSON on its own.
+    """
+
+    request_id: str
+    tool_index: int
+    id: str | None = None
+    name: str | None = None
+    arguments_delta: str = ""
+
+
+@attrs.frozen
+class ReasoningCompleted:
+    """A reasoning block is complete; ``item`` carries its round-trip state (signature, ...)."""
+
+    request_id: str
+    item: Reasoning
+
+    @property
+    def signature(self) -> str | None:
+        return self.item.signature
+
+
+@attrs.frozen
+class BackendToolCallStarted:
+    """The server started running a hosted tool."""
+
+    request_id: str
+    call_id: str
+    name: str
+
+
+@attrs.frozen
+class BackendToolCallCompleted:
+    """A hosted tool finished; ``result`` is the provider's payload (decoded JSON)."""
+
+    request_id: str
+    call_id: str
+    name: str
+    result: Any = None
+
+
+@attrs.frozen
+class Retrying:
+    """Another attempt follows. If ``discard_partial``, drop what this request streamed so far."""
+
+    request_id: str
+    attempt: int
+    max_retries: int
+    kind: SamplingErrorKind
+    reason: str
+    delay: float
+    discard_partial: bool
+    doom_loop_triggers: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class ImagesStripped:
+    """Images were replaced by placeholder text before a retry."""
+
+    request_id: str
+    stripped_urls: tuple[str, ...]
+    reason: StripReason
+
+
+@attrs.frozen
+class Completed:
+    """Terminal: the request finished. ``metrics`` is ``None`` outside the actor (replay)."""
+
+    request_id: str
+    response: ConversationResponse
+    metrics: RequestMetrics | None = None
+
+
+@attrs.frozen
+class Failed:
+    """Terminal: the request failed. ``partial`` is what arrived before the failure."""
+
+    request_id: str
+    error: SamplingErrorInfo
+    partial: ConversationResponse | None = None
+    metrics: RequestMetrics | None = None
+
+
+@attrs.frozen
+class Cancelled:
+    """Terminal: the request was cancelled; ``partial`` keeps what was already received."""
+
+    request_id: str
+    reason: str
+    partial: ConversationResponse | None = None
+    metrics: RequestMetrics | None = None
+
+
+TerminalEvent: TypeAlias = Completed | Failed | Cancelled
+
+SamplingEvent: TypeAlias = (
+    StreamStarted
+    | ModelMetadata
+    | FirstToken
+    | ChannelToken
+    | ToolCallDelta
+    | ReasoningCompleted
+    | BackendToolCallStarted
+    | BackendToolCallCompleted
+    | Retrying
+    | ImagesStripped
+    | Completed
+    | Failed
+    | Cancelled
+)

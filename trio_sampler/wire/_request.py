@@ -1,0 +1,108 @@
+"""What every request builder returns, and the options it takes. Pure data, no I/O."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+__all__ = [
+    "BuildOptions",
+    "ConversionAction",
+    "ConversionError",
+    "ConversionNote",
+    "ConversionReport",
+    "WireRequest",
+]
+
+
+@attrs.frozen
+class BuildOptions:
+    """What a builder needs to know beyond the :class:`ConversationRequest`.
+
+    :class:`trio_sampler.config.SamplerConfig` produces one of these; tests and scripts can
+    build one directly.
+    """
+
+    #: Model used when the request does not name one.
+    model: str | None = None
+    #: Provider profile name (``"openai"``, ``"anthropic"``, ``"xai"``, ``"deepseek"``, ...);
+    #: selects per-provider quirks such as DeepSeek's ``reasoning_content`` replay.
+    provider: str | None = None
+    #: Stream the answer (``"stream": true``).
+    stream: bool = True
+    #: Messages requires ``max_tokens``; this is sent when the request gives none.
+    default_max_output_tokens: int = 8192
+    #: Place Anthropic ``cache_control`` breakpoints (at most three; the fourth slot stays free).
+    cache_breakpoints: bool = True
+    #: Raise :class:`ConversionError` instead of converting what the backend cannot carry.
+    strict: bool = False
+    #: Send back Chat Completions ``reasoning_content`` on assistant turns
+    #: (``None``: only for providers that require it, e.g. DeepSeek).
+    replay_reasoning_content: bool | None = None
+    #: Extra top-level JSON fields merged into the body last (provider-specific knobs).
+    extra_body: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+class ConversionAction(enum.Enum):
+    """What a builder did with something the target backend cannot carry."""
+
+    DROPPED = "dropped"
+    CONVERTED_TO_TEXT = "converted_to_text"
+    MERGED = "merged"
+    ADJUSTED = "adjusted"
+
+
+@attrs.frozen
+class ConversionNote:
+    """One lossy conversion: which item (index into ``request.items``, or ``None`` for a
+    request-level field), what it was, what was done, and why."""
+
+    item_index: int | None
+    what: str
+    action: ConversionAction
+    detail: str
+
+
+@attrs.frozen
+class ConversionReport:
+    """Everything a builder could not carry as-is. Empty means a faithful rendering."""
+
+    notes: tuple[ConversionNote, ...] = ()
+
+    @property
+    def lossless(self) -> bool:
+        return not self.notes
+
+    def __bool__(self) -> bool:
+        return bool(self.notes)
+
+
+class ConversionError(ValueError):
+    """Raised in ``strict`` mode when the request cannot be rendered without loss."""
+
+    def __init__(self, note: ConversionNote) -> None:
+        where = f"item {note.item_index}" if note.item_index is not None else "request"
+        super().__init__(
+            f"{where}: {note.what} cannot be sent on this backend ({note.detail}); "
+            "remove it, or build with strict=False to have it "
+            f"{note.action.value.replace('_', ' ')}"
+        )
+        self.note = note
+
+
+@attrs.frozen
+class WireRequest:
+    """A rendered request: ``POST {base_url}{path}`` with ``headers`` and ``body``.
+
+    ``body`` is the exact bytes to send; ``data`` the same JSON as Python values.
+    """
+
+    path: str
+    body: bytes
+    data: Mapping[str, Any]
+    headers: tuple[tuple[str, str], ...] = ()
+    report: ConversionReport = ConversionReport()
+    method: str = "POST"

@@ -1,0 +1,199 @@
+"""The small protocol every backend's stream transform follows. Pure.
+
+A transform is a state machine for one attempt::
+
+    transform = ChatCompletionsTransform(request_id)
+    events = transform.start(headers)          # StreamStarted (+ ModelMetadata)
+    for sse in decoder.feed(chunk):
+        events += transform.feed(sse)           # tokens, tool-call deltas, ...
+    events += transform.close()                 # end of body: the terminal
+    # or, on a transport / decoder failure:
+    events += transform.abort(error_info)       # Failed, with the partial output
+
+It never raises on input: :meth:`feed` catches anything a subclass's mapping code raises
+and ends the stream with a typed ``Failed`` (kind ``serialization``) carrying the partial
+output. After the terminal every call returns ``[]``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import orjson
+
+from ..types import (
+    ApiBackend,
+    ModelMetadata,
+    SamplingErrorInfo,
+    SamplingErrorKind,
+    SamplingEvent,
+    StreamStarted,
+)
+from ._accumulate import StreamAccumulator
+from .errors import classify_stream_error
+from .sse import ServerSentEvent
+
+__all__ = ["StreamTransform", "truncated_stream_error"]
+
+
+def truncated_stream_error(what: str) -> SamplingErrorInfo:
+    """The error for a body that ended before the protocol's terminator."""
+    return SamplingErrorInfo(
+        kind=SamplingErrorKind.TRANSPORT,
+        message=f"the stream ended before {what} (connection closed early?)",
+        retryable=True,
+    )
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    if value is None:
+        for key, candidate in headers.items():
+            if key.lower() == name:
+                return candidate
+    return value
+
+
+def _int_header(headers: Mapping[str, str], name: str) -> int | None:
+    value = _header(headers, name)
+    if value is None:
+        return None
+    try:
+        return int(value.strip())
+    except ValueError:
+        return None
+
+
+class StreamTransform(abc.ABC):
+    """Base class: totality, ``[DONE]`` handling, JSON decoding and the terminal guard.
+
+    Subclasses implement :meth:`_on_json` (one decoded event) and :meth:`_on_end`
+    (end of body without a terminal so far) using ``self.acc``.
+    """
+
+    backend: ClassVar[ApiBackend]
+
+    def __init__(self, request_id: str = "stream", *, provider: str | None = None) -> None:
+        self.request_id = request_id
+        self.provider = provider
+        self.acc = StreamAccumulator(request_id, self.backend)
+        #: Events of types this transform does not know (ignored: forward compatibility).
+        self.unknown_events = 0
+        #: ``data: [DONE]`` was seen.
+        self.done_marker = False
+        self._started = False
+
+    @property
+    def finished(self) -> bool:
+        """True once the terminal event was produced."""
+        return self.acc.finished
+
+    def start(
+        self, headers: Mapping[str, str] | None = None, *, attempt: int = 1
+    ) -> list[SamplingEvent]:
+        """Headers are in: ``StreamStarted``, then ``ModelMetadata`` if headers carry any."""
+        if self._started:
+            return []
+        self._started = True
+        out: list[SamplingEvent] = [StreamStarted(self.request_id, attempt)]
+        if headers:
+            window = _int_header(headers, "x-grok-context-window")
+            max_out = _int_header(headers, "x-grok-max-completion-tokens")
+            model = _header(headers, "openai-model") or _header(headers, "x-model")
+            if window is not None or max_out is not None or model is not None:
+                out.append(
+                    ModelMetadata(
+                        self.request_id,
+                        model=model,
+                        context_window=window,
+                        max_completion_tokens=max_out,
+                    )
+                )
+        return out
+
+    def feed(self, event: ServerSentEvent) -> list[SamplingEvent]:
+        """Map one SSE event; never raises."""
+        data = event.data
+        if self.acc.finished:
+            if data[:6] == "[DONE]":
+                self.done_marker = True
+            return []
+        out: list[SamplingEvent] = []
+        if not self._started:
+            out.extend(self.start())
+        if data[:6] == "[DONE]":
+            self.done_marker = True
+            self._on_done(out)
+            return out
+        try:
+            payload = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            if not data.strip():
+                # A blank data field carries nothing (seen from some proxies): skip it.
+                return out
+            self._serialization_failure(f"a stream event is not valid JSON: {data[:80]!r}", out)
+            return out
+        try:
+            if not isinstance(payload, dict):
+                self._serialization_failure("a stream event is JSON but not an object", out)
+            else:
+                self._on_json(event.event, payload, out)
+        except Exception as exc:  # totality: a mapping bug must not escape as an exception
+            self._serialization_failure(
+                f"could not interpret a {self.backend.value} stream event "
+                f"({type(exc).__name__}: {str(exc)[:120]})",
+                out,
+            )
+        return out
+
+    def close(self) -> list[SamplingEvent]:
+        """End of body: the terminal (``Completed``, or ``Failed`` if the stream was cut)."""
+        if self.acc.finished:
+            return []
+        out: list[SamplingEvent] = []
+        if not self._started:
+            out.extend(self.start())
+        try:
+            self._on_end(out)
+        except Exception as exc:
+            self._serialization_failure(f"could not finish the stream ({type(exc).__name__})", out)
+        if not self.acc.finished:  # a subclass that forgot its terminal still ends the stream
+            self.acc.fail(truncated_stream_error("its terminal event"), out)
+        return out
+
+    def abort(self, error: SamplingErrorInfo) -> list[SamplingEvent]:
+        """End the stream with ``Failed(error)`` and the partial output (transport, limits)."""
+        if self.acc.finished:
+            return []
+        out: list[SamplingEvent] = []
+        if not self._started:
+            out.extend(self.start())
+        self.acc.fail(error, out)
+        return out
+
+    # -- for subclasses ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _on_json(self, event_name: str, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
+        """Map one decoded JSON event onto ``self.acc``."""
+
+    @abc.abstractmethod
+    def _on_end(self, out: list[SamplingEvent]) -> None:
+        """End of body: complete or fail ``self.acc``."""
+
+    def _on_done(self, out: list[SamplingEvent]) -> None:  # noqa: B027 (optional hook)
+        """``data: [DONE]``. Default: nothing (the end of body decides)."""
+
+    def _stream_error(self, payload: Mapping[str, Any], out: list[SamplingEvent]) -> None:
+        """An error event inside the 200 stream → ``Failed`` with the partial output."""
+        self.acc.fail(classify_stream_error(payload), out)
+
+    def _serialization_failure(self, message: str, out: list[SamplingEvent]) -> None:
+        self.acc.fail(
+            SamplingErrorInfo(
+                kind=SamplingErrorKind.SERIALIZATION, message=message, retryable=True
+            ),
+            out,
+        )

@@ -1,0 +1,565 @@
+"""Chat Completions request builder and parser (sans-I/O).
+
+:func:`build_request` renders a :class:`ConversationRequest` as a ``POST /chat/completions``
+body; :func:`parse_request` reads one back (the emulator's entry point). The mapping, the
+normalizations and every conversion note are listed in ``docs/backends/request-mapping.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ...types._conversation import (
+    ApiBackend,
+    Assistant,
+    BackendToolCall,
+    ContentPart,
+    ConversationItem,
+    ConversationRequest,
+    ImagePart,
+    NamedToolChoice,
+    Reasoning,
+    ResponseSchema,
+    System,
+    TextPart,
+    ToolCall,
+    ToolChoice,
+    ToolChoiceSpec,
+    ToolResult,
+    ToolSpec,
+    User,
+)
+from .._render import (
+    JsonObject,
+    ReportCollector,
+    as_list,
+    as_object,
+    dumps,
+    finish_request,
+    gate_tool_controls,
+    load_body,
+    opt_bool,
+    opt_int,
+    opt_number,
+    opt_str,
+    opt_str_list,
+    parse_effort,
+    reasoning_is_native,
+    req_str,
+    resolve_model,
+    string_metadata,
+    unmodeled_fields,
+)
+from .._request import BuildOptions, ConversionAction, WireRequest
+
+__all__ = ["KNOWN_FIELDS", "PATH", "build_request", "parse_request", "unmodeled_request_fields"]
+
+PATH = "/chat/completions"
+BACKEND = ApiBackend.CHAT_COMPLETIONS
+
+#: Providers that still want the pre-o1 ``max_tokens`` name instead of
+#: ``max_completion_tokens`` (DeepSeek documents only ``max_tokens``; local servers such
+#: as llama.cpp and Ollama's compatibility layer too).
+LEGACY_MAX_TOKENS_PROVIDERS = frozenset({"deepseek", "ollama", "llama.cpp", "llamacpp"})
+#: Providers that understand the ``developer`` role; others get ``system`` (same meaning).
+DEVELOPER_ROLE_PROVIDERS = frozenset({"openai", "azure"})
+#: Providers that reject a tool-call turn without its ``reasoning_content``.
+REASONING_REPLAY_PROVIDERS = frozenset({"deepseek"})
+
+#: Top-level fields :func:`parse_request` understands.
+KNOWN_FIELDS = (
+    "messages",
+    "model",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "temperature",
+    "top_p",
+    "max_completion_tokens",
+    "max_tokens",
+    "reasoning_effort",
+    "response_format",
+    "stop",
+    "prompt_cache_key",
+    "user",
+    "safety_identifier",
+    "metadata",
+    "stream",
+    "stream_options",
+)
+
+
+# ---------------------------------------------------------------------------
+# Building
+# ---------------------------------------------------------------------------
+
+
+def build_request(request: ConversationRequest, options: BuildOptions) -> WireRequest:
+    """Render ``request`` as a Chat Completions body.
+
+    Items keep their order, one wire message each, except that reasoning is folded into
+    the following assistant message (only when reasoning is replayed) and tool-result
+    images move to one user message after the run of tool messages. Anything the
+    protocol cannot carry is converted or dropped and recorded in the report
+    (``options.strict`` raises :class:`ConversionError` instead).
+    """
+    report = ReportCollector(options.strict)
+    data: JsonObject = {
+        "model": resolve_model(request, options),
+        "messages": _messages(request.items, options, report),
+    }
+    _render_tools(data, request, report)
+    _render_sampling(data, request, options, report)
+    return finish_request(PATH, data, options, report)
+
+
+def _replays_reasoning(options: BuildOptions) -> bool:
+    if options.replay_reasoning_content is not None:
+        return options.replay_reasoning_content
+    return options.provider in REASONING_REPLAY_PROVIDERS
+
+
+def _messages(
+    items: Sequence[ConversationItem], options: BuildOptions, report: ReportCollector
+) -> list[JsonObject]:
+    replay = _replays_reasoning(options)
+    developer_role = options.provider is None or options.provider in DEVELOPER_ROLE_PROVIDERS
+    messages: list[JsonObject] = []
+    pending_reasoning: list[tuple[int, Reasoning]] = []
+    pending_images: list[tuple[int, ToolResult]] = []
+
+    def drop_reasoning(reason: str) -> None:
+        for index, _ in pending_reasoning:
+            report.note(index, "reasoning", ConversionAction.DROPPED, reason)
+        pending_reasoning.clear()
+
+    for index, item in enumerate(items):
+        if pending_images and not isinstance(item, ToolResult):
+            messages.append(_tool_images_message(pending_images, report))
+            pending_images.clear()
+        if isinstance(item, Reasoning):
+            pending_reasoning.append((index, item))
+        elif isinstance(item, BackendToolCall):
+            # Like the reference, a hosted call between reasoning and its answer does not
+            # break the fold: the reasoning still belongs to the assistant turn.
+            report.note(
+                index,
+                f"backend tool call {item.name}",
+                ConversionAction.CONVERTED_TO_TEXT,
+                "Chat Completions has no hosted-tool items; sent as assistant text",
+            )
+            messages.append({"role": "assistant", "content": item.text_summary()})
+        elif isinstance(item, Assistant):
+            messages.append(_assistant(item, pending_reasoning, replay, report))
+            pending_reasoning.clear()
+        else:
+            drop_reasoning("no assistant turn follows it before the next message")
+            if isinstance(item, System):
+                role = "developer" if item.developer and developer_role else "system"
+                messages.append({"role": role, "content": item.content})
+            elif isinstance(item, User):
+                messages.append({"role": "user", "content": _user_content(item.content)})
+            else:
+                messages.append(_tool_message(index, item, report))
+                if item.images:
+                    pending_images.append((index, item))
+    if pending_images:
+        messages.append(_tool_images_message(pending_images, report))
+    drop_reasoning("no assistant turn follows it")
+    return messages
+
+
+def _user_content(parts: Sequence[ContentPart]) -> str | list[JsonObject]:
+    # A lone text part is sent as a plain string: what every client sends, and what
+    # servers without content-part support accept.
+    if len(parts) == 1 and isinstance(parts[0], TextPart):
+        return parts[0].text
+    return [_content_part(p) for p in parts]
+
+
+def _content_part(part: ContentPart) -> JsonObject:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    image: JsonObject = {"url": part.url}
+    if part.detail is not None:
+        image["detail"] = part.detail
+    return {"type": "image_url", "image_url": image}
+
+
+def _tool_message(index: int, item: ToolResult, report: ReportCollector) -> JsonObject:
+    if item.is_error:
+        report.note(
+            index,
+            "tool result error flag",
+            ConversionAction.DROPPED,
+            "Chat Completions tool messages have no error flag",
+        )
+    return {"role": "tool", "tool_call_id": item.call_id, "content": item.content}
+
+
+def _tool_images_message(
+    results: Sequence[tuple[int, ToolResult]], report: ReportCollector
+) -> JsonObject:
+    """One user message carrying the images of a run of tool results.
+
+    A ``tool`` message cannot hold images, and a user message between tool messages
+    would break the "tool_calls must be followed by tool messages" rule, so the images
+    follow the whole run.
+    """
+    parts: list[JsonObject] = []
+    for index, item in results:
+        report.note(
+            index,
+            "tool result images",
+            ConversionAction.ADJUSTED,
+            "a tool message cannot carry images; sent in a user message after the tool messages",
+        )
+        parts.append({"type": "text", "text": f"Images returned by tool call {item.call_id}:"})
+        parts.extend(_content_part(image) for image in item.images)
+    return {"role": "user", "content": parts}
+
+
+def _assistant(
+    item: Assistant,
+    reasoning: Sequence[tuple[int, Reasoning]],
+    replay: bool,
+    report: ReportCollector,
+) -> JsonObject:
+    # ``content: null`` with tool calls is what the official clients send.
+    content = item.content if item.content or not (item.tool_calls or item.refusal) else None
+    message: JsonObject = {"role": "assistant", "content": content}
+    texts: list[str] = []
+    for index, r in reasoning:
+        if not replay:
+            report.note(
+                index,
+                "reasoning",
+                ConversionAction.DROPPED,
+                "Chat Completions takes no reasoning back unless replay_reasoning_content",
+            )
+            continue
+        if not reasoning_is_native(r, BACKEND):
+            report.note(
+                index,
+                "reasoning",
+                ConversionAction.CONVERTED_TO_TEXT,
+                "opaque reasoning state from another backend cannot be replayed; "
+                "its text is sent as reasoning_content",
+            )
+        if r.display_text:
+            texts.append(r.display_text)
+    if texts:
+        message["reasoning_content"] = "\n".join(texts)
+    if item.refusal is not None:
+        message["refusal"] = item.refusal
+    if item.tool_calls:
+        message["tool_calls"] = [_tool_call(call) for call in item.tool_calls]
+    return message
+
+
+def _tool_call(call: ToolCall) -> JsonObject:
+    # Arguments go out byte for byte as the model produced them: rewriting invalid JSON
+    # (as the reference does) would show the model arguments it never wrote.
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+
+
+def _render_tools(data: JsonObject, request: ConversationRequest, report: ReportCollector) -> None:
+    tools = [_function_tool(spec) for spec in request.tools]
+    for hosted in request.hosted_tools:
+        report.note(
+            None,
+            f"hosted tool {type(hosted).__name__}",
+            ConversionAction.DROPPED,
+            "Chat Completions has no hosted tools",
+        )
+    if tools:
+        data["tools"] = tools
+    if not gate_tool_controls(request, bool(tools), report):
+        return
+    if request.tool_choice is not None:
+        data["tool_choice"] = _tool_choice(request.tool_choice)
+    if request.parallel_tool_calls is not None:
+        data["parallel_tool_calls"] = request.parallel_tool_calls
+
+
+def _function_tool(spec: ToolSpec) -> JsonObject:
+    function: JsonObject = {"name": spec.name}
+    if spec.description is not None:
+        function["description"] = spec.description
+    function["parameters"] = dict(spec.parameters)
+    if spec.strict is not None:
+        function["strict"] = spec.strict
+    return {"type": "function", "function": function}
+
+
+def _tool_choice(choice: ToolChoiceSpec) -> Any:
+    if isinstance(choice, NamedToolChoice):
+        return {"type": "function", "function": {"name": choice.name}}
+    return choice.value
+
+
+def _render_sampling(
+    data: JsonObject,
+    request: ConversationRequest,
+    options: BuildOptions,
+    report: ReportCollector,
+) -> None:
+    if request.temperature is not None:
+        data["temperature"] = request.temperature
+    if request.top_p is not None:
+        data["top_p"] = request.top_p
+    if request.max_output_tokens is not None:
+        legacy = options.provider in LEGACY_MAX_TOKENS_PROVIDERS
+        data["max_tokens" if legacy else "max_completion_tokens"] = request.max_output_tokens
+    if request.reasoning_effort is not None:
+        data["reasoning_effort"] = request.reasoning_effort.value
+    if request.response_schema is not None:
+        data["response_format"] = _response_format(request.response_schema)
+    if request.stop_sequences:
+        data["stop"] = list(request.stop_sequences)
+    if request.prompt_cache_key is not None:
+        data["prompt_cache_key"] = request.prompt_cache_key
+    if request.user_id is not None:
+        data["user"] = request.user_id
+    if request.metadata:
+        report.note(
+            None,
+            "metadata",
+            ConversionAction.DROPPED,
+            "Chat Completions accepts metadata only for stored completions; "
+            "pass it in extra_body together with store",
+        )
+    if options.stream:
+        data["stream"] = True
+        data["stream_options"] = {"include_usage": True}
+
+
+def _response_format(schema: ResponseSchema) -> JsonObject:
+    inner: JsonObject = {"name": schema.name}
+    if schema.description is not None:
+        inner["description"] = schema.description
+    inner["schema"] = dict(schema.schema)
+    inner["strict"] = schema.strict
+    return {"type": "json_schema", "json_schema": inner}
+
+
+# ---------------------------------------------------------------------------
+# Parsing
+# ---------------------------------------------------------------------------
+
+
+def parse_request(body: bytes | Mapping[str, Any]) -> ConversationRequest:
+    """Read a Chat Completions body back into a :class:`ConversationRequest`.
+
+    Tolerant of what real clients send (string or part-list content, ``content: null``,
+    ``reasoning_content`` or ``reasoning``, ``max_tokens`` or ``max_completion_tokens``);
+    fields outside the neutral model are ignored here (see
+    :func:`unmodeled_request_fields`). A field of the wrong shape raises ``ValueError``
+    naming it.
+    """
+    data = load_body(body)
+    if "messages" not in data:
+        raise ValueError("messages is required")
+    items: list[ConversationItem] = []
+    for n, raw in enumerate(as_list(data["messages"], "messages")):
+        items.extend(_parse_message(as_object(raw, f"messages[{n}]"), f"messages[{n}]"))
+    tools, tool_choice = _parse_tools(data)
+    max_tokens = opt_int(data, "max_completion_tokens", "body")
+    if max_tokens is None:
+        max_tokens = opt_int(data, "max_tokens", "body")
+    user = opt_str(data, "user", "body") or opt_str(data, "safety_identifier", "body")
+    return ConversationRequest(
+        items=items,
+        tools=tools,
+        tool_choice=tool_choice,
+        parallel_tool_calls=opt_bool(data, "parallel_tool_calls", "body"),
+        model=opt_str(data, "model", "body"),
+        temperature=opt_number(data, "temperature", "body"),
+        top_p=opt_number(data, "top_p", "body"),
+        max_output_tokens=max_tokens,
+        reasoning_effort=parse_effort(data.get("reasoning_effort"), "reasoning_effort"),
+        response_schema=_parse_response_format(data.get("response_format")),
+        stop_sequences=opt_str_list(data, "stop", "body"),
+        prompt_cache_key=opt_str(data, "prompt_cache_key", "body"),
+        user_id=user,
+        metadata=string_metadata(data.get("metadata") or {}, "metadata"),
+    )
+
+
+def unmodeled_request_fields(body: bytes | Mapping[str, Any]) -> JsonObject:
+    """Top-level fields of ``body`` that :func:`parse_request` cannot represent."""
+    return unmodeled_fields(
+        load_body(body),
+        KNOWN_FIELDS,
+        {
+            "tools": _tools_modelable,
+            "response_format": lambda v: isinstance(v, Mapping) and v.get("type") == "json_schema",
+            "tool_choice": lambda v: (
+                isinstance(v, str) or (isinstance(v, Mapping) and v.get("type") == "function")
+            ),
+        },
+    )
+
+
+def _tools_modelable(tools: Any) -> bool:
+    return all(
+        isinstance(t, Mapping)
+        and t.get("type") == "function"
+        and set(t) <= {"type", "function"}
+        and isinstance(t.get("function"), Mapping)
+        and set(t["function"]) <= {"name", "description", "parameters", "strict"}
+        for t in tools
+    )
+
+
+def _text_content(value: Any, where: str) -> str:
+    """String content, or the text of a list of text parts; ``null`` is empty."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    texts = []
+    for n, raw in enumerate(as_list(value, f"{where}.content")):
+        part = as_object(raw, f"{where}.content[{n}]")
+        if part.get("type") != "text":
+            raise ValueError(f"{where}.content[{n}].type must be 'text' here")
+        texts.append(req_str(part, "text", f"{where}.content[{n}]"))
+    return "".join(texts)
+
+
+def _parse_message(msg: Mapping[str, Any], where: str) -> list[ConversationItem]:
+    role = msg.get("role")
+    if role in ("system", "developer"):
+        return [System(_text_content(msg.get("content"), where), developer=role == "developer")]
+    if role == "user":
+        return [User(_parse_user_content(msg.get("content"), where))]
+    if role == "assistant":
+        return _parse_assistant(msg, where)
+    if role == "tool":
+        return [
+            ToolResult(
+                call_id=req_str(msg, "tool_call_id", where),
+                content=_text_content(msg.get("content"), where),
+            )
+        ]
+    raise ValueError(f"{where}.role must be one of system, developer, user, assistant, tool")
+
+
+def _parse_user_content(value: Any, where: str) -> list[ContentPart]:
+    if isinstance(value, str):
+        return [TextPart(value)]
+    parts: list[ContentPart] = []
+    for n, raw in enumerate(as_list(value, f"{where}.content")):
+        w = f"{where}.content[{n}]"
+        part = as_object(raw, w)
+        kind = part.get("type")
+        if kind == "text":
+            parts.append(TextPart(req_str(part, "text", w)))
+        elif kind == "image_url":
+            image = part.get("image_url")
+            if isinstance(image, str):
+                parts.append(ImagePart(image))
+            else:
+                obj = as_object(image, f"{w}.image_url")
+                parts.append(
+                    ImagePart(req_str(obj, "url", f"{w}.image_url"), opt_str(obj, "detail", w))
+                )
+        else:
+            raise ValueError(f"{w}.type {kind!r} is not supported (text, image_url)")
+    return parts
+
+
+def _parse_assistant(msg: Mapping[str, Any], where: str) -> list[ConversationItem]:
+    out: list[ConversationItem] = []
+    # DeepSeek, xAI and old vLLM say reasoning_content; Ollama and new vLLM say reasoning.
+    reasoning = opt_str(msg, "reasoning_content", where) or opt_str(msg, "reasoning", where)
+    if reasoning:
+        out.append(Reasoning(text=reasoning, origin=BACKEND))
+    content = msg.get("content")
+    refusal = opt_str(msg, "refusal", where)
+    text = ""
+    if isinstance(content, list):
+        for n, raw in enumerate(content):
+            part = as_object(raw, f"{where}.content[{n}]")
+            if part.get("type") == "refusal":
+                refusal = req_str(part, "refusal", f"{where}.content[{n}]")
+            else:
+                text += _text_content([part], where)
+    else:
+        text = _text_content(content, where)
+    calls = []
+    for n, raw in enumerate(as_list(msg.get("tool_calls") or [], f"{where}.tool_calls")):
+        w = f"{where}.tool_calls[{n}]"
+        call = as_object(raw, w)
+        function = as_object(call.get("function"), f"{w}.function")
+        arguments = function.get("arguments", "{}")
+        if not isinstance(arguments, str):
+            arguments = dumps(arguments).decode()
+        calls.append(
+            ToolCall(
+                id=req_str(call, "id", w),
+                name=req_str(function, "name", f"{w}.function"),
+                arguments=arguments,
+            )
+        )
+    out.append(Assistant(content=text, tool_calls=calls, refusal=refusal))
+    return out
+
+
+def _parse_tools(data: Mapping[str, Any]) -> tuple[list[ToolSpec], ToolChoiceSpec | None]:
+    tools: list[ToolSpec] = []
+    for n, raw in enumerate(as_list(data.get("tools") or [], "tools")):
+        tool = as_object(raw, f"tools[{n}]")
+        if tool.get("type") != "function":
+            continue  # provider-specific tools: see unmodeled_request_fields
+        function = as_object(tool.get("function"), f"tools[{n}].function")
+        w = f"tools[{n}].function"
+        tools.append(
+            ToolSpec(
+                name=req_str(function, "name", w),
+                description=opt_str(function, "description", w),
+                parameters=as_object(
+                    function.get("parameters", {"type": "object", "properties": {}}),
+                    f"{w}.parameters",
+                ),
+                strict=opt_bool(function, "strict", w),
+            )
+        )
+    return tools, _parse_tool_choice(data.get("tool_choice"))
+
+
+def _parse_tool_choice(value: Any) -> ToolChoiceSpec | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            return ToolChoice(value)
+        except ValueError:
+            raise ValueError("tool_choice must be auto, none, required or an object") from None
+    obj = as_object(value, "tool_choice")
+    if obj.get("type") != "function":
+        return None  # allowed_tools and custom selectors are outside the neutral model
+    function = as_object(obj.get("function"), "tool_choice.function")
+    return NamedToolChoice(req_str(function, "name", "tool_choice.function"))
+
+
+def _parse_response_format(value: Any) -> ResponseSchema | None:
+    if value is None:
+        return None
+    obj = as_object(value, "response_format")
+    if obj.get("type") != "json_schema":
+        return None  # json_object / text: outside the neutral model
+    inner = as_object(obj.get("json_schema"), "response_format.json_schema")
+    w = "response_format.json_schema"
+    return ResponseSchema(
+        name=req_str(inner, "name", w),
+        schema=as_object(inner.get("schema", {}), f"{w}.schema"),
+        # Chat Completions defaults strict to false when it is omitted.
+        strict=bool(opt_bool(inner, "strict", w)),
+        description=opt_str(inner, "description", w),
+    )

@@ -1,0 +1,393 @@
+"""Chat Completions stream transform: ``chat.completion.chunk`` SSE events → SamplingEvents.
+
+Sans-I/O and total (see :class:`~trio_sampler.wire._transform.StreamTransform`). The wire
+format is data-only SSE ending in ``data: [DONE]``; every chunk is one JSON object with
+``choices[].delta`` fragments, an optional ``usage`` object and, on error, an ``error``
+object. The mapping, the provider quirks it handles and the deliberate differences from
+the official ``openai`` SDK are documented in ``docs/backends/chat_completions-stream.md``.
+
+Only choice index 0 is the answer: an ``n > 1`` stream is accepted, the other choices are
+ignored (counted in :attr:`ChatCompletionsTransform.ignored_choices`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ...types import (
+    ApiBackend,
+    BackendToolCall,
+    SamplingEvent,
+    StopReason,
+    Usage,
+)
+from .._transform import StreamTransform, truncated_stream_error
+
+__all__ = ["ChatCompletionsTransform"]
+
+_FINISH_REASONS: dict[str, StopReason] = {
+    "stop": StopReason.STOP,
+    "length": StopReason.LENGTH,
+    "tool_calls": StopReason.TOOL_CALLS,
+    "function_call": StopReason.TOOL_CALLS,  # deprecated single-function form
+    "content_filter": StopReason.CONTENT_FILTER,
+    # Z.ai: the output was cut because the context window is full (a finish reason,
+    # not an error): the output is truncated, like ``length``.
+    "model_context_window_exceeded": StopReason.LENGTH,
+}
+
+_ORIGIN = ApiBackend.CHAT_COMPLETIONS
+_TICKS_PER_USD = 10_000_000_000
+
+
+def _int(value: Any) -> int:
+    """A token count as sent (int, float or null) → int; anything else → 0."""
+    kind = type(value)
+    if kind is int:
+        return value  # type: ignore[no-any-return]
+    if kind is float:
+        return int(value)
+    return 0
+
+
+class _OpaqueReasoning:
+    """Round-trip state of one OpenRouter ``reasoning_details`` block."""
+
+    __slots__ = ("encrypted", "id", "redacted", "signature")
+
+    def __init__(self) -> None:
+        self.signature: list[str] = []
+        self.encrypted: list[str] = []
+        self.redacted: list[str] = []
+        self.id: str | None = None
+
+
+class ChatCompletionsTransform(StreamTransform):
+    """One attempt of a streamed ``POST /chat/completions``."""
+
+    backend: ClassVar[ApiBackend] = ApiBackend.CHAT_COMPLETIONS
+
+    def __init__(self, request_id: str = "stream", *, provider: str | None = None) -> None:
+        super().__init__(request_id, provider=provider)
+        #: A ``finish_reason`` was seen on choice 0 (the stream may then end without [DONE]).
+        self.finish_seen = False
+        #: Choices other than index 0 (``n > 1``) that were skipped.
+        self.ignored_choices = 0
+        self._refused = False
+        # Tool calls: wire index → [our key, the call id of the latest slot at that index].
+        self._tool_at: dict[Any, list[Any]] = {}
+        self._tool_latest: list[Any] | None = None
+        self._tool_count = 0
+        # Reasoning: the block key plain reasoning strings go to (the latest detail index).
+        self._reasoning_key: Any = 0
+        self._opaque: dict[Any, _OpaqueReasoning] = {}
+        # Groq compound ``executed_tools``: wire index → [call id, completed?].
+        self._hosted_at: dict[Any, list[Any]] = {}
+        self._hosted_count = 0
+
+    # -- the StreamTransform protocol ------------------------------------------------
+
+    def _on_json(self, event_name: str, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
+        error = payload.get("error")
+        if error or event_name == "error":
+            # Keep what the error chunk carries (OpenRouter sends usage with it) as partial.
+            if "choices" in payload or "usage" in payload:
+                self._on_chunk(payload, out)
+            self._stream_error(payload, out)
+            return
+        if "choices" in payload or "usage" in payload:
+            self._on_chunk(payload, out)
+        else:
+            self.unknown_events += 1
+
+    def _on_done(self, out: list[SamplingEvent]) -> None:
+        self._complete(out)
+
+    def _on_end(self, out: list[SamplingEvent]) -> None:
+        if self.finish_seen:
+            # Some servers omit [DONE]; a finish_reason is enough to know the answer ended.
+            self._complete(out)
+        else:
+            self.acc.fail(truncated_stream_error("a finish_reason or data: [DONE]"), out)
+
+    # -- chunks ----------------------------------------------------------------------
+
+    def _on_chunk(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
+        acc = self.acc
+        if acc.model is None:
+            model = payload.get("model")
+            if model and type(model) is str:
+                acc.model = model
+        if acc.response_id is None:
+            response_id = payload.get("id")
+            if response_id and type(response_id) is str:
+                acc.response_id = response_id
+        choices = payload.get("choices")
+        if choices:
+            for choice in choices:
+                if type(choice) is not dict:
+                    continue
+                if choice.get("index"):  # n > 1: only choice 0 is the answer
+                    self.ignored_choices += 1
+                    continue
+                delta = choice.get("delta")
+                if delta:
+                    self._on_delta(delta, out)
+                finish = choice.get("finish_reason")
+                if finish and type(finish) is str:
+                    self.finish_seen = True
+                    acc.raw_stop_reason = finish
+                    acc.stop_reason = _FINISH_REASONS.get(finish, StopReason.STOP)
+        usage = payload.get("usage")
+        if usage is None:
+            x_groq = payload.get("x_groq")
+            if x_groq and type(x_groq) is dict:
+                usage = x_groq.get("usage")  # Groq: usage only inside its extension object
+        if usage and type(usage) is dict:
+            self._on_usage(usage)
+
+    def _on_delta(self, delta: dict[str, Any], out: list[SamplingEvent]) -> None:
+        acc = self.acc
+        # Reasoning first: within one chunk it precedes the answer it leads to.
+        details = delta.get("reasoning_details")
+        if not (details and self._on_reasoning_details(details, out)):
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning and type(reasoning) is str:
+                acc.reasoning(self._reasoning_key, reasoning, out)
+        content = delta.get("content")
+        if content and type(content) is str:
+            acc.text(content, out)
+        refusal = delta.get("refusal")
+        if refusal and type(refusal) is str:
+            self._refused = True
+            acc.refusal(refusal, out)
+        tool_calls = delta.get("tool_calls")
+        if tool_calls:
+            for fragment in tool_calls:
+                self._on_tool_fragment(fragment, out)
+        function_call = delta.get("function_call")
+        if function_call and type(function_call) is dict:
+            self._on_tool_fragment({"index": "function_call", "function": function_call}, out)
+        executed = delta.get("executed_tools")
+        if executed and type(executed) is list:
+            for entry in executed:
+                self._on_executed_tool(entry, out)
+
+    # -- reasoning -------------------------------------------------------------------
+
+    def _on_reasoning_details(self, details: Any, out: list[SamplingEvent]) -> bool:
+        """OpenRouter's structured reasoning; returns True if it carried reasoning text.
+
+        When it does, the plain ``delta.reasoning`` string of the same chunk is the same
+        text again and is not used (no reasoning is emitted twice).
+        """
+        if type(details) is not list:
+            return False
+        acc = self.acc
+        had_text = False
+        for detail in details:
+            if type(detail) is not dict:
+                continue
+            key = detail.get("index", 0)
+            if type(key) is not int:
+                key = 0
+            self._reasoning_key = key
+            kind = detail.get("type")
+            if kind == "reasoning.summary":
+                summary = detail.get("summary")
+                if summary and type(summary) is str:
+                    had_text = True
+                    acc.reasoning(key, summary, out, summary_index=0)
+            else:
+                text = detail.get("text")
+                if text and type(text) is str:
+                    had_text = True
+                    acc.reasoning(key, text, out)
+            signature = detail.get("signature")
+            data = detail.get("data")
+            item_id = detail.get("id")
+            if (
+                (signature and type(signature) is str)
+                or (data and type(data) is str)
+                or (item_id and type(item_id) is str)
+            ):
+                state = self._opaque.get(key)
+                if state is None:
+                    state = self._opaque[key] = _OpaqueReasoning()
+                    acc.begin_reasoning(key, out, first=False)
+                if signature and type(signature) is str:
+                    state.signature.append(signature)
+                if data and type(data) is str:
+                    fmt = detail.get("format")
+                    # An Anthropic redacted-thinking block comes through OpenRouter as
+                    # ``reasoning.encrypted`` with an ``anthropic-*`` format.
+                    if type(fmt) is str and fmt.startswith("anthropic"):
+                        state.redacted.append(data)
+                    else:
+                        state.encrypted.append(data)
+                if item_id and type(item_id) is str:
+                    state.id = item_id
+        return had_text
+
+    # -- tool calls ------------------------------------------------------------------
+
+    def _on_tool_fragment(self, fragment: Any, out: list[SamplingEvent]) -> None:
+        """Merge one ``delta.tool_calls[]`` fragment.
+
+        Keyed by wire ``index``, except that a fragment carrying an ``id`` different from
+        the id of the latest call at that index opens a new call (servers that reuse
+        index 0 for every parallel call). Fragments without an id continue the latest call
+        at their index; a fragment without an index continues the latest call overall.
+        """
+        if type(fragment) is not dict:
+            return
+        acc = self.acc
+        index = fragment.get("index")
+        call_id = fragment.get("id")
+        if not (call_id and type(call_id) is str):
+            call_id = None
+        function = fragment.get("function")
+        name: str | None = None
+        arguments: str | None = None
+        if function and type(function) is dict:
+            name = function.get("name")
+            if not (name and type(name) is str):
+                name = None
+            arguments = function.get("arguments")
+            if type(arguments) is not str:
+                arguments = None
+        current = self._tool_latest if index is None else self._tool_at.get(index)
+        if current is None or (
+            call_id is not None and current[1] is not None and current[1] != call_id
+        ):
+            key = self._tool_count
+            self._tool_count += 1
+            current = [key, call_id]
+            if index is not None:
+                self._tool_at[index] = current
+            self._tool_latest = current
+            acc.tool_start(key, call_id, name, out)
+        else:
+            key = current[0]
+            if call_id is not None and current[1] is None:
+                current[1] = call_id
+            if call_id is not None or name is not None:
+                acc.tool_start(key, call_id, name, out)
+        if arguments:
+            acc.tool_arguments(key, arguments, out)
+
+    # -- hosted tools (Groq compound) ------------------------------------------------
+
+    def _on_executed_tool(self, entry: Any, out: list[SamplingEvent]) -> None:
+        if type(entry) is not dict:
+            return
+        index = entry.get("index", 0)
+        output = entry.get("output")
+        slot = self._hosted_at.get(index)
+        if slot is None or (slot[1] and output is None):
+            # A new execution (also when an index is reused after its call completed).
+            call_id = entry.get("id")
+            if not (call_id and type(call_id) is str):
+                call_id = f"executed_tool_{self._hosted_count}"
+            self._hosted_count += 1
+            slot = self._hosted_at[index] = [call_id, False]
+        name = entry.get("type") or entry.get("name")
+        if type(name) is not str:
+            name = "tool"
+        call_id = slot[0]
+        if output is None:
+            self.acc.backend_tool_started(call_id, name, out)
+            return
+        arguments = entry.get("arguments")
+        slot[1] = True
+        self.acc.backend_tool_completed(
+            BackendToolCall(
+                id=call_id,
+                name=name,
+                arguments=arguments if type(arguments) is str and arguments else "{}",
+                status="completed",
+                result=output,
+                origin=_ORIGIN,
+                raw=(entry,),
+            ),
+            out,
+        )
+
+    # -- usage -----------------------------------------------------------------------
+
+    def _on_usage(self, usage: dict[str, Any]) -> None:
+        """Normalize a ``usage`` object (last write wins) and its cost, if any."""
+        acc = self.acc
+        prompt = _int(usage.get("prompt_tokens"))
+        completion = _int(usage.get("completion_tokens"))
+        cache_read = 0
+        cache_write = 0
+        details = usage.get("prompt_tokens_details")
+        if details and type(details) is dict:
+            cache_read = _int(details.get("cached_tokens"))
+            cache_write = _int(details.get("cache_write_tokens"))
+        if not cache_read:
+            cache_read = _int(usage.get("prompt_cache_hit_tokens"))  # DeepSeek
+        reasoning = 0
+        details = usage.get("completion_tokens_details")
+        if details and type(details) is dict:
+            reasoning = _int(details.get("reasoning_tokens"))
+        if not reasoning:
+            reasoning = _int(usage.get("reasoning_tokens"))  # Azure-served DeepSeek: top level
+        output = completion
+        if reasoning and self._reasoning_outside_completion(usage, prompt, completion, reasoning):
+            output = completion + reasoning
+        acc.usage = Usage(
+            input_tokens=prompt,
+            output_tokens=output,
+            cache_read_tokens=cache_read,
+            cache_write_tokens=cache_write,
+            reasoning_tokens=reasoning,
+        )
+        ticks = usage.get("cost_in_usd_ticks")  # xAI: exact cost in ticks
+        if type(ticks) is int and ticks > 0:
+            acc.cost_usd_ticks = ticks
+        else:
+            cost = usage.get("cost")  # OpenRouter: USD
+            if (type(cost) is float or type(cost) is int) and 0 < cost < 1e12:
+                acc.cost_usd_ticks = round(cost * _TICKS_PER_USD)
+
+    def _reasoning_outside_completion(
+        self, usage: dict[str, Any], prompt: int, completion: int, reasoning: int
+    ) -> bool:
+        """xAI reports reasoning tokens outside ``completion_tokens``: detect it.
+
+        ``total_tokens`` decides when it is sent (``prompt + completion + reasoning`` means
+        outside, ``prompt + completion`` means inside, so OpenRouter-served Grok, already
+        normalized, is not counted twice); without it, the provider (``xai``) or a
+        ``grok*`` model name decides.
+        """
+        total = usage.get("total_tokens")
+        if type(total) is int:
+            if total == prompt + completion + reasoning:
+                return True
+            if total == prompt + completion:
+                return False
+        if self.provider is not None and self.provider.lower() == "xai":
+            return True
+        model = self.acc.model
+        return model is not None and model.startswith("grok")
+
+    # -- the end ---------------------------------------------------------------------
+
+    def _complete(self, out: list[SamplingEvent]) -> None:
+        acc = self.acc
+        for key, state in self._opaque.items():
+            acc.finish_reasoning(
+                key,
+                out,
+                item_id=state.id,
+                encrypted_content="".join(state.encrypted) or None,
+                signature="".join(state.signature) or None,
+                redacted_data="".join(state.redacted) or None,
+            )
+        if self._refused:
+            acc.stop_reason = StopReason.CONTENT_FILTER  # the wire value stays in raw_stop_reason
+        elif acc.stop_reason is None:
+            acc.stop_reason = StopReason.TOOL_CALLS if self._tool_count else StopReason.STOP
+        acc.complete(out)

@@ -1,0 +1,547 @@
+"""Error classification: provider error payloads → :class:`SamplingErrorInfo`. Pure.
+
+This module holds the shared vocabulary (provider error types and codes, the known
+context-overflow messages) used for errors inside a 200 stream
+(:func:`classify_stream_error`), HTTP error responses (:func:`classify_http_error`) and
+failures of the connection itself (:func:`classify_transport_error`).
+
+Sans-I/O like the rest of ``wire``: no clocks unless the caller gives none, no httpx
+import (transport exceptions are recognised by class name, so this module works with any
+httpx-compatible client).
+
+``retryable`` means *the same request, sent again unchanged, may succeed* (design §5's
+status table). The actor's ``classify`` makes the final decision: 413 and ``invalid_image``
+are ``retryable=False`` here because only a *changed* request (images stripped) can succeed.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from ..types import SamplingErrorInfo, SamplingErrorKind
+
+__all__ = [
+    "MAX_USER_MESSAGE_CHARS",
+    "classify_http_error",
+    "classify_stream_error",
+    "classify_transport_error",
+    "error_fields",
+    "is_context_length_message",
+    "scrub_secrets",
+    "user_message",
+]
+
+#: User-facing messages are cut to this many characters (plus an ellipsis).
+MAX_USER_MESSAGE_CHARS = 280
+
+_CONTEXT_PATTERNS = re.compile(
+    r"too long for this model|prompt is too long|maximum prompt length|"
+    r"maximum context length|context[_ ]length[_ ]exceeded|context window|"
+    r"exceeds the context|input is too long|too many tokens|"
+    r"(?:current message.*exceeds budget)",
+    re.IGNORECASE | re.DOTALL,
+)
+
+# Provider error type or code → kind. Lower-cased keys.
+_KIND_BY_TYPE: dict[str, SamplingErrorKind] = {
+    "overloaded_error": SamplingErrorKind.OVERLOADED,
+    "service_unavailable_error": SamplingErrorKind.OVERLOADED,
+    "server_is_overloaded": SamplingErrorKind.OVERLOADED,
+    "overloaded": SamplingErrorKind.OVERLOADED,
+    "rate_limit_error": SamplingErrorKind.RATE_LIMITED,
+    "rate_limit_exceeded": SamplingErrorKind.RATE_LIMITED,
+    "tokens": SamplingErrorKind.RATE_LIMITED,
+    "requests": SamplingErrorKind.RATE_LIMITED,
+    "authentication_error": SamplingErrorKind.AUTH,
+    "invalid_api_key": SamplingErrorKind.AUTH,
+    "permission_error": SamplingErrorKind.AUTH,
+    "context_length_exceeded": SamplingErrorKind.CONTEXT_LENGTH_EXCEEDED,
+    "string_above_max_length": SamplingErrorKind.CONTEXT_LENGTH_EXCEEDED,
+    "request_too_large": SamplingErrorKind.PAYLOAD_TOO_LARGE,
+    "content_filter": SamplingErrorKind.CONTENT_FILTER,
+    "content_policy_violation": SamplingErrorKind.CONTENT_FILTER,
+    "invalid_prompt": SamplingErrorKind.CONTENT_FILTER,
+    "invalid_request_error": SamplingErrorKind.INVALID_REQUEST,
+    "invalid_image": SamplingErrorKind.INVALID_REQUEST,
+    "not_found_error": SamplingErrorKind.INVALID_REQUEST,
+    "insufficient_quota": SamplingErrorKind.RATE_LIMITED,
+}
+
+# Codes that override the type: the model (not the request) produced something bad.
+_SAMPLING_FAILURE_CODES = frozenset({"tool_use_failed", "json_validate_failed"})
+
+_RETRYABLE_KINDS = frozenset(
+    {
+        SamplingErrorKind.API,
+        SamplingErrorKind.OVERLOADED,
+        SamplingErrorKind.RATE_LIMITED,
+        SamplingErrorKind.HTTP,
+        SamplingErrorKind.TRANSPORT,
+        SamplingErrorKind.EMPTY_RESPONSE,
+        SamplingErrorKind.SERIALIZATION,
+    }
+)
+
+
+def user_message(text: str | None, *, fallback: str) -> str:
+    """Trim ``text`` into a one-paragraph user-facing message.
+
+    HTML error pages (from proxies and CDNs) are never echoed: ``fallback`` is used instead.
+    Anything that looks like a credential is replaced by ``[REDACTED]`` (:func:`scrub_secrets`).
+    """
+    if not text:
+        return fallback
+    stripped = scrub_secrets(text).strip()
+    if not stripped:
+        return fallback
+    lowered = stripped[:200].lower()
+    if lowered.startswith(("<!doctype", "<html", "<?xml", "<head", "<body")) or "<html" in lowered:
+        return fallback
+    stripped = " ".join(stripped.split())
+    if len(stripped) > MAX_USER_MESSAGE_CHARS:
+        stripped = stripped[:MAX_USER_MESSAGE_CHARS].rstrip() + "…"
+    return stripped
+
+
+# What credentials look like in text a server might echo back: provider key prefixes
+# (OpenAI/DeepSeek ``sk-``, Anthropic ``sk-ant-``, xAI ``xai-``, Groq ``gsk_``, OpenRouter
+# ``sk-or-``), bearer tokens, and ``key=``-style query or form parameters.
+_SECRET_PATTERNS = re.compile(
+    r"(?:\b(?:sk|xai|gsk)[-_][A-Za-z0-9_\-]{8,})"
+    r"|(?:\b[Bb]earer\s+[^\s\"',;]+)"
+    r"|(?:\bBasic\s+[A-Za-z0-9+/=]{8,})"
+    r"|(?:(?<=[?&;\s])(?:api[-_]?key|key|token|access_token|secret|sig|signature)=[^&\s\"']+)",
+    re.IGNORECASE,
+)
+
+
+def scrub_secrets(text: str) -> str:
+    """Replace anything in ``text`` that looks like an API key or bearer token."""
+    return _SECRET_PATTERNS.sub("[REDACTED]", text)
+
+
+def is_context_length_message(message: str | None) -> bool:
+    """True when ``message`` is one of the known context-window overflow messages."""
+    return bool(message) and _CONTEXT_PATTERNS.search(message or "") is not None
+
+
+def _as_str(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        # OpenRouter sends integer codes (the HTTP status of the upstream failure).
+        return str(value)
+    return None
+
+
+def error_fields(payload: Mapping[str, Any]) -> tuple[str | None, str | None, str | None]:
+    """Extract ``(type, code, message)`` from any of the error envelopes providers use.
+
+    Accepts the nested form ``{"error": {"type", "code", "message"}}`` (OpenAI, Anthropic,
+    Responses as really sent), the flat form ``{"type": "error", "code", "message"}``
+    (Responses as documented), ``{"error": "text", "code": ...}`` and a Responses
+    ``response.failed`` object (``{"response": {"error": {...}}}``).
+    """
+    body: Any = payload
+    response = payload.get("response")
+    if isinstance(response, Mapping) and isinstance(response.get("error"), Mapping):
+        body = response["error"]
+    elif isinstance(payload.get("error"), Mapping):
+        body = payload["error"]
+    elif isinstance(payload.get("error"), str):
+        return (_as_str(payload.get("type")), _as_str(payload.get("code")), payload["error"])
+    if not isinstance(body, Mapping):
+        return (None, None, None)
+    error_type = _as_str(body.get("type"))
+    if error_type == "error" and body is payload:
+        error_type = None
+    code = _as_str(body.get("code"))
+    message = body.get("message")
+    if not isinstance(message, str):
+        message = None
+    return (error_type, code, message)
+
+
+def _kind_for(error_type: str | None, code: str | None, message: str | None) -> SamplingErrorKind:
+    if code and code.lower() in _SAMPLING_FAILURE_CODES:
+        return SamplingErrorKind.API
+    if is_context_length_message(message) or (code or "").lower() == "context_length_exceeded":
+        return SamplingErrorKind.CONTEXT_LENGTH_EXCEEDED
+    for key in (code, error_type):
+        if key:
+            kind = _KIND_BY_TYPE.get(key.lower())
+            if kind is not None:
+                return kind
+    if code and code.isdigit():
+        status = int(code)
+        if status == 429:
+            return SamplingErrorKind.RATE_LIMITED
+        if status in (502, 503, 529):
+            return SamplingErrorKind.OVERLOADED
+        if status == 401:
+            return SamplingErrorKind.AUTH
+        if status == 413:
+            return SamplingErrorKind.PAYLOAD_TOO_LARGE
+        if 400 <= status < 500:
+            return SamplingErrorKind.INVALID_REQUEST
+    return SamplingErrorKind.API
+
+
+def classify_stream_error(payload: Mapping[str, Any]) -> SamplingErrorInfo:
+    """Classify an error that arrived inside a 200 stream.
+
+    Transient provider failures (overloaded, server errors, a model that produced a bad
+    tool call) are retryable; auth, invalid-request, context-overflow and content-filter
+    errors are not. ``insufficient_quota`` is a 429-family code but not transient.
+    """
+    error_type, code, message = error_fields(payload)
+    kind = _kind_for(error_type, code, message)
+    retryable = kind in _RETRYABLE_KINDS and (code or "").lower() != "insufficient_quota"
+    label = error_type or code or "error"
+    text = user_message(message, fallback=f"the server reported an error in the stream ({label})")
+    return SamplingErrorInfo(
+        kind=kind,
+        message=text,
+        status_code=None,
+        retryable=retryable,
+        error_type=error_type,
+        error_code=code,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# HTTP error responses
+# ---------------------------------------------------------------------------------------
+
+Headers = Mapping[str, str] | Sequence[tuple[str, str]]
+
+_RATE_LIMIT_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
+_RATE_LIMIT_NAMES = frozenset({"retry-after", "retry-after-ms"})
+_MAX_HEADER_VALUE_CHARS = 200
+_IMAGE_MESSAGES = re.compile(
+    r"could not process image|invalid image|image.*(?:invalid|unsupported)", re.I
+)
+_QUOTA_MESSAGES = re.compile(r"exceeded your current quota|insufficient[_ ]quota", re.I)
+
+# Status-based copy for when the body carries no usable message (reference §1.6).
+_STATUS_COPY: dict[int, str] = {
+    401: "authentication failed: check the API key",
+    403: "permission denied: the API key is not allowed to use this model or resource",
+    404: "not found: check base_url and the model name",
+    408: "the server timed out waiting for the request",
+    409: "the request conflicted with another request",
+    413: "the request is too large",
+    429: "rate limited by the server",
+    529: "the service is temporarily overloaded",
+}
+
+
+def _normalize_headers(headers: Headers) -> dict[str, str]:
+    """Lower-cased names; for a repeated header the first value wins."""
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    out: dict[str, str] = {}
+    for name, value in items:
+        out.setdefault(name.lower(), value)
+    return out
+
+
+def _status_copy(status: int) -> str:
+    if status in _STATUS_COPY:
+        return _STATUS_COPY[status]
+    if 300 <= status < 400:
+        return (
+            f"the server answered with a redirect (HTTP {status}); redirects are not followed "
+            "so credentials never go to another host: check base_url"
+        )
+    if status in (502, 503, 504):
+        return "the service is temporarily unavailable"
+    if status in (520, 521, 522, 523, 524, 530):
+        return "the request timed out or was interrupted between the CDN and the server"
+    if status in (525, 526):
+        return "the secure connection between the CDN and the server failed"
+    if status >= 500:
+        return "something went wrong on the server"
+    return f"request failed (HTTP {status})"
+
+
+def _parse_retry_after(headers: Mapping[str, str], now: float | None) -> float | None:
+    """Seconds to wait: ``retry-after-ms`` first, then ``retry-after`` as seconds or an
+    HTTP date. A date is taken relative to ``now`` (else the response's ``Date`` header,
+    else the local clock). Negative waits become 0; garbage and non-finite values, None."""
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms is not None:
+        try:
+            ms = float(raw_ms.strip())
+        except ValueError:
+            ms = math.nan
+        if math.isfinite(ms):
+            return max(ms / 1000.0, 0.0)
+    raw = headers.get("retry-after")
+    if raw is None or not raw.strip():
+        return None
+    try:
+        seconds = float(raw.strip())
+    except ValueError:
+        pass
+    else:
+        return max(seconds, 0.0) if math.isfinite(seconds) else None
+    when = _parse_http_date(raw)
+    if when is None:
+        return None
+    if now is None:
+        now = _parse_http_date(headers.get("date", ""))
+    if now is None:
+        now = time.time()
+    return max(when - now, 0.0)
+
+
+def _parse_http_date(value: str) -> float | None:
+    try:
+        parsed = email.utils.parsedate_tz(value)
+    except (TypeError, ValueError):  # pragma: no cover - parsedate_tz returns None on garbage
+        return None
+    if parsed is None:
+        return None
+    return float(email.utils.mktime_tz(parsed))
+
+
+def _parse_should_retry(value: str | None) -> bool | None:
+    if value is None:
+        return None
+    lowered = value.strip().lower()
+    if lowered == "true":
+        return True
+    if lowered == "false":
+        return False
+    return None
+
+
+def _clean_header_value(value: str | None) -> str | None:
+    if not value:
+        return None
+    value = scrub_secrets(value.strip())[:_MAX_HEADER_VALUE_CHARS]
+    return value if value.isprintable() else None
+
+
+def _parse_body(body: bytes) -> tuple[str | None, str | None, str | None, str | None]:
+    """``(type, code, message, request_id)`` from a JSON error body, or the body as text."""
+    text = body.strip()
+    if not text:
+        return (None, None, None, None)
+    if text[:1] in (b"{", b"["):
+        try:
+            payload = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            payload = None
+        if isinstance(payload, list) and payload and isinstance(payload[0], Mapping):
+            payload = payload[0]  # some gateways wrap the error in a one-element list
+        if isinstance(payload, Mapping):
+            error_type, code, message = error_fields(payload)
+            request_id = payload.get("request_id")
+            return (
+                error_type,
+                code,
+                message,
+                request_id if isinstance(request_id, str) else None,
+            )
+    # Plain text (a gateway's "upstream connect error", say). user_message() drops HTML.
+    return (None, None, text[:4096].decode("utf-8", "replace"), None)
+
+
+def _kind_for_status(
+    status: int, error_type: str | None, code: str | None, message: str | None
+) -> tuple[SamplingErrorKind, bool]:
+    """Design §5's status table: ``(kind, retryable)``."""
+    lowered_type = (error_type or "").lower()
+    lowered_code = (code or "").lower()
+    if status == 401:
+        return (SamplingErrorKind.AUTH, False)
+    if status == 403:
+        # AUTH, but status_code stays 403: the bridge refreshes credentials on 401 only,
+        # because a refreshed key does not fix a permission/region problem (reference §1.6).
+        return (SamplingErrorKind.AUTH, False)
+    if status == 429:
+        quota = "insufficient_quota" in (lowered_code, lowered_type)
+        quota = quota or _QUOTA_MESSAGES.search(message or "") is not None
+        return (SamplingErrorKind.RATE_LIMITED, not quota)
+    if status == 413:
+        # Often Cloudflare's page, not the provider's JSON: decide on the status alone.
+        return (SamplingErrorKind.PAYLOAD_TOO_LARGE, False)
+    if status in (408, 409):
+        return (SamplingErrorKind.HTTP, True)
+    if 400 <= status < 500:
+        if lowered_code == "context_length_exceeded" or is_context_length_message(message):
+            return (SamplingErrorKind.CONTEXT_LENGTH_EXCEEDED, False)
+        return (SamplingErrorKind.INVALID_REQUEST, False)
+    if status >= 500:
+        if status in (525, 526):
+            return (SamplingErrorKind.HTTP, False)
+        overloaded = lowered_type in ("overloaded_error", "service_unavailable_error")
+        overloaded = overloaded or "overloaded" in (message or "").lower()
+        if status in (503, 529) or overloaded:
+            return (SamplingErrorKind.OVERLOADED, True)
+        has_provider_error = error_type is not None or code is not None
+        return (SamplingErrorKind.API if has_provider_error else SamplingErrorKind.HTTP, True)
+    # 1xx/3xx (redirects are never followed) and anything unexpected.
+    return (SamplingErrorKind.HTTP, False)
+
+
+def classify_http_error(
+    status: int,
+    headers: Headers,
+    body: bytes,
+    *,
+    now: float | None = None,
+) -> SamplingErrorInfo:
+    """Classify a non-2xx HTTP response. Pure (given ``now``).
+
+    * ``kind`` and ``retryable`` follow design §5: 401/403 → AUTH; 429 → RATE_LIMITED
+      (``insufficient_quota`` is not retryable); 413 → PAYLOAD_TOO_LARGE; a 4xx with
+      ``code: context_length_exceeded`` or a known overflow message →
+      CONTEXT_LENGTH_EXCEEDED; an ``invalid_image`` error → INVALID_REQUEST with
+      ``error_code="invalid_image"``; 408/409 → HTTP retryable; 503/529 or an overloaded
+      error → OVERLOADED retryable; other 5xx → API (provider JSON) or HTTP, retryable,
+      except 525/526 (TLS between CDN and origin); redirects and other 4xx → not retryable.
+    * ``x-should-retry`` overrides ``retryable`` both ways, except that a context overflow
+      is never retryable (resending the same prompt cannot fit).
+    * ``retry_after`` comes from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP
+      date relative to ``now``, else the ``Date`` header, else the local clock); it is not
+      capped here (the retry policy caps it).
+    * ``message`` is the provider's message, trimmed, secrets scrubbed, never an HTML page;
+      else a status-based sentence.
+    """
+    lowered = _normalize_headers(headers)
+    error_type, code, message, body_request_id = _parse_body(body)
+    if code is None and _IMAGE_MESSAGES.search(message or "") and 400 <= status < 600:
+        code = "invalid_image"
+    kind, retryable = _kind_for_status(status, error_type, code, message)
+    if (code or "").lower() == "invalid_image" and status not in (401, 403, 429):
+        kind, retryable = SamplingErrorKind.INVALID_REQUEST, False
+    should_retry = _parse_should_retry(lowered.get("x-should-retry"))
+    if should_retry is not None and kind is not SamplingErrorKind.CONTEXT_LENGTH_EXCEEDED:
+        retryable = should_retry
+    rate_limit = {
+        name: value
+        for name, value in lowered.items()
+        if name.startswith(_RATE_LIMIT_PREFIXES) or name in _RATE_LIMIT_NAMES
+    }
+    request_id = _clean_header_value(
+        lowered.get("x-request-id") or lowered.get("request-id") or body_request_id
+    )
+    return SamplingErrorInfo(
+        kind=kind,
+        message=user_message(message, fallback=_status_copy(status)),
+        status_code=status,
+        retryable=retryable,
+        retry_after=_parse_retry_after(lowered, now),
+        should_retry=should_retry,
+        error_type=_clean_header_value(error_type),
+        error_code=_clean_header_value(code),
+        provider_request_id=request_id,
+        rate_limit=rate_limit,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Transport failures (no response at all)
+# ---------------------------------------------------------------------------------------
+
+_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s'\"<>]+")
+
+# httpx/httpx2 exception class name → (kind, retryable, what happened). Looked up along
+# the MRO, most specific first, so subclasses of these work too.
+_TRANSPORT_TABLE: dict[str, tuple[SamplingErrorKind, bool, str]] = {
+    "ConnectTimeout": (SamplingErrorKind.TRANSPORT, True, "timed out connecting to the server"),
+    "ReadTimeout": (SamplingErrorKind.IDLE_TIMEOUT, True, "timed out waiting for data"),
+    "WriteTimeout": (SamplingErrorKind.TRANSPORT, True, "timed out sending the request"),
+    "PoolTimeout": (
+        SamplingErrorKind.TRANSPORT,
+        True,
+        "timed out waiting for a free connection",
+    ),
+    "TooSlowError": (SamplingErrorKind.IDLE_TIMEOUT, True, "timed out"),
+    "ConnectError": (SamplingErrorKind.TRANSPORT, True, "could not connect to the server"),
+    "ReadError": (SamplingErrorKind.TRANSPORT, True, "the connection failed while reading"),
+    "WriteError": (SamplingErrorKind.TRANSPORT, True, "the connection failed while sending"),
+    "CloseError": (SamplingErrorKind.TRANSPORT, True, "the connection failed while closing"),
+    "RemoteProtocolError": (
+        SamplingErrorKind.TRANSPORT,
+        True,
+        "the server broke the HTTP protocol (connection dropped mid-response?)",
+    ),
+    "LocalProtocolError": (
+        SamplingErrorKind.TRANSPORT,
+        False,
+        "the request could not be sent (invalid header or URL?)",
+    ),
+    "UnsupportedProtocol": (
+        SamplingErrorKind.TRANSPORT,
+        False,
+        "unsupported URL scheme: base_url must start with http:// or https://",
+    ),
+    "ProxyError": (SamplingErrorKind.TRANSPORT, True, "the proxy failed"),
+    "DecodingError": (SamplingErrorKind.SERIALIZATION, False, "the response could not be decoded"),
+    "SSLError": (SamplingErrorKind.TRANSPORT, True, "the TLS connection failed"),
+    "ConnectionError": (SamplingErrorKind.TRANSPORT, True, "the connection failed"),
+    "TimeoutError": (SamplingErrorKind.TRANSPORT, True, "timed out"),
+    "OSError": (SamplingErrorKind.TRANSPORT, True, "network error"),
+}
+
+
+def _safe_detail(exc: BaseException) -> str:
+    """``str(exc)`` with every URL cut down to scheme and host, and secrets scrubbed."""
+    detail = _URL.sub(lambda m: _strip_url(m.group(0)), str(exc))
+    return scrub_secrets(" ".join(detail.split()))[:200]
+
+
+def _strip_url(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    host = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0].rsplit("@", 1)[-1]
+    return f"{scheme}://{host}/…" if host else f"{scheme}://…"
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen and len(seen) < 8:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def classify_transport_error(exc: BaseException) -> SamplingErrorInfo:
+    """Classify a failure that produced no HTTP response (connect, TLS, read, timeout).
+
+    Connect, TLS and read errors → TRANSPORT, retryable; a read timeout (no bytes for the
+    read timeout, i.e. idle) → IDLE_TIMEOUT, retryable; connect/write/pool timeouts →
+    TRANSPORT, retryable. A certificate verification failure is *not* retryable (it will
+    fail the same way). The message never contains a URL's path or query (which may hold
+    keys), nor anything that looks like a credential.
+    """
+    chain = _chain(exc)
+    kind, retryable, what = SamplingErrorKind.TRANSPORT, True, "network error"
+    for klass in type(exc).__mro__:
+        entry = _TRANSPORT_TABLE.get(klass.__name__)
+        if entry is not None:
+            kind, retryable, what = entry
+            break
+    texts = " ".join(f"{type(e).__name__} {e}" for e in chain)
+    if "SSLCertVerificationError" in texts or "CERTIFICATE_VERIFY_FAILED" in texts:
+        kind, retryable = SamplingErrorKind.TRANSPORT, False
+        what = "TLS certificate verification failed (check the server's certificate or CA bundle)"
+    elif kind is SamplingErrorKind.TRANSPORT and ("SSLError" in texts or "TLS" in texts):
+        what = "the TLS handshake failed"
+    detail = next((d for d in (_safe_detail(e) for e in chain) if d), "")
+    message = f"{what}: {detail}" if detail else what
+    return SamplingErrorInfo(kind=kind, message=message, status_code=None, retryable=retryable)

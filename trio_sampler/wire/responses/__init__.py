@@ -1,0 +1,7 @@
+"""The responses backend: ``build_request``, ``parse_request`` and the stream transform."""
+
+from ._request import build_request as build_request
+from ._request import parse_request as parse_request
+from ._stream import ResponsesTransform as ResponsesTransform
+
+__all__ = ["ResponsesTransform", "build_request", "parse_request"]

@@ -1,0 +1,634 @@
+"""Responses request builder and parser (sans-I/O).
+
+:func:`build_request` renders a :class:`ConversationRequest` as a ``POST /responses``
+body for stateless use (the whole conversation goes in ``input``; reasoning is replayed
+from ``encrypted_content``); :func:`parse_request` reads one back. The mapping and the
+conversion notes are listed in ``docs/backends/request-mapping.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from ...types._conversation import (
+    ApiBackend,
+    Assistant,
+    BackendToolCall,
+    ContentPart,
+    ConversationItem,
+    ConversationRequest,
+    ImagePart,
+    NamedToolChoice,
+    Reasoning,
+    ReasoningEffort,
+    ResponseSchema,
+    System,
+    TextPart,
+    ToolCall,
+    ToolChoice,
+    ToolChoiceSpec,
+    ToolResult,
+    ToolSpec,
+    User,
+    WebSearch,
+)
+from .._render import (
+    JsonObject,
+    ReportCollector,
+    as_list,
+    as_object,
+    dumps,
+    finish_request,
+    gate_tool_controls,
+    load_body,
+    opt_bool,
+    opt_int,
+    opt_number,
+    opt_str,
+    parse_effort,
+    reasoning_is_native,
+    req_str,
+    resolve_model,
+    string_metadata,
+    unmodeled_fields,
+)
+from .._request import BuildOptions, ConversionAction, WireRequest
+
+__all__ = ["KNOWN_FIELDS", "PATH", "build_request", "parse_request", "unmodeled_request_fields"]
+
+PATH = "/responses"
+BACKEND = ApiBackend.RESPONSES
+ENCRYPTED_REASONING = "reasoning.encrypted_content"
+
+#: Top-level fields :func:`parse_request` understands.
+KNOWN_FIELDS = (
+    "model",
+    "instructions",
+    "input",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "temperature",
+    "top_p",
+    "max_output_tokens",
+    "reasoning",
+    "include",
+    "text",
+    "prompt_cache_key",
+    "safety_identifier",
+    "user",
+    "metadata",
+    "stream",
+)
+
+# Input item types that may follow a reasoning item in the original output.
+_FOLLOWERS = frozenset({"reasoning", "function_call", "message"})
+
+
+# ---------------------------------------------------------------------------
+# Building
+# ---------------------------------------------------------------------------
+
+
+def build_request(request: ConversationRequest, options: BuildOptions) -> WireRequest:
+    """Render ``request`` as a Responses body.
+
+    A leading non-developer :class:`System` item becomes ``instructions``; every other
+    item stays in place in ``input``. Reasoning from this backend is replayed as
+    ``reasoning`` items (id, summary, ``encrypted_content``) right before the item that
+    followed it, and ``include: ["reasoning.encrypted_content"]`` is asked for whenever
+    reasoning is requested or replayed.
+    """
+    report = ReportCollector(options.strict)
+    data: JsonObject = {"model": resolve_model(request, options)}
+    items = list(enumerate(request.items))
+    if items and isinstance(items[0][1], System) and not items[0][1].developer:
+        data["instructions"] = items[0][1].content
+        items = items[1:]
+    input_items = _input(items, report)
+    data["input"] = input_items
+    _render_tools(data, request, report)
+    _render_sampling(data, request, options, report, any_reasoning=_has_reasoning(input_items))
+    return finish_request(PATH, data, options, report)
+
+
+def _has_reasoning(input_items: Sequence[JsonObject]) -> bool:
+    return any(item.get("type") == "reasoning" for item in input_items)
+
+
+def _input(
+    items: Sequence[tuple[int, ConversationItem]], report: ReportCollector
+) -> list[JsonObject]:
+    rendered: list[tuple[int, JsonObject]] = []
+    for index, item in items:
+        rendered.extend((index, wire) for wire in _render_item(index, item, report))
+    return _drop_orphan_reasoning(rendered, report)
+
+
+def _render_item(index: int, item: ConversationItem, report: ReportCollector) -> list[JsonObject]:
+    if isinstance(item, System):
+        return [{"role": "developer" if item.developer else "system", "content": item.content}]
+    if isinstance(item, User):
+        return [{"role": "user", "content": _user_content(item.content)}]
+    if isinstance(item, Assistant):
+        return _assistant(item)
+    if isinstance(item, ToolResult):
+        return [_tool_output(index, item, report)]
+    if isinstance(item, Reasoning):
+        if reasoning_is_native(item, BACKEND):
+            return [_reasoning(item)]
+        report.note(
+            index,
+            "reasoning",
+            ConversionAction.DROPPED,
+            "reasoning from another backend cannot be replayed on Responses",
+        )
+        return []
+    if item.origin is BACKEND and item.raw:
+        return [dict(raw) for raw in item.raw]
+    report.note(
+        index,
+        f"backend tool call {item.name}",
+        ConversionAction.CONVERTED_TO_TEXT,
+        "not produced by Responses; sent as assistant text",
+    )
+    return [_assistant_message(item.text_summary(), None, None)]
+
+
+def _drop_orphan_reasoning(
+    rendered: list[tuple[int, JsonObject]], report: ReportCollector
+) -> list[JsonObject]:
+    """Remove reasoning items that no output item follows.
+
+    The server rejects a replayed reasoning item "provided without its required following
+    item"; that happens when what followed it rendered to nothing (an empty assistant
+    turn) or the conversation ends on it.
+    """
+    out: list[JsonObject] = []
+    for position, (index, wire) in enumerate(rendered):
+        if wire.get("type") == "reasoning":
+            following = rendered[position + 1][1] if position + 1 < len(rendered) else None
+            if following is None or not _follows_reasoning(following):
+                report.note(
+                    index,
+                    "reasoning",
+                    ConversionAction.DROPPED,
+                    "no output item follows it, and the server rejects it alone",
+                )
+                continue
+        out.append(wire)
+    return out
+
+
+def _follows_reasoning(wire: Mapping[str, Any]) -> bool:
+    kind = wire.get("type")
+    if kind == "message":
+        return wire.get("role") == "assistant"
+    return kind in _FOLLOWERS or (isinstance(kind, str) and kind.endswith("_call"))
+
+
+def _user_content(parts: Sequence[ContentPart]) -> str | list[JsonObject]:
+    if len(parts) == 1 and isinstance(parts[0], TextPart):
+        return parts[0].text
+    return [_input_part(p) for p in parts]
+
+
+def _input_part(part: ContentPart) -> JsonObject:
+    if isinstance(part, TextPart):
+        return {"type": "input_text", "text": part.text}
+    # ``detail`` is required by the API schema; ``auto`` is its documented default.
+    return {"type": "input_image", "image_url": part.url, "detail": part.detail or "auto"}
+
+
+def _assistant_message(text: str, refusal: str | None, item_id: str | None) -> JsonObject:
+    content: list[JsonObject] = []
+    if text:
+        content.append({"type": "output_text", "text": text, "annotations": []})
+    if refusal is not None:
+        content.append({"type": "refusal", "refusal": refusal})
+    message: JsonObject = {"type": "message", "role": "assistant"}
+    if item_id is not None:
+        message["id"] = item_id
+    message["content"] = content
+    return message
+
+
+def _assistant(item: Assistant) -> list[JsonObject]:
+    out: list[JsonObject] = []
+    # An empty assistant turn renders to nothing: the API rejects an empty message.
+    if item.content or item.refusal is not None:
+        out.append(_assistant_message(item.content, item.refusal, item.id))
+    out.extend(_function_call(call) for call in item.tool_calls)
+    return out
+
+
+def _function_call(call: ToolCall) -> JsonObject:
+    # Paired by call_id; the fc_… item id is not kept (it is optional on input).
+    return {
+        "type": "function_call",
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": call.arguments,
+    }
+
+
+def _tool_output(index: int, item: ToolResult, report: ReportCollector) -> JsonObject:
+    if item.is_error:
+        report.note(
+            index,
+            "tool result error flag",
+            ConversionAction.DROPPED,
+            "function_call_output has no error flag",
+        )
+    output: str | list[JsonObject] = item.content
+    if item.images:
+        parts: list[ContentPart] = [TextPart(item.content)] if item.content else []
+        output = [_input_part(p) for p in (*parts, *item.images)]
+    return {"type": "function_call_output", "call_id": item.call_id, "output": output}
+
+
+def _reasoning(item: Reasoning) -> JsonObject:
+    wire: JsonObject = {"type": "reasoning"}
+    if item.id is not None:
+        wire["id"] = item.id
+    wire["summary"] = [{"type": "summary_text", "text": s} for s in item.summary]
+    if item.text:
+        wire["content"] = [{"type": "reasoning_text", "text": item.text}]
+    if item.encrypted_content is not None:
+        wire["encrypted_content"] = item.encrypted_content
+    return wire
+
+
+def _render_tools(data: JsonObject, request: ConversationRequest, report: ReportCollector) -> None:
+    tools: list[JsonObject] = [_function_tool(spec) for spec in request.tools]
+    tools.extend(_web_search(tool, report) for tool in request.hosted_tools)
+    if tools:
+        data["tools"] = tools
+    if not gate_tool_controls(request, bool(tools), report):
+        return
+    if request.tool_choice is not None:
+        data["tool_choice"] = _tool_choice(request.tool_choice)
+    if request.parallel_tool_calls is not None:
+        data["parallel_tool_calls"] = request.parallel_tool_calls
+
+
+def _function_tool(spec: ToolSpec) -> JsonObject:
+    tool: JsonObject = {"type": "function", "name": spec.name}
+    if spec.description is not None:
+        tool["description"] = spec.description
+    tool["parameters"] = dict(spec.parameters)
+    # Omitted strict means strict=true on Responses: say it whenever the caller did.
+    if spec.strict is not None:
+        tool["strict"] = spec.strict
+    return tool
+
+
+def _web_search(tool: WebSearch, report: ReportCollector) -> JsonObject:
+    wire: JsonObject = {"type": "web_search"}
+    if tool.allowed_domains:
+        wire["filters"] = {"allowed_domains": list(tool.allowed_domains)}
+    if tool.search_context_size is not None:
+        wire["search_context_size"] = tool.search_context_size
+    if tool.max_uses is not None:
+        report.note(
+            None,
+            "web search max_uses",
+            ConversionAction.DROPPED,
+            "OpenAI web search has no use limit",
+        )
+    return wire
+
+
+def _tool_choice(choice: ToolChoiceSpec) -> Any:
+    if isinstance(choice, NamedToolChoice):
+        return {"type": "function", "name": choice.name}
+    return choice.value
+
+
+def _render_sampling(
+    data: JsonObject,
+    request: ConversationRequest,
+    options: BuildOptions,
+    report: ReportCollector,
+    *,
+    any_reasoning: bool,
+) -> None:
+    if request.temperature is not None:
+        data["temperature"] = request.temperature
+    if request.top_p is not None:
+        data["top_p"] = request.top_p
+    if request.max_output_tokens is not None:
+        data["max_output_tokens"] = request.max_output_tokens
+    effort = request.reasoning_effort
+    if effort is not None:
+        data["reasoning"] = (
+            {"effort": effort.value}
+            if effort is ReasoningEffort.NONE
+            else {"effort": effort.value, "summary": "auto"}
+        )
+    if (effort is not None and effort is not ReasoningEffort.NONE) or any_reasoning:
+        # Stateless multi-turn reasoning needs the encrypted state back in every output.
+        data["include"] = [ENCRYPTED_REASONING]
+    if request.response_schema is not None:
+        data["text"] = {"format": _text_format(request.response_schema)}
+    if request.stop_sequences:
+        report.note(
+            None, "stop sequences", ConversionAction.DROPPED, "Responses has no stop parameter"
+        )
+    if request.prompt_cache_key is not None:
+        data["prompt_cache_key"] = request.prompt_cache_key
+    if request.user_id is not None:
+        data["safety_identifier"] = request.user_id
+    if request.metadata:
+        data["metadata"] = dict(request.metadata)
+    if options.stream:
+        data["stream"] = True
+
+
+def _text_format(schema: ResponseSchema) -> JsonObject:
+    fmt: JsonObject = {"type": "json_schema", "name": schema.name}
+    if schema.description is not None:
+        fmt["description"] = schema.description
+    fmt["schema"] = dict(schema.schema)
+    fmt["strict"] = schema.strict
+    return fmt
+
+
+# ---------------------------------------------------------------------------
+# Parsing
+# ---------------------------------------------------------------------------
+
+
+def parse_request(body: bytes | Mapping[str, Any]) -> ConversationRequest:
+    """Read a Responses body back into a :class:`ConversationRequest`.
+
+    ``instructions`` becomes a leading :class:`System`; ``input`` may be a string or a
+    list of items (with or without ``type: "message"``). Function calls that follow an
+    assistant message join it; hosted-tool items (``*_call``, ``mcp_*``) become
+    :class:`BackendToolCall` s keeping the raw item. A field of the wrong shape raises
+    ``ValueError`` naming it.
+    """
+    data = load_body(body)
+    items: list[ConversationItem] = []
+    instructions = opt_str(data, "instructions", "body")
+    if instructions is not None:
+        items.append(System(instructions))
+    raw_input = data.get("input")
+    if raw_input is None:
+        raise ValueError("input is required")
+    if isinstance(raw_input, str):
+        items.append(User(raw_input))
+    else:
+        items.extend(_parse_input(as_list(raw_input, "input")))
+    reasoning = as_object(data.get("reasoning") or {}, "reasoning")
+    text = as_object(data.get("text") or {}, "text")
+    return ConversationRequest(
+        items=items,
+        tools=_parse_function_tools(data),
+        hosted_tools=_parse_web_search(data),
+        tool_choice=_parse_tool_choice(data.get("tool_choice")),
+        parallel_tool_calls=opt_bool(data, "parallel_tool_calls", "body"),
+        model=opt_str(data, "model", "body"),
+        temperature=opt_number(data, "temperature", "body"),
+        top_p=opt_number(data, "top_p", "body"),
+        max_output_tokens=opt_int(data, "max_output_tokens", "body"),
+        reasoning_effort=parse_effort(reasoning.get("effort"), "reasoning.effort"),
+        response_schema=_parse_text_format(text.get("format")),
+        prompt_cache_key=opt_str(data, "prompt_cache_key", "body"),
+        user_id=opt_str(data, "safety_identifier", "body") or opt_str(data, "user", "body"),
+        metadata=string_metadata(data.get("metadata") or {}, "metadata"),
+    )
+
+
+def unmodeled_request_fields(body: bytes | Mapping[str, Any]) -> JsonObject:
+    """Top-level fields of ``body`` that :func:`parse_request` cannot represent."""
+    return unmodeled_fields(
+        load_body(body),
+        KNOWN_FIELDS,
+        {
+            "tools": lambda tools: all(_tool_modelable(t) for t in tools),
+            "reasoning": lambda r: isinstance(r, Mapping) and set(r) <= {"effort", "summary"},
+            "text": lambda t: (
+                isinstance(t, Mapping)
+                and set(t) == {"format"}
+                and isinstance(t["format"], Mapping)
+                and t["format"].get("type") == "json_schema"
+            ),
+            "tool_choice": lambda v: (
+                isinstance(v, str) or (isinstance(v, Mapping) and v.get("type") == "function")
+            ),
+        },
+    )
+
+
+def _tool_modelable(tool: Any) -> bool:
+    if not isinstance(tool, Mapping):
+        return False
+    keys = {k for k, v in tool.items() if v is not None}
+    if tool.get("type") == "function":
+        return keys <= {"type", "name", "description", "parameters", "strict"}
+    if tool.get("type") == "web_search":
+        filters = tool.get("filters") or {}
+        return keys <= {"type", "filters", "search_context_size"} and set(filters) <= {
+            "allowed_domains"
+        }
+    return False
+
+
+def _parse_input(raw_items: list[Any]) -> list[ConversationItem]:
+    out: list[ConversationItem] = []
+    # Whether out[-1] is an Assistant that later function_call items may still join.
+    open_assistant = False
+    for n, raw in enumerate(raw_items):
+        where = f"input[{n}]"
+        item = as_object(raw, where)
+        kind = item.get("type", "message")
+        if kind == "message" and item.get("role") == "assistant":
+            out.append(_parse_assistant_message(item, where))
+            open_assistant = True
+            continue
+        if kind == "function_call":
+            call = ToolCall(
+                id=req_str(item, "call_id", where),
+                name=req_str(item, "name", where),
+                arguments=req_str(item, "arguments", where),
+            )
+            last = out[-1] if out else None
+            if open_assistant and isinstance(last, Assistant):
+                out[-1] = attrs.evolve(last, tool_calls=(*last.tool_calls, call))
+            else:
+                out.append(Assistant(tool_calls=(call,)))
+                open_assistant = True
+            continue
+        open_assistant = False
+        out.append(_parse_other_item(kind, item, where))
+    return out
+
+
+def _parse_other_item(kind: Any, item: Mapping[str, Any], where: str) -> ConversationItem:
+    if kind == "message":
+        role = item.get("role")
+        if role in ("system", "developer"):
+            return System(_text_of(item.get("content"), where), developer=role == "developer")
+        if role == "user":
+            return User(_parse_parts(item.get("content"), where))
+        raise ValueError(f"{where}.role must be one of user, system, developer, assistant")
+    if kind == "function_call_output":
+        output = item.get("output")
+        parts = [TextPart(output)] if isinstance(output, str) else _parse_parts(output, where)
+        return ToolResult(
+            call_id=req_str(item, "call_id", where),
+            content="".join(p.text for p in parts if isinstance(p, TextPart)),
+            images=[p for p in parts if isinstance(p, ImagePart)],
+        )
+    if kind == "reasoning":
+        return _parse_reasoning(item, where)
+    if isinstance(kind, str) and (kind.endswith("_call") or kind.startswith("mcp_")):
+        return _parse_hosted_call(kind, item)
+    raise ValueError(f"{where}.type {kind!r} is not a supported input item type")
+
+
+def _text_of(value: Any, where: str) -> str:
+    parts = [TextPart(value)] if isinstance(value, str) else _parse_parts(value, where)
+    if any(isinstance(p, ImagePart) for p in parts):
+        raise ValueError(f"{where}.content may hold only text here")
+    return "".join(p.text for p in parts if isinstance(p, TextPart))
+
+
+def _parse_parts(value: Any, where: str) -> list[ContentPart]:
+    if isinstance(value, str):
+        return [TextPart(value)]
+    parts: list[ContentPart] = []
+    for n, raw in enumerate(as_list(value, f"{where}.content")):
+        w = f"{where}.content[{n}]"
+        part = as_object(raw, w)
+        kind = part.get("type")
+        if kind in ("input_text", "output_text", "text"):
+            parts.append(TextPart(req_str(part, "text", w)))
+        elif kind == "input_image":
+            detail = opt_str(part, "detail", w)
+            # ``auto`` is the API default, the same as saying nothing.
+            parts.append(
+                ImagePart(req_str(part, "image_url", w), None if detail == "auto" else detail)
+            )
+        else:
+            raise ValueError(f"{w}.type {kind!r} is not supported (input_text, input_image)")
+    return parts
+
+
+def _parse_assistant_message(item: Mapping[str, Any], where: str) -> Assistant:
+    content = item.get("content")
+    text, refusal = "", None
+    if isinstance(content, str):
+        text = content
+    else:
+        for n, raw in enumerate(as_list(content or [], f"{where}.content")):
+            part = as_object(raw, f"{where}.content[{n}]")
+            if part.get("type") == "refusal":
+                refusal = req_str(part, "refusal", f"{where}.content[{n}]")
+            else:
+                text += req_str(part, "text", f"{where}.content[{n}]")
+    return Assistant(content=text, refusal=refusal, id=opt_str(item, "id", where))
+
+
+def _parse_reasoning(item: Mapping[str, Any], where: str) -> Reasoning:
+    summary = [
+        req_str(as_object(s, f"{where}.summary[{n}]"), "text", f"{where}.summary[{n}]")
+        for n, s in enumerate(as_list(item.get("summary") or [], f"{where}.summary"))
+    ]
+    text = "".join(
+        req_str(as_object(c, f"{where}.content[{n}]"), "text", f"{where}.content[{n}]")
+        for n, c in enumerate(as_list(item.get("content") or [], f"{where}.content"))
+    )
+    return Reasoning(
+        text=text,
+        summary=summary,
+        id=opt_str(item, "id", where),
+        encrypted_content=opt_str(item, "encrypted_content", where),
+        origin=BACKEND,
+    )
+
+
+def _parse_hosted_call(kind: str, item: Mapping[str, Any]) -> BackendToolCall:
+    arguments = item.get("action", item.get("arguments"))
+    if arguments is None:
+        arguments = {}
+    return BackendToolCall(
+        id=str(item.get("id") or item.get("call_id") or ""),
+        name=kind.removesuffix("_call"),
+        arguments=arguments if isinstance(arguments, str) else dumps(arguments).decode(),
+        status=item.get("status") if isinstance(item.get("status"), str) else None,
+        origin=BACKEND,
+        raw=(dict(item),),
+    )
+
+
+def _parse_function_tools(data: Mapping[str, Any]) -> list[ToolSpec]:
+    tools: list[ToolSpec] = []
+    for n, raw in enumerate(as_list(data.get("tools") or [], "tools")):
+        w = f"tools[{n}]"
+        tool = as_object(raw, w)
+        if tool.get("type") != "function":
+            continue
+        tools.append(
+            ToolSpec(
+                name=req_str(tool, "name", w),
+                description=opt_str(tool, "description", w),
+                parameters=as_object(
+                    tool.get("parameters") or {"type": "object", "properties": {}},
+                    f"{w}.parameters",
+                ),
+                strict=opt_bool(tool, "strict", w),
+            )
+        )
+    return tools
+
+
+def _parse_web_search(data: Mapping[str, Any]) -> list[WebSearch]:
+    out: list[WebSearch] = []
+    for n, raw in enumerate(as_list(data.get("tools") or [], "tools")):
+        w = f"tools[{n}]"
+        tool = as_object(raw, w)
+        if tool.get("type") not in ("web_search", "web_search_2025_08_26"):
+            continue
+        filters = as_object(tool.get("filters") or {}, f"{w}.filters")
+        domains = as_list(filters.get("allowed_domains") or [], f"{w}.filters.allowed_domains")
+        out.append(
+            WebSearch(
+                allowed_domains=[str(d) for d in domains],
+                search_context_size=opt_str(tool, "search_context_size", w),
+            )
+        )
+    return out
+
+
+def _parse_tool_choice(value: Any) -> ToolChoiceSpec | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            return ToolChoice(value)
+        except ValueError:
+            raise ValueError("tool_choice must be auto, none, required or an object") from None
+    obj = as_object(value, "tool_choice")
+    if obj.get("type") != "function":
+        return None  # hosted-tool and allowed_tools selectors: outside the neutral model
+    return NamedToolChoice(req_str(obj, "name", "tool_choice"))
+
+
+def _parse_text_format(value: Any) -> ResponseSchema | None:
+    if value is None:
+        return None
+    fmt = as_object(value, "text.format")
+    if fmt.get("type") != "json_schema":
+        return None
+    return ResponseSchema(
+        name=req_str(fmt, "name", "text.format"),
+        schema=as_object(fmt.get("schema", {}), "text.format.schema"),
+        # Like function tools, an omitted strict means strict on Responses.
+        strict=opt_bool(fmt, "strict", "text.format") is not False,
+        description=opt_str(fmt, "description", "text.format"),
+    )

@@ -1,0 +1,204 @@
+"""An incremental, bytes-level Server-Sent Events decoder (WHATWG rules). Pure.
+
+Bytes go in, :class:`ServerSentEvent` values come out; no I/O, no clock. The decoder
+splits on bytes and decodes UTF-8 only per complete line, so
+
+* a multi-byte character split across network reads survives, and
+* U+2028 / U+2029 inside a JSON string are just characters, never line ends
+  (``str.splitlines`` — what ``aiter_lines`` uses — would split there and corrupt JSON).
+
+Line ends are ``\\n``, ``\\r`` and ``\\r\\n``, including a ``\\r\\n`` split across two
+chunks. A UTF-8 BOM at the very start is dropped. Lines starting with ``:`` are comments.
+``data`` lines are joined with ``\\n``; ``event``, ``id`` and ``retry`` are kept; other
+fields are ignored. A blank line dispatches an event; an event with no ``data`` field is
+not dispatched (WHATWG).
+
+Memory is bounded: one event (and so one line) may not exceed ``max_event_bytes``.
+Past it, :meth:`SSEDecoder.feed` raises :class:`SSEEventTooLarge` and the decoder stays
+failed; callers turn that into a typed ``Failed`` (see :func:`trio_sampler.wire.replay`).
+
+At end of body, :meth:`SSEDecoder.close` dispatches an event whose lines were all
+complete but that lacked the final blank line (some servers omit it), and discards an
+unterminated last line: a body cut mid-line is a truncated stream, not an event.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+__all__ = [
+    "DEFAULT_MAX_EVENT_BYTES",
+    "SSEDecodeError",
+    "SSEDecoder",
+    "SSEEventTooLarge",
+    "ServerSentEvent",
+]
+
+#: Default bound on one event's size: generous for huge tool arguments, still bounded.
+DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
+
+_BOM = b"\xef\xbb\xbf"
+
+
+@attrs.define
+class ServerSentEvent:
+    """One dispatched event. ``event`` is ``"message"`` when the server sent no ``event:``."""
+
+    data: str
+    event: str = "message"
+    id: str | None = None
+    retry: int | None = None
+
+
+class SSEDecodeError(ValueError):
+    """The byte stream cannot be decoded as SSE within the configured bounds."""
+
+
+class SSEEventTooLarge(SSEDecodeError):
+    """One event exceeded ``max_event_bytes``."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"a server-sent event exceeded the {limit}-byte limit; the stream was stopped "
+            "(raise max_sse_event_bytes in the config if the server legitimately sends "
+            "events this large)"
+        )
+        self.limit = limit
+
+
+class SSEDecoder:
+    """Incremental SSE decoder: ``feed(chunk) -> events`` and ``close() -> events``.
+
+    Feeding a body whole, byte by byte or split anywhere yields the same events.
+    """
+
+    __slots__ = (
+        "_at_start",
+        "_buffer",
+        "_data",
+        "_event",
+        "_event_bytes",
+        "_failed",
+        "_has_data",
+        "_last_id",
+        "_max",
+        "_retry",
+        "_skip_lf",
+    )
+
+    def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
+        if max_event_bytes <= 0:
+            raise ValueError("max_event_bytes must be a positive number of bytes")
+        self._max = max_event_bytes
+        self._buffer = b""  # an incomplete line carried to the next chunk
+        self._at_start = True  # BOM detection still pending
+        self._skip_lf = False  # last chunk ended in \r: a leading \n belongs to it
+        self._failed = False
+        self._data: list[str] = []
+        self._has_data = False
+        self._event: str | None = None
+        self._last_id: str | None = None  # persists across events (WHATWG)
+        self._retry: int | None = None
+        self._event_bytes = 0
+
+    @property
+    def last_event_id(self) -> str | None:
+        """The last ``id`` field seen (WHATWG: it persists across events)."""
+        return self._last_id
+
+    def feed(self, chunk: bytes) -> list[ServerSentEvent]:
+        """Decode ``chunk`` and return the events it completed.
+
+        Raises :class:`SSEEventTooLarge` when an event grows past the bound (and on every
+        call after that).
+        """
+        if self._failed:
+            raise SSEEventTooLarge(self._max)
+        if not chunk:
+            return []
+        if self._at_start:
+            # Hold back until we can tell whether the body starts with a BOM.
+            data = self._buffer + chunk
+            if len(data) < 3 and _BOM.startswith(data):
+                self._buffer = data
+                return []
+            self._at_start = False
+            self._buffer = b""
+            chunk = data[3:] if data.startswith(_BOM) else data
+            if not chunk:
+                return []
+        if self._skip_lf:
+            self._skip_lf = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+        if b"\r" in chunk:
+            if chunk.endswith(b"\r"):
+                self._skip_lf = True
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        buffer = self._buffer + chunk if self._buffer else chunk
+        lines = buffer.split(b"\n")
+        self._buffer = lines.pop()
+        if len(self._buffer) > self._max:
+            self._fail()
+        out: list[ServerSentEvent] = []
+        for line in lines:
+            self._line(line, out)
+        return out
+
+    def close(self) -> list[ServerSentEvent]:
+        """Signal end of body; returns a final event that lacked its blank line, if any."""
+        if self._failed:
+            return []
+        out: list[ServerSentEvent] = []
+        # An unterminated last line is a truncated line: discard it (see module doc).
+        self._buffer = b""
+        if self._has_data:
+            self._dispatch(out)
+        self._reset_event()
+        return out
+
+    # -- internals -----------------------------------------------------------------
+
+    def _fail(self) -> None:
+        self._failed = True
+        self._buffer = b""
+        self._data = []
+        raise SSEEventTooLarge(self._max)
+
+    def _line(self, raw: bytes, out: list[ServerSentEvent]) -> None:
+        if not raw:
+            if self._has_data:
+                self._dispatch(out)
+            self._reset_event()
+            return
+        if raw[0] == 0x3A:  # b":" comment (keep-alives such as ": OPENROUTER PROCESSING")
+            return
+        self._event_bytes += len(raw) + 1
+        if self._event_bytes > self._max:
+            self._fail()
+        name, sep, value = raw.partition(b":")
+        if sep and value[:1] == b" ":
+            value = value[1:]
+        if name == b"data":
+            self._data.append(value.decode("utf-8", "replace"))
+            self._has_data = True
+        elif name == b"event":
+            self._event = value.decode("utf-8", "replace")
+        elif name == b"id":
+            if b"\x00" not in value:  # WHATWG: ids containing NUL are ignored
+                self._last_id = value.decode("utf-8", "replace")
+        elif name == b"retry":
+            if value.isdigit():
+                self._retry = int(value)
+        # Any other field name is ignored (WHATWG).
+
+    def _dispatch(self, out: list[ServerSentEvent]) -> None:
+        data = self._data[0] if len(self._data) == 1 else "\n".join(self._data)
+        out.append(ServerSentEvent(data, self._event or "message", self._last_id, self._retry))
+
+    def _reset_event(self) -> None:
+        self._data = []
+        self._has_data = False
+        self._event = None
+        self._retry = None
+        self._event_bytes = 0
