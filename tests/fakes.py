@@ -61,6 +61,7 @@ class ScriptedTransport(httpx2.AsyncBaseTransport):
     def __init__(self, script: Sequence[Reply] | Callable[[httpx2.Request, int], Reply]) -> None:
         self._script = script
         self.requests: list[httpx2.Request] = []
+        self.opened_bodies = 0
         self.closed_bodies = 0
 
     def _next(self, request: httpx2.Request) -> Reply:
@@ -78,6 +79,7 @@ class ScriptedTransport(httpx2.AsyncBaseTransport):
             await trio.sleep(reply.delay_headers)
         if reply.error is not None:
             raise reply.error
+        self.opened_bodies += 1
         return httpx2.Response(
             reply.status, headers=reply.headers, stream=_Body(reply, self), request=request
         )

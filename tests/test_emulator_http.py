@@ -11,7 +11,7 @@ import trio
 
 from trio_sampler.emulator import serve
 from trio_sampler.testing import EmulatorFixture, emulator, script_headers
-from trio_sampler.wire.sse import SSEDecoder, ServerSentEvent
+from trio_sampler.wire.sse import ServerSentEvent, SSEDecoder
 
 __all__ = ["emulator"]  # the fixture, imported for tests when the plugin is not registered
 

@@ -7,6 +7,20 @@ event per request.
 
 from importlib.metadata import PackageNotFoundError, version
 
+from .actor import DuplicateRequestError as DuplicateRequestError
+from .actor import RequestCancelledError as RequestCancelledError
+from .actor import RequestStream as RequestStream
+from .actor import SamplerClosedError as SamplerClosedError
+from .actor import SamplerHandle as SamplerHandle
+from .actor import open_sampler as open_sampler
+from .config import RetryPolicy as RetryPolicy
+from .config import SamplerConfig as SamplerConfig
+from .config import Secret as Secret
+from .config import Timeouts as Timeouts
+from .doom_loop import DoomLoopPolicy as DoomLoopPolicy
+from .models import ModelCatalog as ModelCatalog
+from .providers import AuthScheme as AuthScheme
+from .providers import ProviderProfile as ProviderProfile
 from .types import IMAGE_STRIP_PLACEHOLDER as IMAGE_STRIP_PLACEHOLDER
 from .types import ApiBackend as ApiBackend
 from .types import Assistant as Assistant
@@ -68,6 +82,7 @@ __all__ = [
     "ApiBackend",
     "Assistant",
     "AttemptRecord",
+    "AuthScheme",
     "BackendToolCall",
     "BackendToolCallCompleted",
     "BackendToolCallStarted",
@@ -78,24 +93,35 @@ __all__ = [
     "ConversationItem",
     "ConversationRequest",
     "ConversationResponse",
+    "DoomLoopPolicy",
+    "DuplicateRequestError",
     "Failed",
     "FirstToken",
     "HostedTool",
     "ImagePart",
     "ImagesStripped",
+    "ModelCatalog",
     "ModelMetadata",
     "NamedToolChoice",
+    "ProviderProfile",
     "Reasoning",
     "ReasoningCompleted",
     "ReasoningEffort",
+    "RequestCancelledError",
     "RequestMetrics",
+    "RequestStream",
     "ResponseSchema",
+    "RetryPolicy",
     "Retrying",
+    "SamplerClosedError",
+    "SamplerConfig",
+    "SamplerHandle",
     "SamplingChannel",
     "SamplingError",
     "SamplingErrorInfo",
     "SamplingErrorKind",
     "SamplingEvent",
+    "Secret",
     "StopReason",
     "StreamStarted",
     "StripReason",
@@ -103,6 +129,7 @@ __all__ = [
     "System",
     "TerminalEvent",
     "TextPart",
+    "Timeouts",
     "ToolCall",
     "ToolCallDelta",
     "ToolChoice",
@@ -113,5 +140,6 @@ __all__ = [
     "User",
     "WebSearch",
     "collect",
+    "open_sampler",
     "replay",
 ]

@@ -28,6 +28,7 @@ import trio
 from ..client import SamplingClient
 from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy
+from ..models import ModelCatalog
 from ..types import ConversationRequest, ConversationResponse
 from ._request_task import RequestRunner
 from ._stream import RequestState, RequestStream, open_request_channel
@@ -260,6 +261,7 @@ async def open_sampler(
     max_buffered_batches: int = DEFAULT_MAX_BUFFERED_BATCHES,
     transport: httpx2.AsyncBaseTransport | None = None,
     seed: int | None = None,
+    models: ModelCatalog | None = None,
 ) -> AsyncIterator[SamplerHandle]:
     """Run a sampler actor for the duration of the block.
 
@@ -277,6 +279,8 @@ async def open_sampler(
         transport: an ``httpx2`` transport replacing the network (tests, the emulator's
             in-memory transport).
         seed: seeds the jitter so runs are reproducible.
+        models: prices used to compute a response's cost when the server reports none
+            (default: the shipped ``default_models.json``).
     """
     if max_buffered_batches < 1:
         raise ValueError("max_buffered_batches must be at least 1")
@@ -286,7 +290,12 @@ async def open_sampler(
     limiter = trio.CapacityLimiter(max_concurrency) if max_concurrency else None
     async with SamplingClient(config, transport=transport) as client:
         runner = RequestRunner(
-            client, retry_policy, doom_loop or DoomLoopPolicy(), rng=rng, limiter=limiter
+            client,
+            retry_policy,
+            doom_loop or DoomLoopPolicy(),
+            rng=rng,
+            limiter=limiter,
+            catalog=models if models is not None else ModelCatalog.load(),
         )
         actor = _SamplerActor(config, runner, max_buffered_batches=max_buffered_batches)
         async with trio.open_nursery() as nursery:

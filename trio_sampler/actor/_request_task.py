@@ -23,6 +23,7 @@ import trio
 from ..client import SamplingClient, SamplingClientError
 from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DOOM_LOOP_HEADER, DoomLoopPolicy, TailRepetitionDetector, parse_trigger
+from ..models import ModelCatalog
 from ..retry import RetryAction, RetryBudget, classify
 from ..types import (
     ApiBackend,
@@ -88,8 +89,10 @@ class RequestRunner:
         *,
         rng: random.Random,
         limiter: trio.CapacityLimiter | None,
+        catalog: ModelCatalog | None = None,
     ) -> None:
         self._client = client
+        self._catalog = catalog
         self._retry_policy = retry_policy
         self._doom = doom_policy
         self._rng = rng
@@ -141,6 +144,16 @@ class RequestRunner:
                 )
             state.finish(terminal)
 
+    def _with_cost(
+        self, response: ConversationResponse, config: SamplerConfig
+    ) -> ConversationResponse:
+        """Fill in the cost from the model catalog when the server reported none."""
+        if response.cost_usd_ticks is not None or response.usage is None or self._catalog is None:
+            return response
+        model = response.model or config.model
+        cost = self._catalog.cost_ticks(model, response.usage) if model else None
+        return response if cost is None else attrs.evolve(response, cost_usd_ticks=cost)
+
     @staticmethod
     def _partial(state: RequestState) -> ConversationResponse | None:
         transform = state.transform
@@ -174,9 +187,8 @@ class RequestRunner:
                 )
                 metrics.end_attempt(trio.current_time(), result.error)
                 if result.response is not None:
-                    return Completed(
-                        state.request_id, result.response, metrics.build(result.response)
-                    )
+                    response = self._with_cost(result.response, config)
+                    return Completed(state.request_id, response, metrics.build(response))
                 error = result.error
                 assert error is not None
                 last_partial = result.partial

@@ -1,0 +1,56 @@
+"""``trio-sampler replay`` as a user runs it: a subprocess, real files, exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real-streams"
+
+
+def run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "trio_sampler.cli", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_replay_prints_collected_response() -> None:
+    path = CORPUS / "chat_completions" / "openai-gpt-4o-parallel-tool-calls.sse"
+    result = run("replay", str(path), "--backend", "chat_completions")
+    assert result.returncode == 0, result.stderr
+    data = orjson.loads(result.stdout)
+    assert data["stop_reason"] == "tool_calls"
+    assert len(data["tool_calls"]) >= 2
+    assert all(orjson.loads(call["arguments"]) is not None for call in data["tool_calls"])
+    assert data["usage"]["input_tokens"] > 0
+
+
+def test_replay_events_one_json_per_line() -> None:
+    path = CORPUS / "messages" / sorted(p.name for p in (CORPUS / "messages").glob("*.sse"))[0]
+    result = run("replay", str(path), "--backend", "messages", "--events")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.decode().splitlines()
+    events = [orjson.loads(line) for line in lines]
+    assert events[0]["type"] == "StreamStarted"
+    assert events[-1]["type"] == "Completed"
+
+
+def test_replay_failed_stream_exits_1_with_error_on_stderr() -> None:
+    body = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'  # no terminator
+    result = run("replay", "-", "--backend", "chat_completions", stdin=body)
+    assert result.returncode == 1
+    assert b"stream failed" in result.stderr
+    assert orjson.loads(result.stdout)["text"] == "hi"
+
+
+def test_replay_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    result = run("replay", str(tmp_path / "nope.sse"), "--backend", "responses")
+    assert result.returncode == 2
+    assert b"cannot read" in result.stderr

@@ -1,0 +1,277 @@
+"""The bridge: one streamed request → one decision an agent loop can act on (design §2.5).
+
+:func:`run_turn_via_sampler` submits a request, forwards its events to an optional
+``on_event`` callback as they arrive (the UI path), keeps its own accumulation of the turn,
+and turns the terminal event into one of five outcomes:
+
+==================================  ==================================================
+outcome                             when
+==================================  ==================================================
+:class:`TurnResponse`               ``Completed`` (and the context did not overflow)
+:class:`TurnCompactAndResubmit`     ``Failed`` with kind ``CONTEXT_LENGTH_EXCEEDED``, or a
+                                    ``Completed`` whose raw stop reason is
+                                    ``model_context_window_exceeded``
+:class:`TurnRefreshAuthAndResubmit` ``Failed`` with kind ``AUTH`` *and* a credential
+                                    refresher was passed
+:class:`TurnFatal`                  any other ``Failed`` (``AUTH`` without a refresher too)
+:class:`TurnCancelled`              ``Cancelled`` (another task cancelled the request, or
+                                    the sampler shut down)
+==================================  ==================================================
+
+The bridge has no retry logic (that is the actor's, and has already run when ``Failed``
+arrives) and no compaction or credential logic (those are the caller's): it only decides.
+The outcome classes carry a ``Turn`` prefix so they never clash with the event types
+``Completed`` / ``Failed`` / ``Cancelled`` in a ``match`` statement.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeAlias
+
+import attrs
+
+from .types import (
+    Cancelled,
+    Completed,
+    ConversationRequest,
+    ConversationResponse,
+    Failed,
+    RequestMetrics,
+    Retrying,
+    SamplingErrorInfo,
+    SamplingErrorKind,
+    SamplingEvent,
+    TerminalEvent,
+)
+from .wire import collect
+
+if TYPE_CHECKING:
+    from .actor import SamplerHandle
+    from .config import SamplerConfig
+    from .telemetry import GenAITelemetry, RequestTelemetry
+
+__all__ = [
+    "CONTEXT_WINDOW_STOP_REASON",
+    "CredentialRefresher",
+    "EventCallback",
+    "SamplerTurnOutcome",
+    "TurnCancelled",
+    "TurnCompactAndResubmit",
+    "TurnFatal",
+    "TurnRefreshAuthAndResubmit",
+    "TurnResponse",
+    "outcome_for_terminal",
+    "run_turn_via_sampler",
+]
+
+#: The raw stop reason with which some servers (Z.ai, Anthropic) end a turn whose context
+#: window filled up: the response completed, but it is cut and the conversation must shrink.
+CONTEXT_WINDOW_STOP_REASON = "model_context_window_exceeded"
+
+#: Receives every event of the turn, in order. May be a plain function or an ``async def``;
+#: when it returns an awaitable, the bridge awaits it before reading the next event.
+EventCallback: TypeAlias = Callable[[SamplingEvent], Awaitable[object] | object]
+
+#: Produces a fresh configuration (new credentials) for the next submit.
+CredentialRefresher: TypeAlias = Callable[[], Awaitable["SamplerConfig"]]
+
+
+@attrs.frozen
+class TurnResponse:
+    """The turn completed: act on ``response`` (tool calls, final text)."""
+
+    response: ConversationResponse
+    metrics: RequestMetrics | None = None
+    request_id: str = ""
+
+
+@attrs.frozen
+class TurnCompactAndResubmit:
+    """The context window overflowed: compact the conversation and submit again.
+
+    ``partial`` is what the model produced before the overflow, if anything (for a
+    ``model_context_window_exceeded`` stop, the whole cut-off response).
+    """
+
+    error: SamplingErrorInfo
+    partial: ConversationResponse | None = None
+    metrics: RequestMetrics | None = None
+    request_id: str = ""
+
+
+@attrs.frozen
+class TurnRefreshAuthAndResubmit:
+    """Authentication failed and a refresher is configured: refresh, then submit again.
+
+    The bridge does not call the refresher itself; the caller does, so it decides how many
+    times and with which pacing.
+    """
+
+    error: SamplingErrorInfo
+    metrics: RequestMetrics | None = None
+    request_id: str = ""
+
+
+@attrs.frozen
+class TurnFatal:
+    """The turn failed for good (retries, if any were allowed, are already spent)."""
+
+    error: SamplingErrorInfo
+    partial: ConversationResponse | None = None
+    metrics: RequestMetrics | None = None
+    request_id: str = ""
+
+
+@attrs.frozen
+class TurnCancelled:
+    """The request was cancelled (not by the caller's own task: that raises instead).
+
+    ``partial`` keeps what was received, usage included, so it can still be billed or shown.
+    """
+
+    reason: str
+    partial: ConversationResponse | None = None
+    metrics: RequestMetrics | None = None
+    request_id: str = ""
+
+
+SamplerTurnOutcome: TypeAlias = (
+    TurnResponse | TurnCompactAndResubmit | TurnRefreshAuthAndResubmit | TurnFatal | TurnCancelled
+)
+
+
+def _context_window_error(response: ConversationResponse) -> SamplingErrorInfo:
+    return SamplingErrorInfo(
+        kind=SamplingErrorKind.CONTEXT_LENGTH_EXCEEDED,
+        message=(
+            "the model stopped because its context window is full "
+            f"(stop reason {CONTEXT_WINDOW_STOP_REASON!r}); compact the conversation"
+        ),
+        error_code=CONTEXT_WINDOW_STOP_REASON,
+    )
+
+
+def outcome_for_terminal(
+    terminal: TerminalEvent,
+    *,
+    can_refresh_auth: bool,
+    partial: ConversationResponse | None = None,
+) -> SamplerTurnOutcome:
+    """Translate a terminal event into the turn's outcome. Pure.
+
+    ``partial`` is the caller's own accumulation, used when a ``Failed`` or ``Cancelled``
+    carries none. ``can_refresh_auth`` says whether a credential refresher is configured.
+    """
+    if isinstance(terminal, Completed):
+        response = terminal.response
+        if response.raw_stop_reason == CONTEXT_WINDOW_STOP_REASON:
+            return TurnCompactAndResubmit(
+                _context_window_error(response), response, terminal.metrics, terminal.request_id
+            )
+        return TurnResponse(response, terminal.metrics, terminal.request_id)
+    if isinstance(terminal, Cancelled):
+        return TurnCancelled(
+            terminal.reason, terminal.partial or partial, terminal.metrics, terminal.request_id
+        )
+    error = terminal.error
+    kept = terminal.partial or partial
+    if error.kind is SamplingErrorKind.CONTEXT_LENGTH_EXCEEDED:
+        return TurnCompactAndResubmit(error, kept, terminal.metrics, terminal.request_id)
+    if error.kind is SamplingErrorKind.AUTH and can_refresh_auth:
+        return TurnRefreshAuthAndResubmit(error, terminal.metrics, terminal.request_id)
+    return TurnFatal(error, kept, terminal.metrics, terminal.request_id)
+
+
+class _TurnAccumulation:
+    """The events of the current attempt, folded with :func:`trio_sampler.wire.collect`.
+
+    A ``Retrying`` with ``discard_partial`` throws the attempt's output away, exactly as
+    ``collect`` does, so only the last attempt counts.
+    """
+
+    def __init__(self) -> None:
+        self.events: list[SamplingEvent] = []
+
+    def add(self, event: SamplingEvent) -> None:
+        if isinstance(event, Retrying) and event.discard_partial:
+            self.events.clear()
+        elif not isinstance(event, Retrying):
+            self.events.append(event)
+
+    def response(self) -> ConversationResponse | None:
+        """What the turn produced so far (``None`` if nothing)."""
+        if not self.events:
+            return None
+        return collect(self.events)
+
+
+async def run_turn_via_sampler(
+    handle: SamplerHandle,
+    request: ConversationRequest,
+    *,
+    on_event: EventCallback | None = None,
+    refresh_credentials: CredentialRefresher | None = None,
+    config: SamplerConfig | None = None,
+    telemetry: GenAITelemetry | None = None,
+    request_id: str | None = None,
+) -> SamplerTurnOutcome:
+    """Run one request to its terminal and say what the agent loop should do next.
+
+    Args:
+        handle: the running sampler.
+        request: the turn to sample.
+        on_event: called with every event, terminal included, in order, from this task.
+            A plain function or an ``async def``; an async callback is awaited before the
+            next event is read, so a slow consumer slows the stream (backpressure) instead
+            of growing a buffer. If it raises, the request is cancelled and the exception
+            propagates to the caller.
+        refresh_credentials: the caller's credential refresher. The bridge never calls it;
+            its presence turns an ``AUTH`` failure into :class:`TurnRefreshAuthAndResubmit`
+            instead of :class:`TurnFatal`.
+        config: a per-request configuration (e.g. fresh credentials), else the sampler's.
+        telemetry: records an OpenTelemetry span and GenAI metrics for the request
+            (:mod:`trio_sampler.telemetry`, needs the ``otel`` extra).
+        request_id: the id to submit under (generated when ``None``).
+
+    Returns:
+        One of the five :data:`SamplerTurnOutcome` classes.
+
+    Cancellation: if the calling task is cancelled, the request is cancelled too (the
+    stream's context is left) and ``trio.Cancelled`` propagates; :class:`TurnCancelled` is
+    only returned when the request was cancelled from elsewhere.
+    """
+    stream = await handle.submit(request, config=config, request_id=request_id)
+    recorder: RequestTelemetry | None = None
+    if telemetry is not None:
+        recorder = telemetry.start_request(request, config=config, request_id=stream.request_id)
+    accumulation = _TurnAccumulation()
+    terminal: TerminalEvent | None = None
+    try:
+        async with stream:
+            async for event in stream:
+                if isinstance(event, Completed | Failed | Cancelled):
+                    terminal = event
+                else:
+                    accumulation.add(event)
+                if recorder is not None:
+                    recorder.observe(event)
+                if on_event is not None:
+                    result = on_event(event)
+                    if inspect.isawaitable(result):
+                        await result
+    finally:
+        if recorder is not None and terminal is None:
+            # The caller's task left early (cancelled, or on_event raised): the span still
+            # ends, marked as cancelled by the caller.
+            recorder.abort("cancelled by the caller")
+    # The stream always ends with its terminal (contract 1); the fallback is defensive.
+    terminal = terminal or stream.terminal
+    if terminal is None:  # pragma: no cover - contract 1 makes this unreachable
+        raise RuntimeError(f"request {stream.request_id} ended without a terminal event")
+    return outcome_for_terminal(
+        terminal,
+        can_refresh_auth=refresh_credentials is not None,
+        partial=accumulation.response(),
+    )
