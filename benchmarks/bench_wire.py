@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import os
 import platform
@@ -54,13 +55,13 @@ TARGET_VS_ANTHROPIC = 8.0
 #: ours time <= this multiple of the floor's time.
 TARGET_VS_FLOOR = 3.0
 
-_WORDS = (
-    " the weather in Edinburgh is mild today , with light rain expected after noon and"
+_PROSE = (
+    "The weather in Edinburgh is mild today , with light rain expected after noon and"
     " a gentle westerly wind ; temperatures stay near 14 ° C until the evening ."
     " Bring an umbrella if you walk along the Royal Mile , and note that the café"
     " on the corner closes early on Sundays . 🌧️ Overall it is a fine day for"
     " a museum visit or a short hike up Arthur 's Seat"
-).split(" ")
+)
 _TOOL_ARGUMENTS = json.dumps(
     {
         "location": "Edinburgh, Scotland",
@@ -80,14 +81,14 @@ _MODEL = "bench-model"
 
 def text_tokens() -> list[str]:
     """The text deltas: words with their leading space (and a few non-ASCII ones)."""
-    words = [w for w in _WORDS if w]
+    words = _PROSE.split()
     return [(" " if i else "") + words[i % len(words)] for i in range(TEXT_TOKENS)]
 
 
 def argument_fragments() -> list[str]:
     """The tool-call arguments cut into ``ARGUMENT_FRAGMENTS`` pieces."""
     cuts = [len(_TOOL_ARGUMENTS) * i // ARGUMENT_FRAGMENTS for i in range(ARGUMENT_FRAGMENTS + 1)]
-    return [_TOOL_ARGUMENTS[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+    return [_TOOL_ARGUMENTS[a:b] for a, b in itertools.pairwise(cuts)]
 
 
 def _data(payload: dict[str, Any], event: str | None = None) -> bytes:
@@ -256,7 +257,7 @@ def responses_body() -> bytes:
 
 def messages_body() -> bytes:
     """Anthropic shape: message_start, text block, ping, tool_use block, delta, stop."""
-    start = {
+    start: dict[str, Any] = {
         "model": "claude-haiku-4-5-20251001",
         "id": "msg_01T8kTq7cYyYJeQ5DxcVUc6D",
         "type": "message",
@@ -296,7 +297,11 @@ def messages_body() -> bytes:
     usage = {"output_tokens": TEXT_TOKENS + ARGUMENT_FRAGMENTS}
     parts += [
         event("content_block_stop", index=1),
-        event("message_delta", delta={"stop_reason": "tool_use", "stop_sequence": None}, usage=usage),
+        event(
+            "message_delta",
+            delta={"stop_reason": "tool_use", "stop_sequence": None},
+            usage=usage,
+        ),
         event("message_stop"),
     ]
     return b"".join(parts)

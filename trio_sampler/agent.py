@@ -54,6 +54,7 @@ from .types import (
     ConversationRequest,
     ConversationResponse,
     SamplingErrorInfo,
+    SamplingErrorKind,
     ToolCall,
     ToolResult,
     ToolSpec,
@@ -134,7 +135,7 @@ class ToolRegistry:
         Raises ``ValueError`` for a name the providers reject (``[A-Za-z0-9_-]{1,64}``) or
         one already registered.
         """
-        tool_name = name or getattr(function, "__name__", "")
+        tool_name: str = name or str(getattr(function, "__name__", ""))
         if not _TOOL_NAME.match(tool_name):
             raise ValueError(
                 f"tool name {tool_name!r} is not accepted by the providers: use 1 to 64 "
@@ -145,7 +146,9 @@ class ToolRegistry:
         if description is None:
             doc = inspect.getdoc(function) or ""
             description = doc.split("\n\n", 1)[0].strip() or None
-        schema = dict(parameters) if parameters is not None else {"type": "object", "properties": {}}
+        schema = (
+            dict(parameters) if parameters is not None else {"type": "object", "properties": {}}
+        )
         try:
             signature: inspect.Signature | None = inspect.signature(function)
         except (TypeError, ValueError):  # some builtins have none: skip the binding check
@@ -197,7 +200,8 @@ class ToolRegistry:
             arguments = orjson.loads(call.arguments or "{}")
         except orjson.JSONDecodeError as exc:
             return self._error(
-                call, f"the arguments of {call.name!r} are not valid JSON ({exc}); send a JSON object"
+                call,
+                f"the arguments of {call.name!r} are not valid JSON ({exc}); send a JSON object",
             )
         if not isinstance(arguments, dict):
             return self._error(
@@ -428,7 +432,8 @@ async def process_conversation_turn(
             refreshes_in_row += 1
         elif isinstance(outcome, TurnFatal):
             usage = _add_usage(usage, outcome.partial)
-            stop = AgentStop.AUTH_FAILED if outcome.error.kind.value == "auth" else AgentStop.FAILED
+            auth = outcome.error.kind is SamplingErrorKind.AUTH
+            stop = AgentStop.AUTH_FAILED if auth else AgentStop.FAILED
             return result(stop, outcome.partial, outcome.error)
         else:
             assert isinstance(outcome, TurnCancelled)
@@ -450,6 +455,8 @@ MAX_EXPONENT = 10_000
 #: Integers (intermediate ones too) may not exceed this many bits (~3000 digits).
 MAX_INT_BITS = 10_000
 MAX_EXPRESSION_CHARS = 1_000
+#: Operators may nest this deep (keeps the evaluator far from the recursion limit).
+MAX_NESTING = 100
 
 _BINARY: Mapping[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -481,23 +488,27 @@ def _power(base: int | float, exponent: int | float) -> int | float:
     if abs(exponent) > MAX_EXPONENT:
         raise CalculationError(f"exponent {exponent} is too large (the limit is {MAX_EXPONENT})")
     # Refuse before computing: an int power's size is about bits(base) * exponent.
-    if isinstance(base, int) and isinstance(exponent, int) and exponent > 0:
-        if max(base.bit_length() - 1, 0) * exponent > MAX_INT_BITS:
-            raise CalculationError(f"the result is too large (more than {MAX_INT_BITS} bits)")
+    # (The estimate may undershoot by 2x; _checked catches the rest, still cheaply.)
+    both_int = isinstance(base, int) and isinstance(exponent, int)
+    if both_int and exponent > 0 and max(int(base).bit_length() - 1, 0) * exponent > MAX_INT_BITS:
+        raise CalculationError(f"the result is too large (more than {MAX_INT_BITS} bits)")
     return _checked(operator.pow(base, exponent))
 
 
-def _evaluate(node: ast.AST) -> int | float:
+def _evaluate(node: ast.AST, depth: int = 0) -> int | float:
+    if depth > MAX_NESTING:
+        raise CalculationError(f"the expression is nested more than {MAX_NESTING} levels deep")
+    depth += 1
     if isinstance(node, ast.Expression):
-        return _evaluate(node.body)
+        return _evaluate(node.body, depth)
     if isinstance(node, ast.Constant):
         if type(node.value) in (int, float):  # not bool, complex, str, bytes or None
             return _checked(node.value)
         raise CalculationError(f"only numbers are allowed, not {node.value!r}")
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        return _checked(_UNARY[type(node.op)](_evaluate(node.operand)))
+        return _checked(_UNARY[type(node.op)](_evaluate(node.operand, depth)))
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        left, right = _evaluate(node.left), _evaluate(node.right)
+        left, right = _evaluate(node.left, depth), _evaluate(node.right, depth)
         if isinstance(node.op, ast.Pow):
             return _power(left, right)
         return _checked(_BINARY[type(node.op)](left, right))
@@ -587,12 +598,14 @@ def builtin_tools(
     async def read_file(path: str) -> str:
         """Read a text file under the working directory."""
         target = await confined.resolve(path)
+        if await target.is_dir():
+            raise ToolError(f"{path!r} is a directory; use list_directory")
         try:
-            data, size = await trio.to_thread.run_sync(_read_capped, os.fspath(target), max_file_bytes)
+            data, size = await trio.to_thread.run_sync(
+                _read_capped, os.fspath(target), max_file_bytes
+            )
         except FileNotFoundError:
             raise ToolError(f"no such file: {path!r}") from None
-        except IsADirectoryError:
-            raise ToolError(f"{path!r} is a directory; use list_directory") from None
         except PermissionError:
             raise ToolError(f"permission denied: {path!r}") from None
         if b"\0" in data:

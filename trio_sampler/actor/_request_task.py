@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import AsyncIterator
 
 import attrs
 import trio
@@ -58,6 +59,9 @@ _CONTENT = frozenset(
     {ChannelToken, ToolCallDelta, FirstToken, BackendToolCallStarted, BackendToolCallCompleted}
 )
 _REASONING = SamplingChannel.REASONING
+# After a completed stream, read at most this much more to reuse the connection.
+_DRAIN_MAX_BYTES = 64 * 1024
+_DRAIN_MAX_SECONDS = 1.0
 
 
 @attrs.define
@@ -344,6 +348,7 @@ class RequestRunner:
                 decoder = SSEDecoder(config.max_sse_event_bytes)
                 deadline = now + timeouts.first_token
                 chunks = stream.__aiter__()
+                body_done = False
                 while not transform.finished:
                     chunk: bytes | None = None
                     timed_out = True
@@ -356,6 +361,7 @@ class RequestRunner:
                     if timed_out:
                         events = transform.abort(self._timeout_error(emitted))
                     elif chunk is None:
+                        body_done = True
                         events = self._close(transform, decoder)
                     else:
                         events = self._feed(transform, decoder, chunk)
@@ -384,11 +390,26 @@ class RequestRunner:
                         await state.emit(batch)
                     if done:
                         break
+                if not body_done and terminal and isinstance(terminal[0], Completed):
+                    await self._drain(chunks)
         except SamplingClientError as exc:
             return _AttemptResult(
                 error=exc.info, partial=self._partial(state), emitted_output=emitted
             )
         return self._judge(terminal, emitted, armed, triggers)
+
+    @staticmethod
+    async def _drain(chunks: AsyncIterator[bytes]) -> None:
+        """Read what little follows a completed stream (the end of a chunked body), so the
+        connection goes back to the pool instead of being closed. Bounded in bytes and
+        time; whatever is left after that is dropped with the connection."""
+        left = _DRAIN_MAX_BYTES
+        with trio.move_on_after(_DRAIN_MAX_SECONDS):
+            try:
+                while left > 0:
+                    left -= len(await chunks.__anext__())
+            except (StopAsyncIteration, SamplingClientError):
+                pass
 
     @staticmethod
     def _timeout_error(emitted: bool) -> SamplingErrorInfo:

@@ -84,10 +84,15 @@ class _Builder:
             "completed_at": self.created_at if status != "in_progress" else None,
             **_RESPONSE_DEFAULTS,
             **self.view.echo,
+            "reasoning": self._reasoning(),
             "model": self.view.model,
             "output": list(self.output),
             **fields,
         }
+
+    def _reasoning(self) -> dict[str, Any]:
+        echoed = self.view.echo.get("reasoning")
+        return {**_RESPONSE_DEFAULTS["reasoning"], **(echoed if isinstance(echoed, dict) else {})}
 
     def item(self, item: dict[str, Any], events: list[tuple[str, dict[str, Any]]]) -> None:
         index = len(self.output)

@@ -11,6 +11,8 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
+
 from ..types import ApiBackend, ConversationRequest
 from ._request import BuildOptions, WireRequest
 from ._transform import StreamTransform
@@ -46,8 +48,22 @@ def new_transform(
 def build_request(
     backend: ApiBackend | str, request: ConversationRequest, options: BuildOptions
 ) -> WireRequest:
-    """Render ``request`` for ``backend`` (see each backend's ``build_request``)."""
+    """Render ``request`` for ``backend`` (see each backend's ``build_request``).
+
+    ``request.extra_headers`` are appended to the wire headers here, for every backend;
+    a header name or value containing CR, LF or NUL raises ``ValueError``.
+    """
     result: WireRequest = _module(backend, "_request").build_request(request, options)
+    if request.extra_headers:
+        extra: list[tuple[str, str]] = []
+        for name, value in request.extra_headers.items():
+            if any(c in name + value for c in "\r\n\x00") or not name:
+                raise ValueError(
+                    f"request header {name!r} has an empty name or contains CR, LF or NUL; "
+                    "remove it from ConversationRequest.extra_headers"
+                )
+            extra.append((name, value))
+        result = attrs.evolve(result, headers=(*result.headers, *extra))
     return result
 
 

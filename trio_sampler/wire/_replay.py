@@ -58,14 +58,18 @@ def replay(
     events = transform.start(headers)
     if isinstance(chunks, bytes | bytearray | memoryview):
         chunks = [bytes(chunks)]
+    # Bound methods hoisted out of the per-event loop (it runs once per SSE event).
+    feed_bytes = decoder.feed
+    feed_event = transform.feed
+    extend = events.extend
     try:
         for chunk in chunks:
-            for sse in decoder.feed(chunk):
-                events.extend(transform.feed(sse))
+            for sse in feed_bytes(chunk):
+                extend(feed_event(sse))
             if transform.finished:
                 return events
         for sse in decoder.close():
-            events.extend(transform.feed(sse))
+            extend(feed_event(sse))
     except SSEDecodeError as exc:
         events.extend(transform.abort(decode_failure(exc)))
         return events
@@ -140,17 +144,31 @@ def collect(events: Iterable[SamplingEvent]) -> ConversationResponse:
     assembled from the deltas. A ``Retrying(discard_partial=True)`` resets the assembly,
     so only the last attempt counts.
     """
+    # The deltas are only folded when no terminal carries a response, which is rare: one
+    # cheap type check per event, and the (much costlier) assembly only when needed.
+    pending: list[SamplingEvent] = []
+    keep = pending.append
+    for event in events:
+        if not isinstance(event, _CONTROL):
+            keep(event)
+        elif isinstance(event, Completed):
+            return event.response
+        elif isinstance(event, Retrying):
+            if event.discard_partial:
+                pending.clear()
+        elif event.partial is not None:  # Failed | Cancelled
+            return event.partial
+        else:
+            break
+    return _assemble(pending)
+
+
+#: Events that steer ``collect`` rather than carry output.
+_CONTROL = (Completed, Failed, Cancelled, Retrying)
+
+
+def _assemble(events: list[SamplingEvent]) -> ConversationResponse:
     assembly = _DeltaAssembly()
     for event in events:
-        if isinstance(event, Completed):
-            return event.response
-        if isinstance(event, Failed | Cancelled):
-            if event.partial is not None:
-                return event.partial
-            return assembly.response()
-        if isinstance(event, Retrying):
-            if event.discard_partial:
-                assembly.reset()
-            continue
         assembly.add(event)
     return assembly.response()

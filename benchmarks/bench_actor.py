@@ -1,0 +1,994 @@
+"""The actor under load: concurrent streams from the emulator, against a raw floor and the SDKs.
+
+One emulator runs in bench mode (pre-rendered bodies, one write per response) in a
+separate process; every measurement cell runs in a fresh client process (so heaps, file
+descriptors and GC state of one cell never leak into the next) against that same server.
+At each concurrency ``C`` the contenders are:
+
+* **ours**: ``open_sampler(config)`` (Chat Completions backend), ``C`` requests submitted at
+  once, every event of every stream read by its own consumer task;
+* **floor**: one ``httpx2.AsyncClient``, ``aiter_raw``, bytes split on ``b"\\n\\n"``,
+  ``orjson.loads``, no events, same ``C``, under trio;
+* **openai**: ``AsyncOpenAI(max_retries=0, http_client=httpx2.AsyncClient(...))``,
+  ``chat.completions.create(stream=True)``, iterating the chunks (anyio on trio);
+* **anthropic**: ``AsyncAnthropic(...)`` likewise, ``messages.create(stream=True)`` against
+  the emulator's Messages endpoint, iterating the raw events.
+
+Each stream is a scripted reply of ``--tokens`` text deltas (``chunk_chars`` characters
+each). An **event** is one text delta delivered to the consumer (``ChannelToken`` for
+ours, a chunk with ``delta.content`` for the floor and openai, a ``content_block_delta``
+for anthropic), so every column counts the same unit of work.
+
+Measured per cell: events/s (wall clock, first request to last terminal), client CPU per
+event (``time.process_time()`` delta of the client process over the same window), time to
+first token at the consumer (p50/p99, and ours minus the floor's at the same ``C``), and
+memory per in-flight stream (RSS delta / ``C`` with ``C`` slow streams held open after each
+received its first token). For ours alone: cancel-to-terminal latency with 1,000 streams
+in flight (``RequestStream.cancel()`` to the ``Cancelled`` event arriving at the consumer),
+one cancel at a time (the target) and all at once (reported).
+
+Run ``python benchmarks/bench_actor.py`` (``--quick`` for a short run); see
+``docs/benchmarks-actor.md``. It prints a table and PASS/FAIL per target, writes JSON, and
+always exits 0 unless the benchmark itself cannot run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import io
+import json
+import math
+import os
+import platform
+import pstats
+import resource
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx2
+import openai
+import orjson
+import trio
+
+from trio_sampler.actor import RequestStream, SamplerHandle, open_sampler
+from trio_sampler.config import RetryPolicy, SamplerConfig, Timeouts
+from trio_sampler.types import (
+    ApiBackend,
+    Cancelled,
+    ChannelToken,
+    Completed,
+    ConversationRequest,
+    Failed,
+    User,
+)
+
+IMPLS = ("ours", "floor", "openai", "anthropic")
+DEFAULT_CONCURRENCY = (1, 100, 500, 2000, 10000)
+QUICK_CONCURRENCY = (1, 50, 200)
+DEFAULT_JSON = Path(__file__).parent / "results" / "bench_actor.json"
+MODEL = "bench-model"
+MAX_TOKENS = 8192
+#: Streams per cell at least (small ``C`` is repeated in rounds so the numbers are stable).
+MIN_STREAMS = 200
+#: Slow script for the memory and cancel cells: first token at once, then one event every
+#: ``SLOW_DELAY_MS``; long enough that every stream is still open when measured.
+SLOW_DELAY_MS = 2000
+SLOW_TOKENS = 60
+WORKER_TIMEOUT_S = 1800.0
+
+#: Targets (issue 5).
+TARGET_CPU_VS_FLOOR = 2.0  # ours CPU/event <= 2x floor's, at C = TARGET_AT
+TARGET_VS_OPENAI = 15.0  # ours events/s >= 15x openai's, at C = TARGET_AT
+TARGET_AT = 500
+TARGET_MAX_C = 10000  # streams without errors
+TARGET_CANCEL_P99_MS = 5.0
+
+_PROSE = (
+    "The weather in Edinburgh is mild today, with light rain expected after noon and a "
+    "gentle westerly wind; temperatures stay near 14 degrees until the evening. "
+)
+
+
+# -- shared helpers --------------------------------------------------------------------
+
+
+def raise_nofile() -> tuple[int, int]:
+    """Raise the soft open-file limit to the hard limit; return the (soft, hard) now set."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process (Linux ``/proc``), in bytes."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("VmRSS not found in /proc/self/status")
+
+
+def percentile(values: Sequence[float], fraction: float) -> float | None:
+    """Nearest-rank percentile; ``None`` for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def script_text(tokens: int, chunk_chars: int) -> str:
+    needed = tokens * chunk_chars
+    return (_PROSE * (needed // len(_PROSE) + 1))[:needed]
+
+
+def script_header(tokens: int, chunk_chars: int, delay_ms: float = 0.0) -> str:
+    script: dict[str, Any] = {"text": script_text(tokens, chunk_chars), "chunk_chars": chunk_chars}
+    if delay_ms:
+        script["delay_ms"] = delay_ms
+    return json.dumps(script, separators=(",", ":"))
+
+
+def machine_info() -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "trio": trio.__version__,
+        "httpx2": httpx2.__version__,
+        "openai": openai.__version__,
+        "anthropic": anthropic.__version__,
+        "nofile": list(resource.getrlimit(resource.RLIMIT_NOFILE)),
+    }
+
+
+# -- the server process ----------------------------------------------------------------
+
+
+def serve_main(backlog: int) -> None:
+    """The emulator in bench mode, with a listen backlog large enough for 10k connects.
+
+    ``trio_sampler.emulator.serve`` has no ``backlog`` option (hypercorn's default is 100,
+    which drops SYNs at C = 10,000 and adds 1 s retransmits to connect times), so this
+    builds the same Hypercorn setup around ``EmulatorApp(bench=True)``.
+    """
+    import functools
+
+    from hypercorn.config import Config
+    from hypercorn.trio import serve as hypercorn_serve
+
+    from trio_sampler.emulator import EmulatorApp
+
+    raise_nofile()
+
+    async def main() -> None:
+        config = Config()
+        config.bind = ["127.0.0.1:0"]
+        config.accesslog = None
+        config.loglevel = "WARNING"
+        config.graceful_timeout = 0.5
+        config.backlog = backlog
+        config.keep_alive_timeout = 300
+        async with trio.open_nursery() as nursery:
+            binds: list[str] = await nursery.start(
+                functools.partial(hypercorn_serve, EmulatorApp(bench=True), config)
+            )
+            origin = binds[0].rsplit(":", 1)
+            print(f"listening on http://127.0.0.1:{origin[1]}", flush=True)
+
+    try:
+        trio.run(main)
+    except KeyboardInterrupt:
+        pass
+
+
+class Server:
+    """The emulator subprocess; ``origin`` is ``http://127.0.0.1:PORT``."""
+
+    def __init__(self, backlog: int) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--_serve", "--backlog", str(backlog)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        prefix = "listening on "
+        if not line.startswith(prefix):
+            self.proc.kill()
+            raise RuntimeError(f"the emulator did not start (first line {line!r})")
+        self.origin = line[len(prefix) :]
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the server process so far (from ``/proc``)."""
+        with open(f"/proc/{self.proc.pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / ticks
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# -- one stream per contender ------------------------------------------------------------
+
+
+class Rec:
+    """What one stream saw, at its consumer."""
+
+    __slots__ = ("error", "events", "first", "metric_ttft_ms", "ok", "start", "terminal_at")
+
+    def __init__(self) -> None:
+        self.start = 0.0
+        self.first: float | None = None
+        self.events = 0
+        self.ok = False
+        self.error: str | None = None
+        self.metric_ttft_ms: float | None = None
+        self.terminal_at: float | None = None
+
+
+class Contender:
+    """Opens what a contender needs (an actor, a client) and runs one stream on it."""
+
+    def __init__(self, impl: str, origin: str, tokens: int, script: str) -> None:
+        self.impl = impl
+        self.origin = origin
+        self.tokens = tokens
+        self.headers = {"x-emulator-script": script, "x-emulator-bench": "1"}
+        self.handle: SamplerHandle | None = None
+        self.http: httpx2.AsyncClient | None = None
+        self.openai: openai.AsyncOpenAI | None = None
+        self.anthropic: anthropic.AsyncAnthropic | None = None
+        self.messages: list[dict[str, Any]] = [
+            {"role": "user", "content": "Tell me about the weather."}
+        ]
+        self.floor_body = orjson.dumps({"model": MODEL, "messages": self.messages, "stream": True})
+        self.request = ConversationRequest(
+            items=[User("Tell me about the weather.")], max_output_tokens=MAX_TOKENS
+        )
+
+    def sampler_config(self) -> SamplerConfig:
+        return SamplerConfig(
+            base_url=self.origin + "/v1",
+            backend=ApiBackend.CHAT_COMPLETIONS,
+            model=MODEL,
+            api_key="bench-key",
+            extra_headers=tuple(self.headers.items()),
+            timeouts=Timeouts(connect=120.0, response_headers=300.0),
+            retry=RetryPolicy(max_retries=0),  # errors must show, not be retried away
+        )
+
+    @staticmethod
+    def http_client() -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(
+            limits=httpx2.Limits(max_connections=None, max_keepalive_connections=64),
+            timeout=httpx2.Timeout(300.0, connect=120.0, pool=None),
+        )
+
+    async def run(self, body: Callable[[], Awaitable[None]]) -> None:
+        """Open the contender's client for the duration of ``body``."""
+        if self.impl == "ours":
+            async with open_sampler(self.sampler_config()) as handle:
+                self.handle = handle
+                await body()
+        elif self.impl == "floor":
+            async with self.http_client() as http:
+                self.http = http
+                await body()
+        elif self.impl == "openai":
+            async with openai.AsyncOpenAI(
+                base_url=self.origin + "/v1",
+                api_key="bench-key",
+                max_retries=0,
+                timeout=httpx2.Timeout(300.0, connect=120.0, pool=None),
+                http_client=self.http_client(),
+            ) as client:
+                self.openai = client
+                await body()
+        elif self.impl == "anthropic":
+            async with anthropic.AsyncAnthropic(
+                base_url=self.origin,
+                api_key="bench-key",
+                max_retries=0,
+                timeout=httpx2.Timeout(300.0, connect=120.0, pool=None),
+                http_client=self.http_client(),
+            ) as client:
+                self.anthropic = client
+                await body()
+        else:
+            raise ValueError(f"unknown contender {self.impl!r}")
+
+    async def stream(
+        self,
+        rec: Rec,
+        *,
+        started: Callable[[], None] | None = None,
+        on_stream: Callable[[RequestStream], None] | None = None,
+    ) -> None:
+        """Run one stream to its end, recording into ``rec``; never raises (but Cancelled).
+
+        ``started`` is called once, at the first text delta; ``on_stream`` (ours only) gets
+        the ``RequestStream`` as soon as it exists.
+        """
+        rec.start = time.perf_counter()
+        try:
+            if self.impl == "ours":
+                await self._ours(rec, started, on_stream)
+            elif self.impl == "floor":
+                await self._floor(rec, started)
+            elif self.impl == "openai":
+                await self._openai(rec, started)
+            else:
+                await self._anthropic(rec, started)
+        except Exception as exc:  # recorded as this stream's error
+            rec.error = f"{type(exc).__name__}: {str(exc)[:200]}"
+        if rec.ok and rec.events != self.tokens:
+            rec.ok = False
+            rec.error = rec.error or f"expected {self.tokens} text deltas, got {rec.events}"
+
+    def _token(self, rec: Rec, started: Callable[[], None] | None) -> None:
+        rec.events += 1
+        if rec.first is None:
+            rec.first = time.perf_counter()
+            if started is not None:
+                started()
+
+    async def _ours(
+        self,
+        rec: Rec,
+        started: Callable[[], None] | None,
+        on_stream: Callable[[RequestStream], None] | None,
+    ) -> None:
+        assert self.handle is not None
+        stream = await self.handle.submit(self.request)
+        if on_stream is not None:
+            on_stream(stream)
+        async with stream:
+            async for event in stream:
+                kind = type(event)
+                if kind is ChannelToken:
+                    self._token(rec, started)
+                elif kind is Completed or kind is Failed or kind is Cancelled:
+                    assert isinstance(event, Completed | Failed | Cancelled)
+                    rec.terminal_at = time.perf_counter()
+                    rec.metric_ttft_ms = event.metrics.time_to_first_token_ms
+                    if isinstance(event, Completed):
+                        rec.ok = True
+                    elif isinstance(event, Failed):
+                        rec.error = f"Failed: {event.error}"
+                    else:
+                        rec.error = f"Cancelled: {event.reason}"
+
+    async def _floor(self, rec: Rec, started: Callable[[], None] | None) -> None:
+        assert self.http is not None
+        headers = {**self.headers, "content-type": "application/json"}
+        url = self.origin + "/v1/chat/completions"
+        async with self.http.stream("POST", url, content=self.floor_body, headers=headers) as r:
+            if r.status_code != 200:
+                raise RuntimeError(f"HTTP {r.status_code}")
+            pending = b""
+            async for raw in r.aiter_raw():
+                frames = (pending + raw).split(b"\n\n")
+                pending = frames.pop()
+                for frame in frames:
+                    if not frame.startswith(b"data: "):
+                        continue
+                    data = frame[6:]
+                    if data == b"[DONE]":
+                        rec.ok = True
+                        continue
+                    choices = orjson.loads(data)["choices"]
+                    if choices and choices[0]["delta"].get("content"):
+                        self._token(rec, started)
+
+    async def _openai(self, rec: Rec, started: Callable[[], None] | None) -> None:
+        assert self.openai is not None
+        stream = await self.openai.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Tell me about the weather."}],
+            stream=True,
+            extra_headers=self.headers,
+        )
+        async with stream:
+            async for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    self._token(rec, started)
+                elif chunk.choices and chunk.choices[0].finish_reason:
+                    rec.ok = True
+
+    async def _anthropic(self, rec: Rec, started: Callable[[], None] | None) -> None:
+        assert self.anthropic is not None
+        stream = await self.anthropic.messages.create(
+            model=MODEL,
+            max_tokens=MAX_TOKENS,
+            messages=[{"role": "user", "content": "Tell me about the weather."}],
+            stream=True,
+            extra_headers=self.headers,
+        )
+        async with stream:
+            async for event in stream:
+                if event.type == "content_block_delta":
+                    self._token(rec, started)
+                elif event.type == "message_stop":
+                    rec.ok = True
+
+
+# -- worker cells (each in a fresh process) ----------------------------------------------
+
+
+def _errors(recs: Sequence[Rec]) -> tuple[int, list[str]]:
+    failed = [r.error or "no terminal" for r in recs if not r.ok]
+    common = [f"{n} x {text}" for text, n in Counter(failed).most_common(3)]
+    return len(failed), common
+
+
+async def _warm_up(contender: Contender) -> None:
+    rec = Rec()
+    await contender.stream(rec)
+    if not rec.ok:
+        raise RuntimeError(f"{contender.impl}: the warm-up stream failed: {rec.error}")
+
+
+async def cell_throughput(spec: dict[str, Any]) -> dict[str, Any]:
+    impl, concurrency, tokens = spec["impl"], int(spec["concurrency"]), int(spec["tokens"])
+    script = script_header(tokens, int(spec["chunk_chars"]))
+    contender = Contender(impl, spec["origin"], tokens, script)
+    rounds = max(1, math.ceil(MIN_STREAMS / concurrency))
+    recs: list[Rec] = []
+    out: dict[str, Any] = {}
+
+    async def body() -> None:
+        await _warm_up(contender)
+        gc.collect()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        for _ in range(rounds):
+            batch = [Rec() for _ in range(concurrency)]
+            recs.extend(batch)
+            async with trio.open_nursery() as nursery:
+                for rec in batch:
+                    nursery.start_soon(contender.stream, rec)
+        out["cpu_s"] = time.process_time() - cpu0
+        out["wall_s"] = time.perf_counter() - wall0
+
+    await contender.run(body)
+    events = sum(r.events for r in recs)
+    errors, samples = _errors(recs)
+    ttft = [(r.first - r.start) * 1000.0 for r in recs if r.first is not None]
+    metric_ttft = [r.metric_ttft_ms for r in recs if r.metric_ttft_ms is not None]
+    out.update(
+        impl=impl,
+        concurrency=concurrency,
+        rounds=rounds,
+        streams=len(recs),
+        errors=errors,
+        error_samples=samples,
+        events=events,
+        events_per_s=events / out["wall_s"] if out["wall_s"] else None,
+        cpu_us_per_event=out["cpu_s"] / events * 1e6 if events else None,
+        ttft_p50_ms=percentile(ttft, 0.5),
+        ttft_p99_ms=percentile(ttft, 0.99),
+        metric_ttft_p50_ms=percentile(metric_ttft, 0.5),
+    )
+    return out
+
+
+async def cell_memory(spec: dict[str, Any]) -> dict[str, Any]:
+    """``C`` slow streams held open; RSS delta once every one has its first token."""
+    impl, concurrency = spec["impl"], int(spec["concurrency"])
+    contender = Contender(
+        impl, spec["origin"], SLOW_TOKENS, script_header(SLOW_TOKENS, 4, SLOW_DELAY_MS)
+    )
+    out: dict[str, Any] = {"impl": impl, "concurrency": concurrency}
+    recs = [Rec() for _ in range(concurrency)]
+    all_started = trio.Event()
+    count = 0
+
+    def started() -> None:
+        nonlocal count
+        count += 1
+        if count == concurrency:
+            all_started.set()
+
+    async def body() -> None:
+        fast = Contender(impl, spec["origin"], 5, script_header(5, 4))
+        fast.handle, fast.http, fast.openai, fast.anthropic = (
+            contender.handle,
+            contender.http,
+            contender.openai,
+            contender.anthropic,
+        )
+        await _warm_up(fast)
+        gc.collect()
+        before = rss_bytes()
+        wall0 = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for rec in recs:
+                nursery.start_soon(_bound_stream(contender, rec, started))
+            with trio.move_on_after(SLOW_DELAY_MS / 1000 * (SLOW_TOKENS - 5)):
+                await all_started.wait()
+            out["open_s"] = time.perf_counter() - wall0
+            out["started"] = count
+            out["rss_before"] = before
+            out["rss_held"] = rss_bytes()
+            nursery.cancel_scope.cancel()
+
+    await contender.run(body)
+    delta = out["rss_held"] - out["rss_before"]
+    out["bytes_per_stream"] = delta / max(1, out["started"])
+    not_started = [r for r in recs if r.first is None]
+    out["errors"] = len(not_started)
+    out["error_samples"] = _errors(not_started)[1]
+    return out
+
+
+def _bound_stream(
+    contender: Contender, rec: Rec, started: Callable[[], None]
+) -> Callable[[], Awaitable[None]]:
+    async def run() -> None:
+        await contender.stream(rec, started=started)
+
+    return run
+
+
+async def cell_cancel(spec: dict[str, Any]) -> dict[str, Any]:
+    """Cancel-to-terminal latency, ours, with ``n`` slow streams in flight."""
+    n = int(spec["streams"])
+    contender = Contender(
+        "ours", spec["origin"], SLOW_TOKENS, script_header(SLOW_TOKENS, 4, SLOW_DELAY_MS)
+    )
+    out: dict[str, Any] = {"impl": "ours", "streams": n}
+
+    async def one_round(mode: str) -> dict[str, Any]:
+        recs = [Rec() for _ in range(n)]
+        streams: list[RequestStream | None] = [None] * n
+        ended = [trio.Event() for _ in range(n)]
+        all_started = trio.Event()
+        count = 0
+
+        def started() -> None:
+            nonlocal count
+            count += 1
+            if count == n:
+                all_started.set()
+
+        async def run(i: int) -> None:
+            def keep(stream: RequestStream) -> None:
+                streams[i] = stream
+
+            await contender.stream(recs[i], started=started, on_stream=keep)
+            ended[i].set()
+
+        latencies: list[float] = []
+        async with trio.open_nursery() as nursery:
+            for i in range(n):
+                nursery.start_soon(run, i)
+            with trio.move_on_after(SLOW_DELAY_MS / 1000 * (SLOW_TOKENS - 5)):
+                await all_started.wait()
+            ready = count
+            cancel_at = [0.0] * n
+            for i in range(n):
+                stream = streams[i]
+                if stream is None or recs[i].terminal_at is not None:
+                    continue
+                cancel_at[i] = time.perf_counter()
+                stream.cancel("bench cancel")
+                if mode == "sequential":
+                    await ended[i].wait()
+            for i in range(n):
+                await ended[i].wait()
+                done_at = recs[i].terminal_at
+                if cancel_at[i] and done_at is not None:
+                    latencies.append((done_at - cancel_at[i]) * 1000.0)
+        wrong = sum(1 for r in recs if r.error is None or not r.error.startswith("Cancelled"))
+        return {
+            "started": ready,
+            "measured": len(latencies),
+            "not_cancelled_terminal": wrong,
+            "p50_ms": percentile(latencies, 0.5),
+            "p99_ms": percentile(latencies, 0.99),
+            "max_ms": max(latencies) if latencies else None,
+        }
+
+    async def body() -> None:
+        out["sequential"] = await one_round("sequential")
+        out["burst"] = await one_round("burst")
+
+    await contender.run(body)
+    return out
+
+
+CELLS: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
+    "throughput": cell_throughput,
+    "memory": cell_memory,
+    "cancel": cell_cancel,
+}
+
+
+def worker_main(spec: dict[str, Any]) -> None:
+    raise_nofile()
+    cell = CELLS[spec["cell"]]
+    profile_path = spec.get("profile")
+    profiler = cProfile.Profile() if profile_path else None
+    if profiler is not None:
+        profiler.enable()
+    result = trio.run(cell, spec)
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(profile_path)
+        text = io.StringIO()
+        stats = pstats.Stats(profiler, stream=text)
+        stats.sort_stats("tottime").print_stats(35)
+        stats.sort_stats("cumulative").print_stats(45)
+        print(text.getvalue(), file=sys.stderr)
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def run_cell(spec: dict[str, Any], timeout: float = WORKER_TIMEOUT_S) -> dict[str, Any]:
+    """Run one cell in a fresh client process; its last ``RESULT`` line is the answer."""
+    try:
+        done = subprocess.run(
+            [sys.executable, __file__, "--_worker", json.dumps(spec)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return {**spec, "failed": f"timed out after {timeout:g} s"}
+    if spec.get("profile"):
+        sys.stderr.write(done.stderr)
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith("RESULT "):
+            result: dict[str, Any] = json.loads(line[len("RESULT ") :])
+            return result
+    tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+    return {**spec, "failed": f"exit {done.returncode}: " + " | ".join(tail)}
+
+
+# -- orchestration, table, targets -------------------------------------------------------
+
+
+def _fmt(value: float | None, spec: str = ",.0f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def build_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for c in results["concurrency"]:
+        cells = results["throughput"].get(str(c), {})
+        mems = results["memory"].get(str(c), {})
+        floor = cells.get("floor", {})
+        oai = cells.get("openai", {})
+        for impl in results["impls"]:
+            cell = cells.get(impl, {})
+            mem = mems.get(impl, {})
+            row: dict[str, Any] = {"concurrency": c, "impl": impl}
+            if "skipped" in cell:
+                row["note"] = cell["skipped"]
+            elif "failed" in cell:
+                row["note"] = "failed: " + cell["failed"]
+            else:
+                row.update(
+                    streams=cell.get("streams"),
+                    errors=cell.get("errors"),
+                    events_per_s=cell.get("events_per_s"),
+                    cpu_us_per_event=cell.get("cpu_us_per_event"),
+                    ttft_p50_ms=cell.get("ttft_p50_ms"),
+                    ttft_p99_ms=cell.get("ttft_p99_ms"),
+                )
+                fcpu, feps = floor.get("cpu_us_per_event"), floor.get("events_per_s")
+                if fcpu and row["cpu_us_per_event"] is not None:
+                    row["cpu_vs_floor"] = row["cpu_us_per_event"] / fcpu
+                oeps = oai.get("events_per_s")
+                if oeps and row["events_per_s"] is not None:
+                    row["eps_vs_openai"] = row["events_per_s"] / oeps
+                if feps is not None and floor.get("ttft_p50_ms") is not None:
+                    if row["ttft_p50_ms"] is not None:
+                        row["added_ttft_p50_ms"] = row["ttft_p50_ms"] - floor["ttft_p50_ms"]
+                if cell.get("errors"):
+                    row["note"] = "; ".join(cell.get("error_samples", []))
+            if mem and "failed" not in mem and "skipped" not in mem:
+                row["mem_kib_per_stream"] = mem["bytes_per_stream"] / 1024
+                row["mem_started"] = mem["started"]
+                if mem.get("errors"):
+                    row["note"] = (row.get("note", "") + f" mem: {mem['errors']} not started").strip()
+            elif mem:
+                row.setdefault("note", mem.get("skipped") or mem.get("failed"))
+            rows.append(row)
+    return rows
+
+
+def render_table(rows: list[dict[str, Any]]) -> str:
+    header = (
+        "|      C | impl      | streams | errors |    events/s | CPU µs/ev | CPU × floor "
+        "| ev/s × openai | TTFT p50 ms | TTFT p99 ms | added TTFT p50 ms | KiB/stream | note |"
+    )
+    lines = [header, "|" + "|".join("---" for _ in range(header.count("|") - 1)) + "|"]
+    for row in rows:
+        lines.append(
+            f"| {row['concurrency']:>6,} | {row['impl']:<9} | {_fmt(row.get('streams')):>7} "
+            f"| {_fmt(row.get('errors')):>6} | {_fmt(row.get('events_per_s')):>11} "
+            f"| {_fmt(row.get('cpu_us_per_event'), '.1f'):>9} "
+            f"| {_fmt(row.get('cpu_vs_floor'), '.2f'):>11} "
+            f"| {_fmt(row.get('eps_vs_openai'), '.1f'):>13} "
+            f"| {_fmt(row.get('ttft_p50_ms'), ',.1f'):>11} "
+            f"| {_fmt(row.get('ttft_p99_ms'), ',.1f'):>11} "
+            f"| {_fmt(row.get('added_ttft_p50_ms'), ',.1f'):>17} "
+            f"| {_fmt(row.get('mem_kib_per_stream'), '.1f'):>10} | {row.get('note', '')} |"
+        )
+    return "\n".join(lines)
+
+
+def judge(results: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def row(c: int, impl: str) -> dict[str, Any] | None:
+        return next((r for r in rows if r["concurrency"] == c and r["impl"] == impl), None)
+
+    targets: list[dict[str, Any]] = []
+    ours = row(TARGET_AT, "ours")
+    ratio = ours.get("cpu_vs_floor") if ours else None
+    targets.append(
+        {
+            "target": f"client CPU/event <= {TARGET_CPU_VS_FLOOR:g}x the raw floor at C={TARGET_AT}",
+            "value": None if ratio is None else f"{ratio:.2f}x",
+            "status": "N/A" if ratio is None else ("PASS" if ratio <= TARGET_CPU_VS_FLOOR else "FAIL"),
+        }
+    )
+    ratio = ours.get("eps_vs_openai") if ours else None
+    targets.append(
+        {
+            "target": f"events/s >= {TARGET_VS_OPENAI:g}x the openai SDK at C={TARGET_AT}",
+            "value": None if ratio is None else f"{ratio:.1f}x",
+            "status": "N/A" if ratio is None else ("PASS" if ratio >= TARGET_VS_OPENAI else "FAIL"),
+        }
+    )
+    big = row(TARGET_MAX_C, "ours")
+    if big is None or big.get("errors") is None:
+        status, value = "N/A", "not run (add 10000 to --concurrency)"
+    else:
+        ok = big["errors"] == 0 and big.get("streams") == TARGET_MAX_C
+        status, value = ("PASS" if ok else "FAIL"), f"{big['errors']} errors"
+    targets.append(
+        {"target": f"{TARGET_MAX_C:,} concurrent streams without errors", "value": value, "status": status}
+    )
+    cancel = results.get("cancel", {})
+    seq = cancel.get("sequential", {})
+    p99 = seq.get("p99_ms")
+    n = cancel.get("streams", 0)
+    complete = seq.get("measured") == n and seq.get("not_cancelled_terminal") == 0
+    targets.append(
+        {
+            "target": f"cancel-to-terminal p99 <= {TARGET_CANCEL_P99_MS:g} ms with {n:,} in flight",
+            "value": None if p99 is None else f"{p99:.2f} ms",
+            "status": "N/A"
+            if p99 is None
+            else ("PASS" if p99 <= TARGET_CANCEL_P99_MS and complete else "FAIL"),
+        }
+    )
+    return targets
+
+
+def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
+    nofile = raise_nofile()
+    impls = [i.strip() for i in args.impls.split(",") if i.strip()]
+    for impl in impls:
+        if impl not in IMPLS:
+            raise SystemExit(f"unknown contender {impl!r}; choose from {', '.join(IMPLS)}")
+    concurrency = [int(c) for c in args.concurrency.split(",") if c.strip()]
+    # Each stream needs one fd in the client and one in the server (plus a few spare).
+    limit_notes: dict[int, str] = {}
+    for c in concurrency:
+        if c + 256 > nofile[0]:
+            limit_notes[c] = (
+                f"RLIMIT_NOFILE hard limit {nofile[1]} < {c} streams + 256 spare: impossible "
+                "on this machine (raise the hard limit, e.g. ulimit -Hn, as root)"
+            )
+    results: dict[str, Any] = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine_info(),
+        "config": {
+            "tokens": args.tokens,
+            "chunk_chars": args.chunk_chars,
+            "sdk_max_concurrency": args.sdk_max_concurrency,
+            "cancel_streams": args.cancel_streams,
+            "memory": not args.no_memory,
+            "slow_script": {"delay_ms": SLOW_DELAY_MS, "tokens": SLOW_TOKENS},
+            "min_streams_per_cell": MIN_STREAMS,
+        },
+        "impls": impls,
+        "concurrency": concurrency,
+        "throughput": {},
+        "memory": {},
+        "cancel": {},
+    }
+    server = Server(args.backlog)
+    results["server"] = {"origin": server.origin, "backlog": args.backlog}
+    print(f"emulator (bench mode) at {server.origin}, pid {server.proc.pid}", flush=True)
+    try:
+        for c in concurrency:
+            tp: dict[str, Any] = {}
+            mem: dict[str, Any] = {}
+            results["throughput"][str(c)] = tp
+            results["memory"][str(c)] = mem
+            for impl in impls:
+                skip = limit_notes.get(c)
+                if skip is None and impl in ("openai", "anthropic") and c > args.sdk_max_concurrency:
+                    skip = (
+                        f"skipped: C > --sdk-max-concurrency {args.sdk_max_concurrency} "
+                        "(run time: see docs)"
+                    )
+                if skip is not None:
+                    tp[impl] = mem[impl] = {"skipped": skip}
+                    print(f"C={c:>6} {impl:<9} {skip}", flush=True)
+                    continue
+                spec = {
+                    "cell": "throughput",
+                    "impl": impl,
+                    "concurrency": c,
+                    "tokens": args.tokens,
+                    "chunk_chars": args.chunk_chars,
+                    "origin": server.origin,
+                }
+                server_cpu0 = server.cpu_seconds()
+                cell = run_cell(spec)
+                cell["server_cpu_s"] = server.cpu_seconds() - server_cpu0
+                tp[impl] = cell
+                print(
+                    f"C={c:>6} {impl:<9} "
+                    + (
+                        f"failed: {cell['failed']}"
+                        if "failed" in cell
+                        else f"{cell['events_per_s']:>11,.0f} ev/s  "
+                        f"{cell['cpu_us_per_event']:6.1f} µs/ev  errors {cell['errors']}  "
+                        f"TTFT p50 {cell['ttft_p50_ms']:.1f} ms  wall {cell['wall_s']:.1f} s  "
+                        f"server CPU {cell['server_cpu_s']:.1f} s"
+                    ),
+                    flush=True,
+                )
+                if not args.no_memory and c > 1:
+                    m = run_cell({**spec, "cell": "memory"})
+                    mem[impl] = m
+                    print(
+                        f"C={c:>6} {impl:<9} "
+                        + (
+                            f"memory failed: {m['failed']}"
+                            if "failed" in m
+                            else f"memory {m['bytes_per_stream'] / 1024:.1f} KiB/stream "
+                            f"({m['started']}/{c} started in {m['open_s']:.1f} s)"
+                        ),
+                        flush=True,
+                    )
+        if args.cancel_streams and "ours" in impls:
+            results["cancel"] = run_cell(
+                {"cell": "cancel", "streams": args.cancel_streams, "origin": server.origin}
+            )
+            print(f"cancel: {json.dumps(results['cancel'])}", flush=True)
+        if args.profile:
+            run_cell(
+                {
+                    "cell": "throughput",
+                    "impl": "ours",
+                    "concurrency": args.profile,
+                    "tokens": args.tokens,
+                    "chunk_chars": args.chunk_chars,
+                    "origin": server.origin,
+                    "profile": str(Path(args.json).with_suffix(".prof")),
+                }
+            )
+    finally:
+        server.close()
+    return results
+
+
+def print_report(results: dict[str, Any]) -> None:
+    rows = build_rows(results)
+    results["rows"] = rows
+    results["targets"] = judge(results, rows)
+    machine = results["machine"]
+    print()
+    print(
+        f"{results['command']}\n{machine['platform']}, {machine['cpu_count']} CPUs, Python "
+        f"{machine['python']}, trio {machine['trio']}, httpx2 {machine['httpx2']}, openai "
+        f"{machine['openai']}, anthropic {machine['anthropic']}; {results['config']['tokens']} "
+        f"text deltas per stream"
+    )
+    print(render_table(rows))
+    cancel = results.get("cancel") or {}
+    for mode in ("sequential", "burst"):
+        data = cancel.get(mode)
+        if data:
+            print(
+                f"cancel-to-terminal, {cancel['streams']:,} in flight, {mode}: "
+                f"p50 {_fmt(data['p50_ms'], '.3f')} ms, p99 {_fmt(data['p99_ms'], '.3f')} ms, "
+                f"max {_fmt(data['max_ms'], '.3f')} ms ({data['measured']} measured, "
+                f"{data['not_cancelled_terminal']} without a Cancelled terminal)"
+            )
+    print()
+    for target in results["targets"]:
+        print(f"{target['status']:<4}  {target['target']}: {target['value']}")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Concurrent streams through the actor vs a raw floor and the official SDKs."
+    )
+    parser.add_argument(
+        "--concurrency",
+        default=None,
+        help="comma-separated concurrency levels (default 1,100,500,2000,10000; quick 1,50,200)",
+    )
+    parser.add_argument("--tokens", type=int, default=None, help="text deltas per stream (200)")
+    parser.add_argument("--chunk-chars", type=int, default=4, help="characters per text delta")
+    parser.add_argument(
+        "--impls", default=",".join(IMPLS), help=f"contenders to run ({','.join(IMPLS)})"
+    )
+    parser.add_argument(
+        "--sdk-max-concurrency",
+        type=int,
+        default=None,
+        help="cap C for the openai/anthropic SDKs (default 2000; quick 200)",
+    )
+    parser.add_argument(
+        "--cancel-streams", type=int, default=None, help="streams in flight for the cancel test"
+    )
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory cells")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="C",
+        help="also profile ours (cProfile) at this C; stats go to stderr and JSON_PATH.prof",
+    )
+    parser.add_argument("--backlog", type=int, default=4096, help="server listen backlog")
+    parser.add_argument("--quick", action="store_true", help="small sizes (for `trio-sampler bench`)")
+    parser.add_argument("--json", default=str(DEFAULT_JSON), help="where to write the results")
+    parser.add_argument("--_serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    quick = args.quick
+    if args.concurrency is None:
+        args.concurrency = ",".join(map(str, QUICK_CONCURRENCY if quick else DEFAULT_CONCURRENCY))
+    if args.tokens is None:
+        args.tokens = 50 if quick else 200
+    if args.sdk_max_concurrency is None:
+        args.sdk_max_concurrency = 200 if quick else 2000
+    if args.cancel_streams is None:
+        args.cancel_streams = 200 if quick else 1000
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args._serve:
+        serve_main(args.backlog)
+        return 0
+    if args._worker is not None:
+        worker_main(json.loads(args._worker))
+        return 0
+    results = orchestrate(args)
+    print_report(results)
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""``trio-sampler serve [--host H] [--port N]``: the emulator as a server."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["add_parser"]
+
+
+def add_parser(commands: Any) -> None:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "serve",
+        help="run the local emulator of the three APIs",
+        description=(
+            "Serve the emulator of Chat Completions, Responses and Messages on loopback. "
+            "The first line printed is 'listening on http://HOST:PORT'; point a client at "
+            "http://HOST:PORT/v1. Stop with Ctrl-C."
+        ),
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
+    parser.add_argument("--port", type=int, default=0, help="port (0 picks a free one)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..emulator import run_serve
+
+    return run_serve(args.host, args.port)
