@@ -78,10 +78,13 @@ MODEL = "bench-model"
 MAX_TOKENS = 8192
 #: Streams per cell at least (small ``C`` is repeated in rounds so the numbers are stable).
 MIN_STREAMS = 200
-#: Slow script for the memory and cancel cells: first token at once, then one event every
-#: ``SLOW_DELAY_MS``; long enough that every stream is still open when measured.
-SLOW_DELAY_MS = 2000
-SLOW_TOKENS = 60
+#: Slow script for the memory and cancel cells: the role chunk and the first text delta at
+#: once, then silence for ``SLOW_STALL_S`` (the emulator's ``stall`` fault), then the rest:
+#: every stream is open and idle when measured, with no background traffic.
+SLOW_STALL_S = 120.0
+SLOW_TOKENS = 10
+#: How long to wait for every slow stream to get its first token.
+START_TIMEOUT_S = 90.0
 WORKER_TIMEOUT_S = 1800.0
 
 #: Targets (issue 5).
@@ -131,10 +134,13 @@ def script_text(tokens: int, chunk_chars: int) -> str:
     return (_PROSE * (needed // len(_PROSE) + 1))[:needed]
 
 
-def script_header(tokens: int, chunk_chars: int, delay_ms: float = 0.0) -> str:
+def script_header(tokens: int, chunk_chars: int, stall_s: float = 0.0) -> str:
+    """The ``x-emulator-script`` value: ``tokens`` text deltas of ``chunk_chars`` characters;
+    with ``stall_s``, silence after the first text delta (SSE events 0 and 1 of the
+    Chat Completions body; the Messages body has its first delta at event 3)."""
     script: dict[str, Any] = {"text": script_text(tokens, chunk_chars), "chunk_chars": chunk_chars}
-    if delay_ms:
-        script["delay_ms"] = delay_ms
+    if stall_s:
+        script["faults"] = [{"type": "stall", "after_events": 4, "seconds": stall_s}]
     return json.dumps(script, separators=(",", ":"))
 
 
@@ -261,7 +267,9 @@ class Contender:
         ]
         self.floor_body = orjson.dumps({"model": MODEL, "messages": self.messages, "stream": True})
         self.request = ConversationRequest(
-            items=[User("Tell me about the weather.")], max_output_tokens=MAX_TOKENS
+            items=[User("Tell me about the weather.")],
+            max_output_tokens=MAX_TOKENS,
+            extra_headers=self.headers,
         )
 
     def sampler_config(self) -> SamplerConfig:
@@ -270,7 +278,6 @@ class Contender:
             backend=ApiBackend.CHAT_COMPLETIONS,
             model=MODEL,
             api_key="bench-key",
-            extra_headers=tuple(self.headers.items()),
             timeouts=Timeouts(connect=120.0, response_headers=300.0),
             retry=RetryPolicy(max_retries=0),  # errors must show, not be retried away
         )
@@ -493,7 +500,7 @@ async def cell_memory(spec: dict[str, Any]) -> dict[str, Any]:
     """``C`` slow streams held open; RSS delta once every one has its first token."""
     impl, concurrency = spec["impl"], int(spec["concurrency"])
     contender = Contender(
-        impl, spec["origin"], SLOW_TOKENS, script_header(SLOW_TOKENS, 4, SLOW_DELAY_MS)
+        impl, spec["origin"], SLOW_TOKENS, script_header(SLOW_TOKENS, 4, SLOW_STALL_S)
     )
     out: dict[str, Any] = {"impl": impl, "concurrency": concurrency}
     recs = [Rec() for _ in range(concurrency)]
@@ -521,7 +528,7 @@ async def cell_memory(spec: dict[str, Any]) -> dict[str, Any]:
         async with trio.open_nursery() as nursery:
             for rec in recs:
                 nursery.start_soon(_bound_stream(contender, rec, started))
-            with trio.move_on_after(SLOW_DELAY_MS / 1000 * (SLOW_TOKENS - 5)):
+            with trio.move_on_after(START_TIMEOUT_S):
                 await all_started.wait()
             out["open_s"] = time.perf_counter() - wall0
             out["started"] = count
@@ -551,7 +558,7 @@ async def cell_cancel(spec: dict[str, Any]) -> dict[str, Any]:
     """Cancel-to-terminal latency, ours, with ``n`` slow streams in flight."""
     n = int(spec["streams"])
     contender = Contender(
-        "ours", spec["origin"], SLOW_TOKENS, script_header(SLOW_TOKENS, 4, SLOW_DELAY_MS)
+        "ours", spec["origin"], SLOW_TOKENS, script_header(SLOW_TOKENS, 4, SLOW_STALL_S)
     )
     out: dict[str, Any] = {"impl": "ours", "streams": n}
 
@@ -579,7 +586,7 @@ async def cell_cancel(spec: dict[str, Any]) -> dict[str, Any]:
         async with trio.open_nursery() as nursery:
             for i in range(n):
                 nursery.start_soon(run, i)
-            with trio.move_on_after(SLOW_DELAY_MS / 1000 * (SLOW_TOKENS - 5)):
+            with trio.move_on_after(START_TIMEOUT_S):
                 await all_started.wait()
             ready = count
             cancel_at = [0.0] * n
@@ -808,7 +815,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             "sdk_max_concurrency": args.sdk_max_concurrency,
             "cancel_streams": args.cancel_streams,
             "memory": not args.no_memory,
-            "slow_script": {"delay_ms": SLOW_DELAY_MS, "tokens": SLOW_TOKENS},
+            "slow_script": {"stall_s": SLOW_STALL_S, "tokens": SLOW_TOKENS},
             "min_streams_per_cell": MIN_STREAMS,
         },
         "impls": impls,

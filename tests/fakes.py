@@ -9,7 +9,7 @@ so under ``autojump_clock`` minutes of backoff and timeouts pass in microseconds
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 import attrs
 import httpx2
@@ -124,7 +124,7 @@ def chat_stream(*pieces: str, pause: float = 0.0, finish: str = "stop") -> list[
     return out
 
 
-def error_reply(status: int, body: dict[str, object] | None = None, **headers: str) -> Reply:
+def error_reply(status: int, body: Mapping[str, object] | None = None, **headers: str) -> Reply:
     payload = body or {"error": {"message": f"status {status}", "type": "server_error"}}
     return Reply(
         status=status,

@@ -9,10 +9,10 @@ import httpx2
 import orjson
 import trio
 import trio.testing
+from fakes import DONE, Reply, ScriptedTransport, chat_chunk, chat_stream, error_reply, make_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fakes import DONE, Reply, ScriptedTransport, chat_chunk, chat_stream, error_reply, make_config
 from trio_sampler.actor import open_sampler
 from trio_sampler.config import RetryPolicy, Timeouts
 from trio_sampler.types import (
@@ -22,8 +22,8 @@ from trio_sampler.types import (
     ConversationRequest,
     Failed,
     Retrying,
-    SamplingEvent,
     SamplingChannel,
+    SamplingEvent,
     StreamStarted,
     User,
 )
@@ -35,14 +35,17 @@ MAX_RETRIES = 3
 def fault_reply(kind: str, after: int) -> Reply:
     partial: list[bytes | float] = [chat_chunk({"content": f"p{i} "}) for i in range(after)]
     if kind == "status429":
-        return error_reply(429, {"error": {"type": "rate_limit_error", "message": "slow"}},
-                           **{"retry-after": "2"})
+        return error_reply(
+            429, {"error": {"type": "rate_limit_error", "message": "slow"}}, **{"retry-after": "2"}
+        )
     if kind in ("status500", "status503"):
         return error_reply(int(kind[-3:]))
     if kind == "status400":
         return error_reply(400, {"error": {"type": "invalid_request_error", "message": "bad"}})
     if kind == "stream_error":
-        return Reply(chunks=[*partial, b'data: {"error": {"type": "server_error", "message": "x"}}\n\n'])
+        return Reply(
+            chunks=[*partial, b'data: {"error": {"type": "server_error", "message": "x"}}\n\n']
+        )
     if kind == "drop":
         return Reply(chunks=partial, then="drop")
     if kind == "stall":
@@ -55,8 +58,17 @@ def fault_reply(kind: str, after: int) -> Reply:
 
 
 FAULTS = st.sampled_from(
-    ["status429", "status500", "status503", "status400", "stream_error", "drop", "stall",
-     "malformed", "empty"]
+    [
+        "status429",
+        "status500",
+        "status503",
+        "status400",
+        "stream_error",
+        "drop",
+        "stall",
+        "malformed",
+        "empty",
+    ]
 )
 SCHEDULE = st.lists(st.tuples(FAULTS, st.integers(0, 3)), max_size=4)
 CANCEL = st.one_of(st.none(), st.floats(0.0, 120.0))
@@ -137,13 +149,15 @@ async def _run(plans: list[tuple[list[tuple[str, int]], float | None]], seed: in
                 default=-1,
             )
             streamed = "".join(
-                e.text for e in events[last_discard + 1 :]
+                e.text
+                for e in events[last_discard + 1 :]
                 if isinstance(e, ChannelToken) and e.channel is SamplingChannel.TEXT
             )
             assert streamed == terminal.response.text
         schedule, cancel_at = plans[index]
-        if cancel_at is None and len(schedule) <= MAX_RETRIES and not any(
-            kind == "status400" for kind, _ in schedule
+        if (
+            cancel_at is None
+            and len(schedule) <= MAX_RETRIES
+            and not any(kind == "status400" for kind, _ in schedule)
         ):
             assert isinstance(terminal, Completed), terminal
-

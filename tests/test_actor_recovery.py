@@ -8,9 +8,9 @@ import orjson
 import pytest
 import trio
 import trio.testing
-
 from fakes import DONE, Reply, ScriptedTransport, chat_chunk, chat_stream, error_reply, make_config
 from test_actor_contract import drain, one_terminal
+
 from trio_sampler.actor import open_sampler
 from trio_sampler.config import RetryPolicy
 from trio_sampler.doom_loop import DoomLoopPolicy, TailRepetitionDetector, parse_trigger
@@ -138,9 +138,7 @@ async def test_empty_reply_is_retried(autojump_clock: trio.testing.MockClock) ->
     )
     async with open_sampler(make_config(), transport=transport) as sampler:
         events = await drain(await sampler.submit(REQUEST))
-    assert [e.kind for e in events if isinstance(e, Retrying)] == [
-        SamplingErrorKind.EMPTY_RESPONSE
-    ]
+    assert [e.kind for e in events if isinstance(e, Retrying)] == [SamplingErrorKind.EMPTY_RESPONSE]
     assert isinstance(one_terminal(events), Completed)
 
 
@@ -172,14 +170,14 @@ async def test_retry_budget_is_shared_across_requests(
 
 async def test_malformed_chunk_is_retried(autojump_clock: trio.testing.MockClock) -> None:
     transport = ScriptedTransport(
-        [Reply(chunks=[chat_chunk({"content": "a"}), b"data: {not json\n\n"]),
-         Reply(chunks=chat_stream("b"))]
+        [
+            Reply(chunks=[chat_chunk({"content": "a"}), b"data: {not json\n\n"]),
+            Reply(chunks=chat_stream("b")),
+        ]
     )
     async with open_sampler(make_config(), transport=transport) as sampler:
         events = await drain(await sampler.submit(REQUEST))
-    assert [e.kind for e in events if isinstance(e, Retrying)] == [
-        SamplingErrorKind.SERIALIZATION
-    ]
+    assert [e.kind for e in events if isinstance(e, Retrying)] == [SamplingErrorKind.SERIALIZATION]
     terminal = one_terminal(events)
     assert isinstance(terminal, Completed) and terminal.response.text == "b"
 

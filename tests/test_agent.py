@@ -224,9 +224,10 @@ async def test_step_limit(autojump_clock: trio.testing.MockClock) -> None:
 async def test_tool_errors_do_not_end_the_loop(autojump_clock: trio.testing.MockClock) -> None:
     registry = ToolRegistry()
 
-    @registry.tool(parameters={"type": "object", "properties": {}})
     def explode() -> str:
         raise RuntimeError("disk on fire")
+
+    registry.register(explode, parameters={"type": "object", "properties": {}})
 
     script = [
         Reply(

@@ -33,15 +33,24 @@ def err(kind: SamplingErrorKind, status: int | None = None, **kw: object) -> Sam
             id="invalid-image",
         ),
         pytest.param(
-            err(K.INVALID_REQUEST, 400, retryable=False, error_code="invalid_image",
-                should_retry=False),
+            err(
+                K.INVALID_REQUEST,
+                400,
+                retryable=False,
+                error_code="invalid_image",
+                should_retry=False,
+            ),
             0,
             STRIP,
             id="invalid-image-ignores-should-retry-false",
         ),
         pytest.param(err(K.OVERLOADED, 503, should_retry=False), 0, FAIL, id="should-retry-false"),
-        pytest.param(err(K.INVALID_REQUEST, 400, retryable=False, should_retry=True), 0, RETRY,
-                     id="should-retry-true"),
+        pytest.param(
+            err(K.INVALID_REQUEST, 400, retryable=False, should_retry=True),
+            0,
+            RETRY,
+            id="should-retry-true",
+        ),
         pytest.param(err(K.RATE_LIMITED, 429), 0, RETRY, id="429"),
         pytest.param(err(K.RATE_LIMITED, 429, retryable=False), 0, FAIL, id="429-quota"),
         pytest.param(err(K.HTTP, 408), 0, RETRY, id="408"),
@@ -95,8 +104,15 @@ def test_retry_after_on_5xx_is_jittered_upwards() -> None:
 
 @pytest.mark.parametrize(
     ("retries", "uniform", "expected"),
-    [(0, 0.0, 0.5), (1, 0.0, 1.0), (3, 0.0, 4.0), (6, 0.0, 30.0), (100, 0.0, 30.0),
-     (0, 1.0, 0.375), (6, 1.0, 22.5)],
+    [
+        (0, 0.0, 0.5),
+        (1, 0.0, 1.0),
+        (3, 0.0, 4.0),
+        (6, 0.0, 30.0),
+        (100, 0.0, 30.0),
+        (0, 1.0, 0.375),
+        (6, 1.0, 22.5),
+    ],
 )
 def test_backoff_formula(retries: int, uniform: float, expected: float) -> None:
     assert backoff_delay(retries, POLICY, uniform) == pytest.approx(expected)

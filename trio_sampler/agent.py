@@ -157,28 +157,6 @@ class ToolRegistry:
         self._tools[tool_name] = _Tool(spec, function, signature, run_in_thread)
         return spec
 
-    def tool(
-        self,
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        parameters: Mapping[str, Any] | None = None,
-        run_in_thread: bool = False,
-    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Decorator form of :meth:`register`; returns the function unchanged."""
-
-        def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
-            self.register(
-                function,
-                name=name,
-                description=description,
-                parameters=parameters,
-                run_in_thread=run_in_thread,
-            )
-            return function
-
-        return decorate
-
     def __contains__(self, name: object) -> bool:
         return name in self._tools
 

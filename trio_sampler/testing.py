@@ -17,6 +17,7 @@ the body as the app sends it (``httpx2.ASGITransport`` buffers the whole body). 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
@@ -24,7 +25,6 @@ from typing import Any
 
 import attrs
 import httpx2
-import orjson
 import pytest
 import trio
 
@@ -34,8 +34,11 @@ __all__ = ["EmulatorFixture", "EmulatorTransport", "emulator", "script_headers"]
 
 
 def script_headers(**script: Any) -> dict[str, str]:
-    """The ``x-emulator-script`` header for ``script`` (keyword arguments of the schema)."""
-    return {"x-emulator-script": orjson.dumps(script).decode()}
+    """The ``x-emulator-script`` header for ``script`` (keyword arguments of the schema).
+
+    Non-ASCII text is escaped (``\\uXXXX``): header values must be ASCII.
+    """
+    return {"x-emulator-script": json.dumps(script, separators=(",", ":"), ensure_ascii=True)}
 
 
 @attrs.frozen

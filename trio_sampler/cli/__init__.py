@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _replay, _serve
+from . import _chat, _demo, _replay, _serve
 
 __all__ = ["main"]
 
@@ -17,6 +17,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="A Trio-native runtime for sampling from large language models.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _demo.add_parser(commands)
+    _chat.add_parser(commands)
     _replay.add_parser(commands)
     _serve.add_parser(commands)
     return parser

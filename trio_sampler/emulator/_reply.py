@@ -243,6 +243,11 @@ def _dumps(value: Any) -> str:
 
 def plan_reply(view: RequestView, script: Script, body: bytes) -> Reply:
     """The reply to ``view`` under ``script``; the same body always gives the same reply."""
+    after = script.after_tool_result
+    if after is not None and view.tool_result is not None:
+        script = attrs.evolve(
+            script, text=after.text, reasoning=after.reasoning, tool_calls=(), hosted_tool=None
+        )
     seed = hashlib.sha256(body).digest()
     rng = random.Random(seed)
     id_seed = seed.hex()

@@ -60,6 +60,14 @@ class ScriptToolCall:
 
 
 @attrs.frozen
+class AfterToolResult:
+    """What to answer once the tools have run (``after_tool_result`` in the script)."""
+
+    text: str | None = None
+    reasoning: str | None = None
+
+
+@attrs.frozen
 class HostedToolScript:
     """A server-side (hosted) tool the reply runs before its text."""
 
@@ -152,6 +160,9 @@ class Script:
     usage: Mapping[str, int] = attrs.field(factory=dict)
     scenario: str | None = None
     faults: tuple[Fault, ...] = ()
+    #: Text and reasoning for a request whose last item is a tool result (an agent loop's
+    #: second step); when set, such a request gets no tool calls and no hosted tool.
+    after_tool_result: AfterToolResult | None = None
     #: The header's exact text: the bench-mode cache key and the implicit scenario.
     source: str = ""
 
@@ -168,6 +179,7 @@ _SCRIPT_KEYS = frozenset(
         "usage",
         "scenario",
         "faults",
+        "after_tool_result",
     }
 )
 
@@ -224,7 +236,25 @@ def parse_script(raw: str | bytes | None) -> Script:
         usage=_usage(data.get("usage")),
         scenario=_opt(data, "scenario", str, "script"),
         faults=_faults(data.get("faults")),
+        after_tool_result=_after_tool_result(data.get("after_tool_result")),
         source=text,
+    )
+
+
+def _after_tool_result(value: Any) -> AfterToolResult | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ScriptError("x-emulator-script: after_tool_result must be an object")
+    unknown = sorted(set(value) - {"text", "reasoning"})
+    if unknown:
+        raise ScriptError(
+            f"x-emulator-script: after_tool_result: unknown key(s) {', '.join(unknown)}; "
+            "allowed: reasoning, text"
+        )
+    return AfterToolResult(
+        text=_opt(value, "text", str, "after_tool_result"),
+        reasoning=_opt(value, "reasoning", str, "after_tool_result"),
     )
 
 

@@ -136,29 +136,12 @@ class SSEDecoder:
                 self._skip_lf = True
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         buffer = self._buffer + chunk if self._buffer else chunk
-        end = buffer.rfind(b"\n") + 1  # end of the complete lines; the rest is carried
-        self._buffer = buffer[end:]
+        lines = buffer.split(b"\n")
+        self._buffer = lines.pop()
         if len(self._buffer) > self._max:
             self._fail()
         out: list[ServerSentEvent] = []
-        if not end:
-            return out
-        # Split the complete lines on blank lines: every block but the last is followed
-        # by a blank line, i.e. it is one whole event; the last block holds the complete
-        # lines of an event not finished yet (and ends in \n, or is empty).
-        blocks = buffer[:end].split(b"\n\n")
-        last = blocks.pop()
-        if blocks:
-            if self._data or self._event is not None or self._event_bytes or self._retry:
-                # The first block continues an event begun in an earlier chunk.
-                lines = blocks[0].split(b"\n")
-                lines.append(b"")
-                self._lines(lines, out)
-                del blocks[0]
-            self._blocks(blocks, out)
-        if last:
-            lines = last.split(b"\n")
-            lines.pop()  # the empty string after the final \n
+        if lines:
             self._lines(lines, out)
         return out
 
@@ -182,46 +165,8 @@ class SSEDecoder:
         self._data = []
         raise SSEEventTooLarge(self._max)
 
-    def _blocks(self, blocks: list[bytes], out: list[ServerSentEvent]) -> None:
-        # The hot loop: one whole event per block, each starting from a fresh event state
-        # (the caller guarantees it: a blank line resets it). The two shapes real servers
-        # send, ``data: X`` and ``event: E\ndata: X``, are decoded here directly; any other
-        # block (comments, ``id``, ``retry``, several data lines, no space after the
-        # colon, an event near the size bound) goes through the line rules of ``_lines``.
-        limit = self._max
-        for block in blocks:
-            if len(block) < limit:  # the event's size is len(block) + 1: within the bound
-                if block[:6] == b"data: ":
-                    if b"\n" not in block:
-                        out.append(
-                            ServerSentEvent(
-                                block[6:].decode("utf-8", "replace"),
-                                "message",
-                                self._last_id,
-                            )
-                        )
-                        continue
-                elif block[:7] == b"event: ":
-                    newline = block.find(b"\n")
-                    if (
-                        newline > 0
-                        and block[newline + 1 : newline + 7] == b"data: "
-                        and block.find(b"\n", newline + 1) < 0
-                    ):
-                        out.append(
-                            ServerSentEvent(
-                                block[newline + 7 :].decode("utf-8", "replace"),
-                                block[7:newline].decode("utf-8", "replace") or "message",
-                                self._last_id,
-                            )
-                        )
-                        continue
-            lines = block.split(b"\n")
-            lines.append(b"")
-            self._lines(lines, out)
-
     def _lines(self, lines: list[bytes], out: list[ServerSentEvent]) -> None:
-        # One iteration per line, without a method call per line.
+        # The hot loop: one iteration per line, without a method call per line.
         # ``data: `` and ``event: `` (with the usual single space) are handled inline, with
         # the event's state in locals; anything else (comments, ``id``, ``retry``, odd
         # spacing, unknown fields) goes through ``_line`` with the state written back
