@@ -590,6 +590,7 @@ async def cell_cancel(spec: dict[str, Any]) -> dict[str, Any]:
                 await all_started.wait()
             ready = count
             cancel_at = [0.0] * n
+            cpu0, wall0 = time.process_time(), time.perf_counter()
             for i in range(n):
                 stream = streams[i]
                 if stream is None or recs[i].terminal_at is not None:
@@ -603,6 +604,7 @@ async def cell_cancel(spec: dict[str, Any]) -> dict[str, Any]:
                 done_at = recs[i].terminal_at
                 if cancel_at[i] and done_at is not None:
                     latencies.append((done_at - cancel_at[i]) * 1000.0)
+            cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         wrong = sum(1 for r in recs if r.error is None or not r.error.startswith("Cancelled"))
         return {
             "started": ready,
@@ -611,6 +613,8 @@ async def cell_cancel(spec: dict[str, Any]) -> dict[str, Any]:
             "p50_ms": percentile(latencies, 0.5),
             "p99_ms": percentile(latencies, 0.99),
             "max_ms": max(latencies) if latencies else None,
+            "cpu_us_per_cancel": cpu / max(1, len(latencies)) * 1e6,
+            "wall_s": wall,
         }
 
     async def body() -> None:

@@ -13,10 +13,11 @@ cut into 4 KiB chunks, are consumed by
   completion / response / message is taken;
 * **the floor**: split on ``b"\\n\\n"``, strip ``data: ``, ``orjson.loads``; nothing else.
 
-Throughput is SSE events in the body per second, best of N repetitions (garbage
-collection stays on: allocation is part of the cost; a ``gc.collect()`` runs before
-every repetition). Before timing, each backend's contenders are checked to agree on the
-final text and tool-call arguments, so a malformed synthetic stream cannot pass silently.
+Throughput is SSE events in the body per CPU second, best of N repetitions taken in
+turns (see :func:`best_times`; garbage collection stays on: allocation is part of the
+cost; a ``gc.collect()`` runs before every timed run). Before timing, each backend's
+contenders are checked to agree on the final text and tool-call arguments, so a malformed
+synthetic stream cannot pass silently.
 
 Run ``python benchmarks/bench_wire.py`` (``--quick`` for a short run); see
 ``docs/benchmarks.md``. It prints PASS/FAIL per target and always exits 0.
@@ -419,15 +420,22 @@ class AnthropicMessages:
 # -- measurement -----------------------------------------------------------------------
 
 
-def best_time(run: Callable[[], object], repeat: int) -> float:
-    """Best wall time of ``repeat`` runs (after one untimed warm-up run)."""
-    run()
-    best = float("inf")
-    for _ in range(repeat):
-        gc.collect()
-        start = time.perf_counter()
+def best_times(contenders: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
+    """Best CPU time of ``repeat`` runs per contender, after one untimed warm-up each.
+
+    CPU time of this process (``time.process_time``), not wall time, so other work on a
+    shared machine does not count against whoever happened to run during it; the
+    contenders take turns within each repetition so they see the same conditions.
+    """
+    for run in contenders.values():
         run()
-        best = min(best, time.perf_counter() - start)
+    best = dict.fromkeys(contenders, float("inf"))
+    for _ in range(repeat):
+        for name, run in contenders.items():
+            gc.collect()
+            start = time.process_time()
+            run()
+            best[name] = min(best[name], time.process_time() - start)
     return best
 
 
@@ -459,11 +467,10 @@ def measure(backend: ApiBackend, repeat: int) -> dict[str, Any]:
     if floor(chunks) != events - (1 if backend is ApiBackend.CHAT_COMPLETIONS else 0):
         raise SystemExit(f"{backend.value}: the floor parsed an unexpected number of events")
 
-    times = {
-        "ours": best_time(lambda: ours(backend, chunks), repeat),
-        "sdk": best_time(sdk, repeat),
-        "floor": best_time(lambda: floor(chunks), repeat),
-    }
+    times = best_times(
+        {"ours": lambda: ours(backend, chunks), "sdk": sdk, "floor": lambda: floor(chunks)},
+        repeat,
+    )
     target = TARGET_VS_ANTHROPIC if sdk_name == "anthropic" else TARGET_VS_OPENAI
     ratio_sdk = times["sdk"] / times["ours"]
     ratio_floor = times["ours"] / times["floor"]
@@ -549,6 +556,7 @@ def run(*, quick: bool = False, repeat: int | None = None) -> dict[str, Any]:
             "chunk_bytes": CHUNK_BYTES,
             "repeat": n,
             "quick": quick,
+            "clock": "process_time (CPU seconds)",
         },
         "targets": {
             "ours_over_openai_sdk_min": TARGET_VS_OPENAI,

@@ -105,3 +105,15 @@ def test_cli_prints_listening_line_first() -> None:
         process.wait(timeout=10)
         assert process.stdout is not None
         process.stdout.close()
+
+
+def test_after_tool_result_is_parsed_and_checked() -> None:
+    from trio_sampler.emulator import ScriptError, parse_script
+
+    script = parse_script('{"after_tool_result": {"text": "done", "reasoning": "ok"}}')
+    assert script.after_tool_result is not None
+    assert script.after_tool_result.text == "done"
+    with pytest.raises(ScriptError, match="after_tool_result: unknown key"):
+        parse_script('{"after_tool_result": {"txt": "x"}}')
+    with pytest.raises(ScriptError, match="after_tool_result must be an object"):
+        parse_script('{"after_tool_result": "x"}')

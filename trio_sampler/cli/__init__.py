@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _chat, _demo, _replay, _serve
+from . import _bench, _chat, _demo, _replay, _serve
 
 __all__ = ["main"]
 
@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     _chat.add_parser(commands)
     _replay.add_parser(commands)
     _serve.add_parser(commands)
+    _bench.add_parser(commands)
     return parser
 
 

@@ -1,0 +1,125 @@
+"""The command line as a user runs it: subprocesses, their output and exit codes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import orjson
+import trio
+
+from trio_sampler.testing import EmulatorFixture
+
+
+def run(
+    *args: str, stdin: bytes | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[bytes]:
+    env = {**os.environ, "NO_COLOR": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "trio_sampler.cli", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+        env=env,
+    )
+
+
+async def test_demo_runs_to_a_zero_exit() -> None:
+    result = await trio.to_thread.run_sync(lambda: run("demo"))
+    out = result.stdout.decode()
+    assert result.returncode == 0, out + result.stderr.decode()
+    assert "embedded emulator at http://127.0.0.1:" in out
+    # Three protocols, live tokens with thinking apart from the answer:
+    for backend in ("chat_completions", "responses", "messages"):
+        assert f"[{backend}] thinking:" in out
+        assert f"[{backend}] answer:" in out
+    # Tool calls assembled and executed, a visible retry, a cancel with its partial output:
+    assert "tool call #0: calculate(" in out and "→ run calculate(" in out
+    assert "server tool web_search started" in out
+    assert "↻ retrying (attempt 1/3)" in out and "rate_limited" in out
+    assert "cancelled; partial output kept" in out
+    # The table, and no ANSI colours when piped:
+    assert "ttft ms" in out and "everything behaved as expected" in out
+    assert "\x1b[" not in out
+
+
+async def test_chat_one_shot_against_the_emulator(emulator: EmulatorFixture) -> None:
+    args = ("chat", "Say hello", "--base-url", emulator.base_url, "--model", "emulator-1")
+    result = await trio.to_thread.run_sync(lambda: run(*args))
+    assert result.returncode == 0, result.stderr.decode()
+    assert len(result.stdout.decode().strip()) > 10
+    assert len(emulator.requests()) == 1
+
+
+async def test_chat_json_lines(emulator: EmulatorFixture) -> None:
+    args = (
+        "chat",
+        "hi",
+        "--base-url",
+        emulator.base_url,
+        "--model",
+        "m",
+        "--backend",
+        "messages",
+        "--json",
+    )
+    result = await trio.to_thread.run_sync(lambda: run(*args))
+    assert result.returncode == 0, result.stderr.decode()
+    events = [orjson.loads(line) for line in result.stdout.splitlines()]
+    assert events[0]["type"] == "StreamStarted" and events[-1]["type"] == "Completed"
+
+
+async def test_chat_interactive_keeps_the_conversation(emulator: EmulatorFixture) -> None:
+    args = ("chat", "--base-url", emulator.base_url, "--model", "m", "--system", "be brief")
+    result = await trio.to_thread.run_sync(lambda: run(*args, stdin=b"first\n\nsecond\n"))
+    assert result.returncode == 0, result.stderr.decode()
+    bodies = [r["body"] for r in emulator.requests()]
+    assert len(bodies) == 2
+    second = bodies[1]["messages"]
+    assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]
+
+
+def test_chat_missing_key_is_a_clear_error() -> None:
+    env_key = "OPENAI_API_KEY"
+    saved = os.environ.pop(env_key, None)
+    try:
+        result = run("chat", "hi", "--provider", "openai")
+    finally:
+        if saved is not None:
+            os.environ[env_key] = saved
+    assert result.returncode == 2
+    assert b"OPENAI_API_KEY" in result.stderr
+
+
+async def test_chat_failure_exits_1(emulator: EmulatorFixture) -> None:
+    # Nothing listens on port 9 of loopback: a connect error, classified, no traceback.
+    args = ("chat", "hi", "--base-url", "http://127.0.0.1:9/v1", "--model", "m")
+    result = await trio.to_thread.run_sync(lambda: run(*args))
+    assert result.returncode == 1
+    assert b"transport" in result.stderr and b"Traceback" not in result.stderr
+
+
+def test_serve_prints_its_address_first_and_answers() -> None:
+    with subprocess.Popen(
+        [sys.executable, "-m", "trio_sampler.cli", "serve", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    ) as process:
+        _check_serving(process)
+
+
+def _check_serving(process: subprocess.Popen[bytes]) -> None:
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline().decode().strip()
+        assert first.startswith("listening on http://127.0.0.1:")
+        port = int(first.rsplit(":", 1)[1])
+        import httpx2
+
+        models = httpx2.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()
+        assert models["data"]
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
