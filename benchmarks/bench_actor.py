@@ -50,7 +50,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 import httpx2
@@ -70,7 +70,9 @@ from trio_sampler.types import (
     User,
 )
 
-IMPLS = ("ours", "floor", "openai", "anthropic")
+IMPLS = ("ours", "ours_sharded", "floor", "openai", "anthropic")
+#: Connection pools behind ``ours_sharded`` (the fix this benchmark suggests for the client).
+SHARDS = 32
 DEFAULT_CONCURRENCY = (1, 100, 500, 2000, 10000)
 QUICK_CONCURRENCY = (1, 50, 200)
 DEFAULT_JSON = Path(__file__).parent / "results" / "bench_actor.json"
@@ -188,7 +190,7 @@ def serve_main(backlog: int) -> None:
         config.keep_alive_timeout = 300
         async with trio.open_nursery() as nursery:
             binds: list[str] = await nursery.start(
-                functools.partial(hypercorn_serve, EmulatorApp(bench=True), config)
+                functools.partial(hypercorn_serve, cast(Any, EmulatorApp(bench=True)), config)
             )
             origin = binds[0].rsplit(":", 1)
             print(f"listening on http://127.0.0.1:{origin[1]}", flush=True)
@@ -250,6 +252,35 @@ class Rec:
         self.terminal_at: float | None = None
 
 
+class ShardedTransport(httpx2.AsyncBaseTransport):
+    """Round-robin over several ``httpx2`` connection pools.
+
+    httpcore2's pool re-scans every connection on each request start and end
+    (``_assign_requests_to_connections``), so with one pool the cost of opening, finishing
+    or cancelling a stream grows with the number of live streams. ``ours_sharded`` runs
+    the unchanged actor over this transport (``open_sampler(transport=...)``) to measure
+    what sharding the client's pool would buy.
+    """
+
+    def __init__(self, shards: int) -> None:
+        self._pools = [
+            httpx2.AsyncHTTPTransport(
+                limits=httpx2.Limits(max_connections=None, max_keepalive_connections=8)
+            )
+            for _ in range(shards)
+        ]
+        self._next = 0
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        pool = self._pools[self._next]
+        self._next = (self._next + 1) % len(self._pools)
+        return await pool.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        for pool in self._pools:
+            await pool.aclose()
+
+
 class Contender:
     """Opens what a contender needs (an actor, a client) and runs one stream on it."""
 
@@ -295,6 +326,11 @@ class Contender:
             async with open_sampler(self.sampler_config()) as handle:
                 self.handle = handle
                 await body()
+        elif self.impl == "ours_sharded":
+            transport = ShardedTransport(SHARDS)
+            async with open_sampler(self.sampler_config(), transport=transport) as handle:
+                self.handle = handle
+                await body()
         elif self.impl == "floor":
             async with self.http_client() as http:
                 self.http = http
@@ -336,7 +372,7 @@ class Contender:
         """
         rec.start = time.perf_counter()
         try:
-            if self.impl == "ours":
+            if self.impl in ("ours", "ours_sharded"):
                 await self._ours(rec, started, on_stream)
             elif self.impl == "floor":
                 await self._floor(rec, started)
@@ -375,7 +411,8 @@ class Contender:
                 elif kind is Completed or kind is Failed or kind is Cancelled:
                     assert isinstance(event, Completed | Failed | Cancelled)
                     rec.terminal_at = time.perf_counter()
-                    rec.metric_ttft_ms = event.metrics.time_to_first_token_ms
+                    if event.metrics is not None:
+                        rec.metric_ttft_ms = event.metrics.time_to_first_token_ms
                     if isinstance(event, Completed):
                         rec.ok = True
                     elif isinstance(event, Failed):
@@ -557,10 +594,11 @@ def _bound_stream(
 async def cell_cancel(spec: dict[str, Any]) -> dict[str, Any]:
     """Cancel-to-terminal latency, ours, with ``n`` slow streams in flight."""
     n = int(spec["streams"])
+    impl = spec.get("impl", "ours")
     contender = Contender(
-        "ours", spec["origin"], SLOW_TOKENS, script_header(SLOW_TOKENS, 4, SLOW_STALL_S)
+        impl, spec["origin"], SLOW_TOKENS, script_header(SLOW_TOKENS, 4, SLOW_STALL_S)
     )
-    out: dict[str, Any] = {"impl": "ours", "streams": n}
+    out: dict[str, Any] = {"impl": impl, "streams": n}
 
     async def one_round(mode: str) -> dict[str, Any]:
         recs = [Rec() for _ in range(n)]
@@ -635,12 +673,12 @@ CELLS: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
 def worker_main(spec: dict[str, Any]) -> None:
     raise_nofile()
     cell = CELLS[spec["cell"]]
-    profile_path = spec.get("profile")
+    profile_path: str | None = spec.get("profile")
     profiler = cProfile.Profile() if profile_path else None
     if profiler is not None:
         profiler.enable()
     result = trio.run(cell, spec)
-    if profiler is not None:
+    if profiler is not None and profile_path is not None:
         profiler.disable()
         profiler.dump_stats(profile_path)
         text = io.StringIO()
@@ -703,22 +741,22 @@ def build_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                     ttft_p50_ms=cell.get("ttft_p50_ms"),
                     ttft_p99_ms=cell.get("ttft_p99_ms"),
                 )
-                fcpu, feps = floor.get("cpu_us_per_event"), floor.get("events_per_s")
+                fcpu = floor.get("cpu_us_per_event")
                 if fcpu and row["cpu_us_per_event"] is not None:
                     row["cpu_vs_floor"] = row["cpu_us_per_event"] / fcpu
                 oeps = oai.get("events_per_s")
                 if oeps and row["events_per_s"] is not None:
                     row["eps_vs_openai"] = row["events_per_s"] / oeps
-                if feps is not None and floor.get("ttft_p50_ms") is not None:
-                    if row["ttft_p50_ms"] is not None:
-                        row["added_ttft_p50_ms"] = row["ttft_p50_ms"] - floor["ttft_p50_ms"]
+                if floor.get("ttft_p50_ms") is not None and row["ttft_p50_ms"] is not None:
+                    row["added_ttft_p50_ms"] = row["ttft_p50_ms"] - floor["ttft_p50_ms"]
                 if cell.get("errors"):
                     row["note"] = "; ".join(cell.get("error_samples", []))
             if mem and "failed" not in mem and "skipped" not in mem:
                 row["mem_kib_per_stream"] = mem["bytes_per_stream"] / 1024
                 row["mem_started"] = mem["started"]
                 if mem.get("errors"):
-                    row["note"] = (row.get("note", "") + f" mem: {mem['errors']} not started").strip()
+                    note = row.get("note", "") + f" mem: {mem['errors']} not started"
+                    row["note"] = note.strip()
             elif mem:
                 row.setdefault("note", mem.get("skipped") or mem.get("failed"))
             rows.append(row)
@@ -746,6 +784,10 @@ def render_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _status(value: object, ok: bool) -> str:
+    return "N/A" if value is None else ("PASS" if ok else "FAIL")
+
+
 def judge(results: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     def row(c: int, impl: str) -> dict[str, Any] | None:
         return next((r for r in rows if r["concurrency"] == c and r["impl"] == impl), None)
@@ -755,9 +797,9 @@ def judge(results: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str,
     ratio = ours.get("cpu_vs_floor") if ours else None
     targets.append(
         {
-            "target": f"client CPU/event <= {TARGET_CPU_VS_FLOOR:g}x the raw floor at C={TARGET_AT}",
+            "target": f"client CPU/event <= {TARGET_CPU_VS_FLOOR:g}x the floor at C={TARGET_AT}",
             "value": None if ratio is None else f"{ratio:.2f}x",
-            "status": "N/A" if ratio is None else ("PASS" if ratio <= TARGET_CPU_VS_FLOOR else "FAIL"),
+            "status": _status(ratio, ratio is not None and ratio <= TARGET_CPU_VS_FLOOR),
         }
     )
     ratio = ours.get("eps_vs_openai") if ours else None
@@ -765,7 +807,7 @@ def judge(results: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str,
         {
             "target": f"events/s >= {TARGET_VS_OPENAI:g}x the openai SDK at C={TARGET_AT}",
             "value": None if ratio is None else f"{ratio:.1f}x",
-            "status": "N/A" if ratio is None else ("PASS" if ratio >= TARGET_VS_OPENAI else "FAIL"),
+            "status": _status(ratio, ratio is not None and ratio >= TARGET_VS_OPENAI),
         }
     )
     big = row(TARGET_MAX_C, "ours")
@@ -775,7 +817,11 @@ def judge(results: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str,
         ok = big["errors"] == 0 and big.get("streams") == TARGET_MAX_C
         status, value = ("PASS" if ok else "FAIL"), f"{big['errors']} errors"
     targets.append(
-        {"target": f"{TARGET_MAX_C:,} concurrent streams without errors", "value": value, "status": status}
+        {
+            "target": f"{TARGET_MAX_C:,} concurrent streams without errors",
+            "value": value,
+            "status": status,
+        }
     )
     cancel = results.get("cancel", {})
     seq = cancel.get("sequential", {})
@@ -839,7 +885,8 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             results["memory"][str(c)] = mem
             for impl in impls:
                 skip = limit_notes.get(c)
-                if skip is None and impl in ("openai", "anthropic") and c > args.sdk_max_concurrency:
+                sdk = impl in ("openai", "anthropic")
+                if skip is None and sdk and c > args.sdk_max_concurrency:
                     skip = (
                         f"skipped: C > --sdk-max-concurrency {args.sdk_max_concurrency} "
                         "(run time: see docs)"
@@ -885,11 +932,18 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                         ),
                         flush=True,
                     )
-        if args.cancel_streams and "ours" in impls:
-            results["cancel"] = run_cell(
-                {"cell": "cancel", "streams": args.cancel_streams, "origin": server.origin}
-            )
-            print(f"cancel: {json.dumps(results['cancel'])}", flush=True)
+        for impl in ("ours", "ours_sharded"):
+            if args.cancel_streams and impl in impls:
+                key = "cancel" if impl == "ours" else "cancel_sharded"
+                results[key] = run_cell(
+                    {
+                        "cell": "cancel",
+                        "impl": impl,
+                        "streams": args.cancel_streams,
+                        "origin": server.origin,
+                    }
+                )
+                print(f"{key}: {json.dumps(results[key])}", flush=True)
         if args.profile:
             run_cell(
                 {
@@ -920,19 +974,24 @@ def print_report(results: dict[str, Any]) -> None:
         f"text deltas per stream"
     )
     print(render_table(rows))
-    cancel = results.get("cancel") or {}
+    for key in ("cancel", "cancel_sharded"):
+        print_cancel(results.get(key) or {})
+    print()
+    for target in results["targets"]:
+        print(f"{target['status']:<4}  {target['target']}: {target['value']}")
+
+
+def print_cancel(cancel: dict[str, Any]) -> None:
     for mode in ("sequential", "burst"):
         data = cancel.get(mode)
         if data:
             print(
-                f"cancel-to-terminal, {cancel['streams']:,} in flight, {mode}: "
+                f"cancel-to-terminal ({cancel['impl']}), {cancel['streams']:,} in flight, {mode}: "
                 f"p50 {_fmt(data['p50_ms'], '.3f')} ms, p99 {_fmt(data['p99_ms'], '.3f')} ms, "
                 f"max {_fmt(data['max_ms'], '.3f')} ms ({data['measured']} measured, "
-                f"{data['not_cancelled_terminal']} without a Cancelled terminal)"
+                f"{data['not_cancelled_terminal']} without a Cancelled terminal; "
+                f"{data['cpu_us_per_cancel']:.0f} µs CPU per cancel)"
             )
-    print()
-    for target in results["targets"]:
-        print(f"{target['status']:<4}  {target['target']}: {target['value']}")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -967,7 +1026,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="also profile ours (cProfile) at this C; stats go to stderr and JSON_PATH.prof",
     )
     parser.add_argument("--backlog", type=int, default=4096, help="server listen backlog")
-    parser.add_argument("--quick", action="store_true", help="small sizes (for `trio-sampler bench`)")
+    parser.add_argument("--quick", action="store_true", help="small sizes (for the CLI)")
     parser.add_argument("--json", default=str(DEFAULT_JSON), help="where to write the results")
     parser.add_argument("--_serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--_worker", default=None, help=argparse.SUPPRESS)

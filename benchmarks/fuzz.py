@@ -44,9 +44,9 @@ import orjson
 
 from trio_sampler.types import ApiBackend, Cancelled, Completed, Failed, SamplingErrorKind
 from trio_sampler.wire import (
+    ServerSentEvent,
     SSEDecodeError,
     SSEDecoder,
-    ServerSentEvent,
     classify_stream_error,
     parse_request,
     replay,
@@ -112,7 +112,9 @@ def rand_str(rng: random.Random, vocab: Sequence[str] = ()) -> str:
     if r < 0.7:
         return rng.choice(_NASTY_STRINGS)
     n = rng.choice((1, 2, 5, 20))
-    return "".join(chr(rng.choice((rng.randint(32, 126), rng.randint(0, 0xD7FF)))) for _ in range(n))
+    return "".join(
+        chr(rng.choice((rng.randint(32, 126), rng.randint(0, 0xD7FF)))) for _ in range(n)
+    )
 
 
 def rand_scalar(rng: random.Random, vocab: Sequence[str] = ()) -> Any:
@@ -599,7 +601,9 @@ TARGETS = (
 )
 
 
-def _case(target: str, rng: random.Random, seeds: Seeds) -> tuple[Callable[..., None], tuple[Any, ...]]:
+def _case(
+    target: str, rng: random.Random, seeds: Seeds
+) -> tuple[Callable[..., None], tuple[Any, ...]]:
     if target == "sse":
         data, limit = gen_sse_bytes(rng)
         return check_sse, (data, limit, split(data, rng))
@@ -624,7 +628,7 @@ def run_target(
     findings: dict[str, dict[str, Any]] = {}
     started = time.perf_counter()
     done = 0
-    for done in range(1, n + 1):  # noqa: B007 (done is the count after the loop)
+    for done in range(1, n + 1):
         case_seed = rng.getrandbits(64)
         check, args = _case(target, random.Random(case_seed), seeds)
         try:
@@ -637,9 +641,12 @@ def run_target(
             entry["count"] += 1
             if entry["args"] is None:
                 entry["args"] = repr(args)[:2000]
-        if max_seconds is not None and done % 256 == 0:
-            if time.perf_counter() - started > max_seconds:
-                break
+        if (
+            max_seconds is not None
+            and done % 256 == 0
+            and time.perf_counter() - started > max_seconds
+        ):
+            break
     elapsed = time.perf_counter() - started
     return {
         "target": target,
@@ -683,11 +690,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results: list[dict[str, Any]] = []
     started = time.perf_counter()
-    for result in iter_results(args.target or TARGETS, args.n, args.seed, args.jobs, args.max_seconds):
+    for result in iter_results(
+        args.target or TARGETS, args.n, args.seed, args.jobs, args.max_seconds
+    ):
         results.append(result)
+        count = sum(f["count"] for f in result["findings"].values())
         print(
             f"{result['target']:<26} {result['inputs']:>9,} inputs {result['elapsed_s']:>8} s "
-            f"{result['inputs_per_s']:>7}/s  findings: {sum(f['count'] for f in result['findings'].values())}",
+            f"{result['inputs_per_s']:>7}/s  findings: {count}",
             flush=True,
         )
         for key, entry in result["findings"].items():

@@ -45,6 +45,7 @@ from typing import Any
 import attrs
 import httpx2
 import trio
+import trio.lowlevel
 
 from trio_sampler.actor import RequestStream, open_sampler
 from trio_sampler.config import RetryPolicy, SamplerConfig, Timeouts
@@ -172,7 +173,8 @@ def open_fds() -> int:
 def trio_tasks() -> int:
     """Every task in this trio run (the root task's tree)."""
     count = 0
-    stack = [trio.lowlevel.current_root_task()]
+    root = trio.lowlevel.current_root_task()
+    stack = [root] if root is not None else []
     while stack:
         task = stack.pop()
         count += 1
@@ -313,11 +315,12 @@ async def _serve_app(
     await serve(app=app, task_status=task_status)
 
 
-async def _settle(target_tasks: int, target_fds: int, timeout: float = 5.0) -> tuple[int, int]:
-    """Let closing connections finish: poll until tasks and fds are back (or time out)."""
-    with trio.move_on_after(timeout):
-        while trio_tasks() > target_tasks or open_fds() > target_fds:
-            await trio.sleep(0.05)
+async def _settle(target_tasks: int, target_fds: int) -> tuple[int, int]:
+    """Let closing connections finish: poll until tasks and fds are back (at most 5 s)."""
+    for _ in range(100):
+        if trio_tasks() <= target_tasks and open_fds() <= target_fds:
+            break
+        await trio.sleep(0.05)
     return trio_tasks(), open_fds()
 
 
@@ -334,7 +337,7 @@ async def run_soak(opts: SoakOptions) -> dict[str, Any]:
     }
     started = time.perf_counter()
     async with _emulator(opts.in_process) as (base_url, app, transport):
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         tasks_start, fds_start = trio_tasks(), open_fds()
         config = SamplerConfig(
             base_url=base_url,

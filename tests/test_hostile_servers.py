@@ -99,14 +99,16 @@ async def hostile(handler: Handler) -> AsyncIterator[Server]:
         nursery.cancel_scope.cancel()
 
 
-SSE_HEAD = (
-    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
-)
+SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
 
 
 def chunk(text: str) -> bytes:
-    data = {"id": "c", "object": "chat.completion.chunk", "model": "m",
-            "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+    data = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}],
+    }
     return b"data: " + orjson.dumps(data) + b"\n\n"
 
 
@@ -115,9 +117,7 @@ def config_for(server: Server, **changes: object) -> SamplerConfig:
         base_url=server.base_url,
         model="m",
         api_key=KEY,
-        timeouts=Timeouts(
-            connect=2.0, response_headers=1.0, first_token=1.0, idle=1.0, total=None
-        ),
+        timeouts=Timeouts(connect=2.0, response_headers=1.0, first_token=1.0, idle=1.0, total=None),
         retry=RetryPolicy(max_retries=0),
     )
     return base.evolve(**changes) if changes else base
@@ -274,8 +274,11 @@ async def test_invalid_utf8() -> None:
     async with hostile(handler) as server:
         events, elapsed = await run(config_for(server))
     terminal = failed(events)
-    assert terminal.error.kind in (SamplingErrorKind.SERIALIZATION, SamplingErrorKind.HTTP,
-                                   SamplingErrorKind.TRANSPORT)
+    assert terminal.error.kind in (
+        SamplingErrorKind.SERIALIZATION,
+        SamplingErrorKind.HTTP,
+        SamplingErrorKind.TRANSPORT,
+    )
     assert elapsed < 3.0
 
 
@@ -311,13 +314,15 @@ async def test_redirect_to_another_host_is_not_followed() -> None:
         async def redirect(stream: trio.SocketStream, server: Server) -> None:
             location = f"http://localhost:{second.port}/v1/chat/completions".encode()
             await stream.send_all(
-                b"HTTP/1.1 307 Temporary Redirect\r\nlocation: " + location +
-                b"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                b"HTTP/1.1 307 Temporary Redirect\r\nlocation: "
+                + location
+                + b"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
             )
 
         async with hostile(redirect) as first:
-            events, elapsed = await run(config_for(first, retry=RetryPolicy(max_retries=2,
-                                                                             base_delay=0.01)))
+            events, elapsed = await run(
+                config_for(first, retry=RetryPolicy(max_retries=2, base_delay=0.01))
+            )
             await trio.sleep(0.2)
     terminal = failed(events)
     assert terminal.error.status_code == 307

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 import trio
+import trio.lowlevel
 
 from trio_sampler.actor import open_sampler
 from trio_sampler.config import SamplerConfig
@@ -66,9 +67,11 @@ async def test_emulator_transport_survives_open_sampler() -> None:
         model="m",
         extra_headers=script_headers(text="hello"),
     )
-    async with EmulatorTransport() as transport:
-        async with open_sampler(config, transport=transport) as sampler:
-            stream = await sampler.submit(ConversationRequest(items=[User("hi")]))
-            events = [event async for event in stream]
+    async with (
+        EmulatorTransport() as transport,
+        open_sampler(config, transport=transport) as sampler,
+    ):
+        stream = await sampler.submit(ConversationRequest(items=[User("hi")]))
+        events = [event async for event in stream]
     assert isinstance(events[-1], Completed)
-    await trio.sleep(0)
+    await trio.lowlevel.checkpoint()

@@ -13,6 +13,7 @@ The budget per test is ``TRIO_SAMPLER_FUZZ_EXAMPLES`` (default 200). The big run
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 import random
 import sys
@@ -50,8 +51,9 @@ budget = settings(
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=12), children, max_size=5),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=5)
+    ),
     max_leaves=20,
 )
 json_objects = st.dictionaries(
@@ -65,7 +67,7 @@ json_objects = st.dictionaries(
 def _cuts(data: bytes, points: list[int]) -> list[bytes]:
     cuts = sorted({p % (len(data) + 1) for p in points})
     edges = [0, *cuts, len(data)]
-    return [data[a:b] for a, b in zip(edges, edges[1:], strict=False)]
+    return [data[a:b] for a, b in itertools.pairwise(edges)]
 
 
 # -- SSE decoder -----------------------------------------------------------------------
@@ -127,9 +129,7 @@ def test_replay_arbitrary_bytes(backend: str, data: bytes, points: list[int]) ->
 @pytest.mark.parametrize("backend", BACKENDS)
 @budget
 @given(events=st.lists(st.tuples(st.sampled_from(["message", "error", "ping"]), json_values)))
-def test_replay_arbitrary_json_events(
-    backend: str, events: list[tuple[str, Any]]
-) -> None:
+def test_replay_arbitrary_json_events(backend: str, events: list[tuple[str, Any]]) -> None:
     body = fuzz.encode_events([(name, fuzz.dumps(v).decode()) for name, v in events])
     fuzz.check_replay(backend, body, [body[i : i + 7] for i in range(0, len(body), 7)])
 

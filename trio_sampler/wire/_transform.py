@@ -123,20 +123,21 @@ class StreamTransform(abc.ABC):
         out: list[SamplingEvent] = []
         if not self._started:
             out.extend(self.start())
-        if data[:6] == "[DONE]":
-            self.done_marker = True
-            self._on_done(out)
-            return out
         try:
             payload = orjson.loads(data)
         except orjson.JSONDecodeError:
+            # ``[DONE]`` is not JSON: checking for it here keeps it off the per-event path.
+            if data[:6] == "[DONE]":
+                self.done_marker = True
+                self._on_done(out)
+                return out
             if not data.strip():
                 # A blank data field carries nothing (seen from some proxies): skip it.
                 return out
             self._serialization_failure(f"a stream event is not valid JSON: {data[:80]!r}", out)
             return out
         try:
-            if not isinstance(payload, dict):
+            if type(payload) is not dict:
                 self._serialization_failure("a stream event is JSON but not an object", out)
             else:
                 self._on_json(event.event, payload, out)

@@ -148,6 +148,12 @@ class ChatCompletionsTransform(StreamTransform):
 
     def _on_delta(self, delta: dict[str, Any], out: list[SamplingEvent]) -> None:
         acc = self.acc
+        if len(delta) == 1:
+            # Fast path for the most frequent chunk: a delta that holds only text.
+            content = delta.get("content")
+            if type(content) is str:
+                acc.text(content, out)
+                return
         # Reasoning first: within one chunk it precedes the answer it leads to.
         details = delta.get("reasoning_details")
         if not (details and self._on_reasoning_details(details, out)):

@@ -146,6 +146,15 @@ class MessagesTransform(StreamTransform):
 
     def _on_json(self, event_name: str, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
         kind = payload.get("type")
+        if kind == "content_block_delta":
+            # Fast path for the most frequent event: a text delta (equivalent to the full
+            # path, which never looks at the block for text).
+            delta = payload.get("delta")
+            if type(delta) is dict and delta.get("type") == "text_delta":
+                text = delta.get("text")
+                if type(text) is str and "index" in payload:
+                    self.acc.text(text, out)
+                    return
         if kind is None:
             # As the official SDK does: an event without ``type`` takes the SSE event name.
             kind = event_name
