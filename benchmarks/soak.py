@@ -184,15 +184,10 @@ def trio_tasks() -> int:
 
 
 def _forget(app: EmulatorApp, scenario: str) -> None:
-    # The emulator keeps fault counters and recorded requests per scenario for its
-    # lifetime (unbounded over scenarios); a soak of 10^5 unique scenarios would measure
-    # the emulator's growth, not the sampler's. Drop what a finished request left behind.
-    states = getattr(app.faults, "_states", None)
-    if isinstance(states, dict):
-        states.pop(scenario, None)
-    recorded = getattr(app, "_recorded", None)
-    if isinstance(recorded, dict):
-        recorded.pop(scenario, None)
+    # The emulator keeps fault counters and recorded requests per scenario (up to a cap);
+    # a soak of 10^5 unique scenarios would measure the emulator's bookkeeping, not the
+    # sampler's memory. Drop what a finished request left behind.
+    app.forget(scenario)
 
 
 # -- the run -----------------------------------------------------------------------------

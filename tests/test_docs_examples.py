@@ -3,8 +3,10 @@
 The docs promise that each Python example is a complete program (the tutorial's run
 against the in-process emulator, with no network and no key). This test holds them to it:
 each block is written to a file in a fresh temporary directory and run with this
-interpreter in a subprocess. A fragment that cannot run on its own fails here; show such
-code as a ``text`` block instead, or make it a whole script.
+interpreter in a subprocess. A fragment that cannot run on its own fails here: make it a
+whole script, or, if it is not an example but an excerpt of the library's own source shown
+for explanation (as in ``docs/actor-internals.md``), mark it as such with a
+```` ```{code-block} python ```` fence, which is highlighted but not run.
 """
 
 from __future__ import annotations

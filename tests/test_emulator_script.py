@@ -117,3 +117,19 @@ def test_after_tool_result_is_parsed_and_checked() -> None:
         parse_script('{"after_tool_result": {"txt": "x"}}')
     with pytest.raises(ScriptError, match="after_tool_result must be an object"):
         parse_script('{"after_tool_result": "x"}')
+
+
+def test_fault_book_is_bounded_and_forgets() -> None:
+    from trio_sampler.emulator._faults import MAX_SCENARIOS, FaultBook
+    from trio_sampler.emulator._script import StatusFault
+
+    book = FaultBook()
+    faults = (StatusFault(503, times=1),)
+    assert book.plan("a", faults).outcome is not None
+    assert book.plan("a", faults).outcome is None  # used up
+    book.forget("a")
+    assert book.plan("a", faults).outcome is not None  # afresh
+    for i in range(MAX_SCENARIOS + 10):
+        book.plan(f"s{i}", faults)
+    assert book.attempts("s0") == 0  # the oldest were forgotten
+    assert book.attempts(f"s{MAX_SCENARIOS + 9}") == 1

@@ -13,6 +13,19 @@ from .actor import RequestStream as RequestStream
 from .actor import SamplerClosedError as SamplerClosedError
 from .actor import SamplerHandle as SamplerHandle
 from .actor import open_sampler as open_sampler
+from .agent import AgentResult as AgentResult
+from .agent import AgentStop as AgentStop
+from .agent import ToolError as ToolError
+from .agent import ToolRegistry as ToolRegistry
+from .agent import builtin_tools as builtin_tools
+from .agent import process_conversation_turn as process_conversation_turn
+from .bridge import SamplerTurnOutcome as SamplerTurnOutcome
+from .bridge import TurnCancelled as TurnCancelled
+from .bridge import TurnCompactAndResubmit as TurnCompactAndResubmit
+from .bridge import TurnFatal as TurnFatal
+from .bridge import TurnRefreshAuthAndResubmit as TurnRefreshAuthAndResubmit
+from .bridge import TurnResponse as TurnResponse
+from .bridge import run_turn_via_sampler as run_turn_via_sampler
 from .config import RetryPolicy as RetryPolicy
 from .config import SamplerConfig as SamplerConfig
 from .config import Secret as Secret
@@ -79,6 +92,8 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 __all__ = [
     "IMAGE_STRIP_PLACEHOLDER",
+    "AgentResult",
+    "AgentStop",
     "ApiBackend",
     "Assistant",
     "AttemptRecord",
@@ -116,6 +131,7 @@ __all__ = [
     "SamplerClosedError",
     "SamplerConfig",
     "SamplerHandle",
+    "SamplerTurnOutcome",
     "SamplingChannel",
     "SamplingError",
     "SamplingErrorInfo",
@@ -134,12 +150,22 @@ __all__ = [
     "ToolCallDelta",
     "ToolChoice",
     "ToolChoiceSpec",
+    "ToolError",
+    "ToolRegistry",
     "ToolResult",
     "ToolSpec",
+    "TurnCancelled",
+    "TurnCompactAndResubmit",
+    "TurnFatal",
+    "TurnRefreshAuthAndResubmit",
+    "TurnResponse",
     "Usage",
     "User",
     "WebSearch",
+    "builtin_tools",
     "collect",
     "open_sampler",
+    "process_conversation_turn",
     "replay",
+    "run_turn_via_sampler",
 ]

@@ -20,6 +20,8 @@ Security properties (design §4.7):
 from __future__ import annotations
 
 import importlib.util
+import logging
+import re
 import zlib
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing, asynccontextmanager
@@ -40,6 +42,33 @@ MAX_ERROR_BODY_BYTES = 64 * 1024
 # Closing a response is local (socket close, or an h2 RST_STREAM); bound it anyway so a
 # cancelled request never waits on the network while shielded.
 _CLOSE_TIMEOUT = 5.0
+
+# Query parameters whose values are credentials (``?key=...`` auth, signed URLs).
+_SECRET_QUERY = re.compile(
+    r"([?&][^=&#]*(?:key|token|secret|auth|sig|password|credential)[^=&#]*=)[^&#]*", re.I
+)
+
+
+def redact_url(url: object) -> str:
+    """``url`` as text with the values of credential-like query parameters replaced."""
+    return _SECRET_QUERY.sub(r"\1***", str(url))
+
+
+class _RedactQueryFilter(logging.Filter):
+    """httpx2 logs every request's full URL at INFO; with query-string auth that would put
+    the key in the application's logs. This filter, on the ``httpx2`` logger only,
+    rewrites URL arguments of its records. It changes nothing else."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and any(isinstance(a, httpx2.URL) for a in args):
+            record.args = tuple(redact_url(a) if isinstance(a, httpx2.URL) else a for a in args)
+        return True
+
+
+_HTTPX_LOGGER = logging.getLogger("httpx2")
+if not any(isinstance(f, _RedactQueryFilter) for f in _HTTPX_LOGGER.filters):
+    _HTTPX_LOGGER.addFilter(_RedactQueryFilter())
 _USER_AGENT = f"trio-sampler/0.1 httpx2/{httpx2.__version__}"
 
 
@@ -195,6 +224,21 @@ class ResponseStream:
             await self._response.aclose()
 
 
+class _BorrowedTransport(httpx2.AsyncBaseTransport):
+    """A transport the caller owns: requests go through, closing is left to the caller
+    (``httpx2.AsyncClient.aclose`` would otherwise close it, possibly from the wrong task
+    or cancel scope, e.g. an ``EmulatorTransport`` that holds a nursery)."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+
 class SamplingClient:
     """One HTTP connection pool, used for every request of an actor.
 
@@ -202,8 +246,9 @@ class SamplingClient:
     pool and timeout settings; each call may pass another ``config`` (a newer snapshot
     after ``UpdateConfig``) for its URL, headers, timeouts and limits.
 
-    ``transport`` replaces the network (``httpx2.MockTransport`` in tests); pool and
-    HTTP/2 settings then do not apply.
+    ``transport`` replaces the network (``httpx2.MockTransport``, the emulator's
+    ``EmulatorTransport``); pool and HTTP/2 settings then do not apply, and the transport
+    stays the caller's to close.
     """
 
     def __init__(
@@ -211,7 +256,7 @@ class SamplingClient:
     ) -> None:
         self._config = config
         self._client = httpx2.AsyncClient(
-            transport=transport,
+            transport=None if transport is None else _BorrowedTransport(transport),
             # The actor bounds concurrency; a pool cap would queue streams invisibly and
             # a pool timeout would fail them (trio-notes A.12).
             limits=httpx2.Limits(

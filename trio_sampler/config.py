@@ -43,7 +43,10 @@ _RESERVED_HEADERS = frozenset(
     {"host", "content-length", "transfer-encoding", "connection", "upgrade", "te"}
 )
 # Names whose values are credentials: redacted in reprs.
-_SENSITIVE_NAME = re.compile(r"auth|api[-_]?key|apikey|token|secret|cookie|signature|sig$", re.I)
+_SENSITIVE_NAME = re.compile(
+    r"auth|api[-_]?key|apikey|^key$|token|secret|cookie|signature|sig$|password|credential",
+    re.I,
+)
 
 
 class Secret:

@@ -14,7 +14,7 @@ import orjson
 import trio
 
 from ._cache import SHARED_CACHE, PromptCache
-from ._faults import AttemptPlan, FaultBook
+from ._faults import MAX_SCENARIOS, AttemptPlan, FaultBook
 from ._render_chat import ChatRenderer
 from ._render_messages import MessagesRenderer
 from ._render_responses import ResponsesRenderer
@@ -48,6 +48,8 @@ SECRET_HEADERS = frozenset(
 EMULATOR_MODELS = ("emulator-1", "gpt-4o-mini", "gpt-5-mini", "claude-haiku-4-5")
 MAX_BODY_BYTES = 32 * 1024 * 1024
 MAX_RECORDED_PER_SCENARIO = 1000
+#: Pre-rendered bench bodies kept (the cache is cleared when full).
+MAX_BENCH_BODIES = 1024
 
 _ROUTES: dict[str, tuple[Renderer, Callable[[Mapping[str, Any], PromptCache], RequestView]]] = {
     "/v1/chat/completions": (ChatRenderer(), view_chat),
@@ -115,6 +117,15 @@ class EmulatorApp:
         return (
             f"EmulatorApp(bench={self.bench}, require_key={'set' if self._require_key else None})"
         )
+
+    def forget(self, scenario: str) -> None:
+        """Drop what the app keeps for ``scenario``: its fault counters and recorded requests.
+
+        Long-running servers keep at most ``MAX_SCENARIOS`` of each anyway (least recently
+        used dropped first); tests that reuse a scenario name call this to start afresh.
+        """
+        self.faults.forget(scenario)
+        self._recorded.pop(scenario, None)
 
     def requests(self, scenario: str | None = None) -> list[dict[str, Any]]:
         """Requests received for ``scenario`` (all scenarios when ``None``), auth redacted.
@@ -202,7 +213,11 @@ class EmulatorApp:
         return {"object": "list", "data": models}
 
     def _record(self, script: Script, path: str, headers: Mapping[str, str], data: Any) -> None:
-        records = self._recorded.setdefault(script.scenario or "", [])
+        key = script.scenario or ""
+        records = self._recorded.pop(key, None) or []
+        self._recorded[key] = records  # re-inserted: dict order is the recency order
+        while len(self._recorded) > MAX_SCENARIOS:
+            del self._recorded[next(iter(self._recorded))]
         records.append({"path": path, "headers": redact_headers(headers), "body": data})
         del records[:-MAX_RECORDED_PER_SCENARIO]
 
@@ -313,6 +328,8 @@ class EmulatorApp:
         payload: bytes,
     ) -> None:
         headers = [h for h in headers if h[0] != b"x-emulator-attempt"]
+        if len(self._bench_bodies) >= MAX_BENCH_BODIES:
+            self._bench_bodies.clear()  # bounded: bench runs reuse a handful of scripts
         self._bench_bodies[self._bench_key(renderer, script, data)] = (status, headers, payload)
 
     async def _bench_hit(self, renderer: Renderer, script: Script, body: bytes, send: Send) -> bool:

@@ -53,15 +53,27 @@ class _ScenarioState:
     uses: dict[int, int] = attrs.field(factory=dict)
 
 
+#: Scenarios whose state is kept; the least recently used is forgotten past this.
+MAX_SCENARIOS = 10_000
+
+
 @attrs.define
 class FaultBook:
-    """Per-scenario fault state, kept by the app for its lifetime."""
+    """Per-scenario fault state: at most :data:`MAX_SCENARIOS` scenarios, least recently
+    used forgotten first (a long-running server must not grow without bound)."""
 
     _states: dict[str, _ScenarioState] = attrs.field(factory=dict)
 
+    def forget(self, key: str) -> None:
+        """Drop ``key``'s counters: its faults start afresh."""
+        self._states.pop(key, None)
+
     def plan(self, key: str, faults: tuple[Fault, ...]) -> AttemptPlan:
         """Count one attempt for ``key`` and decide which ``faults`` apply to it."""
-        state = self._states.setdefault(key, _ScenarioState())
+        state = self._states.pop(key, None) or _ScenarioState()
+        self._states[key] = state  # re-inserted: dict order is the recency order
+        while len(self._states) > MAX_SCENARIOS:
+            del self._states[next(iter(self._states))]
         state.attempts += 1
         outcome: OutcomeFault | None = None
         stalls: list[StallFault] = []

@@ -80,6 +80,7 @@ class SSEDecoder:
         "_event_bytes",
         "_failed",
         "_has_data",
+        "_in_comment",
         "_last_id",
         "_max",
         "_retry",
@@ -93,6 +94,7 @@ class SSEDecoder:
         self._buffer = b""  # an incomplete line carried to the next chunk
         self._at_start = True  # BOM detection still pending
         self._skip_lf = False  # last chunk ended in \r: a leading \n belongs to it
+        self._in_comment = False  # inside a comment line split across chunks
         self._failed = False
         self._data: list[str] = []
         self._has_data = False
@@ -135,10 +137,22 @@ class SSEDecoder:
             if chunk.endswith(b"\r"):
                 self._skip_lf = True
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if self._in_comment:
+            # The rest of a comment line that began in an earlier chunk: drop it unseen.
+            end = chunk.find(b"\n")
+            if end < 0:
+                return []
+            self._in_comment = False
+            chunk = chunk[end + 1 :]
         buffer = self._buffer + chunk if self._buffer else chunk
         lines = buffer.split(b"\n")
         self._buffer = lines.pop()
-        if len(self._buffer) > self._max:
+        if self._buffer[:1] == b":":
+            # An unfinished comment: its bytes are never needed, so none are kept. This
+            # keeps comments free of the size bound however they are split.
+            self._buffer = b""
+            self._in_comment = True
+        elif len(self._buffer) > self._max:
             self._fail()
         out: list[ServerSentEvent] = []
         if lines:
@@ -152,6 +166,7 @@ class SSEDecoder:
         out: list[ServerSentEvent] = []
         # An unterminated last line is a truncated line: discard it (see module doc).
         self._buffer = b""
+        self._in_comment = False
         if self._has_data:
             self._dispatch(out)
         self._reset_event()
