@@ -393,3 +393,28 @@ def orjson_loads(data: bytes) -> dict[str, object]:
     value = orjson.loads(data)
     assert isinstance(value, dict)
     return value
+
+
+async def test_errors_in_the_block_surface_unwrapped(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Regression: a nursery inside ``open_sampler`` wrapped the caller's own exception
+    in an ExceptionGroup."""
+    transport = ScriptedTransport([Reply(chunks=[chat_chunk({"content": "a"})], then="stall")])
+    with pytest.raises(KeyError, match="mine"):
+        async with open_sampler(make_config(), transport=transport) as sampler:
+            stream = await sampler.submit(REQUEST)
+            raise KeyError("mine")
+    events = await drain(stream)
+    assert isinstance(one_terminal(events), Cancelled)
+
+
+async def test_outer_cancel_while_inside_the_block(autojump_clock: trio.testing.MockClock) -> None:
+    transport = ScriptedTransport([Reply(chunks=[chat_chunk({"content": "a"})], then="stall")])
+    with trio.move_on_after(3) as scope:
+        async with open_sampler(make_config(), transport=transport) as sampler:
+            stream = await sampler.submit(REQUEST)
+            await trio.sleep_forever()
+    assert scope.cancelled_caught
+    terminal = one_terminal(await drain(stream))
+    assert isinstance(terminal, Cancelled) and terminal.reason == "the sampler was shut down"

@@ -298,9 +298,17 @@ async def open_sampler(
             catalog=models if models is not None else ModelCatalog.load(),
         )
         actor = _SamplerActor(config, runner, max_buffered_batches=max_buffered_batches)
+        body_error: BaseException | None = None
         async with trio.open_nursery() as nursery:
             handle: SamplerHandle = await nursery.start(actor.run)
             try:
                 yield handle
+            except BaseException as exc:
+                # Re-raised below, outside the nursery: the caller gets their own
+                # exception back, not wrapped in an ExceptionGroup by our nursery. (A
+                # Cancelled still surfaces at the nursery's exit, inside its scope.)
+                body_error = exc
             finally:
                 actor.shutdown()
+        if body_error is not None:
+            raise body_error

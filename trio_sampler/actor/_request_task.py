@@ -138,11 +138,13 @@ class RequestRunner:
                 metrics.build(None),
             )
         finally:
-            if terminal is None:  # cancelled (by Cancel, a consumer leaving, or shutdown)
+            # Cancelled: by Cancel, a consumer leaving, or shutdown. Without a recorded
+            # reason the cancel came from a scope enclosing the sampler: a shutdown too.
+            if terminal is None:
                 partial = self._partial(state)
                 terminal = Cancelled(
                     state.request_id,
-                    state.cancel_reason or "cancelled",
+                    state.cancel_reason or "the sampler was shut down",
                     partial,
                     metrics.build(partial),
                 )
