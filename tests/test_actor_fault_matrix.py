@@ -58,7 +58,7 @@ def config_for(emulator: EmulatorFixture, backend: ApiBackend, backoff: float) -
         model="emulator-1",
         api_key="sk-emulator-test",
         retry=RetryPolicy(max_retries=2, base_delay=backoff, max_delay=backoff, jitter=0.0),
-        timeouts=Timeouts(first_token=5.0, idle=0.5, response_headers=5.0),
+        timeouts=Timeouts(first_token=5.0, idle=1.0, response_headers=5.0),
     )
 
 
