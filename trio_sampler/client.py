@@ -23,8 +23,8 @@ import importlib.util
 import logging
 import re
 import zlib
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from contextlib import aclosing, asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
+from contextlib import aclosing, asynccontextmanager, contextmanager
 from types import TracebackType
 
 import httpx2
@@ -240,7 +240,12 @@ class _BorrowedTransport(httpx2.AsyncBaseTransport):
 
 
 class SamplingClient:
-    """One HTTP connection pool, used for every request of an actor.
+    """The HTTP side of an actor: a few connection pools shared by all its requests.
+
+    A stream goes to the pool with the fewest streams in flight. One pool serving
+    thousands of concurrent streams spends its time in bookkeeping (httpcore scans every
+    connection on each request start and end: measured in ``docs/benchmarks-actor.md``);
+    ``config.connection_pools`` pools of fewer streams each do not.
 
     Usable as ``async with SamplingClient(config) as client:``. ``config`` supplies the
     pool and timeout settings; each call may pass another ``config`` (a newer snapshot
@@ -255,18 +260,25 @@ class SamplingClient:
         self, config: SamplerConfig, *, transport: httpx2.AsyncBaseTransport | None = None
     ) -> None:
         self._config = config
-        self._client = httpx2.AsyncClient(
-            transport=None if transport is None else _BorrowedTransport(transport),
-            # The actor bounds concurrency; a pool cap would queue streams invisibly and
-            # a pool timeout would fail them (trio-notes A.12).
-            limits=httpx2.Limits(
-                max_connections=None,
-                max_keepalive_connections=config.max_keepalive_connections,
-            ),
-            timeout=self._timeout(config),
-            follow_redirects=False,
-            http2=config.http2 and _h2_available(),
-        )
+        # With a transport of the caller's (tests, the in-memory emulator) one pool is
+        # enough: there is no socket pool to spread.
+        shards = 1 if transport is not None else config.connection_pools
+        self._clients = [
+            httpx2.AsyncClient(
+                transport=None if transport is None else _BorrowedTransport(transport),
+                # The actor bounds concurrency; a pool cap would queue streams invisibly
+                # and a pool timeout would fail them (trio-notes A.12).
+                limits=httpx2.Limits(
+                    max_connections=None,
+                    max_keepalive_connections=config.max_keepalive_connections,
+                ),
+                timeout=self._timeout(config),
+                follow_redirects=False,
+                http2=config.http2 and _h2_available(),
+            )
+            for _ in range(shards)
+        ]
+        self._in_flight = [0] * shards
 
     @property
     def config(self) -> SamplerConfig:
@@ -294,7 +306,8 @@ class SamplingClient:
         """Close every pooled connection."""
         with trio.CancelScope(shield=True) as scope:
             scope.relative_deadline = _CLOSE_TIMEOUT
-            await self._client.aclose()
+            for client in self._clients:
+                await client.aclose()
 
     def _build(self, wire: WireRequest, config: SamplerConfig, *, stream: bool) -> httpx2.Request:
         headers: dict[str, tuple[str, str]] = {}
@@ -311,7 +324,7 @@ class SamplingClient:
         put("accept-encoding", "identity")
         url = f"{config.base_url}/{wire.path.lstrip('/')}"
         try:
-            return self._client.build_request(
+            return self._clients[0].build_request(
                 wire.method,
                 url,
                 content=wire.body,
@@ -328,10 +341,23 @@ class SamplingClient:
                 )
             ) from None
 
-    async def _send(self, request: httpx2.Request, headers_timeout: float) -> httpx2.Response:
+    @contextmanager
+    def _pool(self) -> Iterator[httpx2.AsyncClient]:
+        """The pool with the fewest streams in flight, counted while the block runs."""
+        load = self._in_flight
+        index = load.index(min(load)) if len(load) > 1 else 0
+        load[index] += 1
+        try:
+            yield self._clients[index]
+        finally:
+            load[index] -= 1
+
+    async def _send(
+        self, client: httpx2.AsyncClient, request: httpx2.Request, headers_timeout: float
+    ) -> httpx2.Response:
         try:
             with trio.fail_after(headers_timeout):
-                return await self._client.send(request, stream=True)
+                return await client.send(request, stream=True)
         except trio.TooSlowError:
             info = SamplingErrorInfo(
                 kind=SamplingErrorKind.IDLE_TIMEOUT,
@@ -384,19 +410,20 @@ class SamplingClient:
         """
         config = config or self._config
         request = self._build(wire, config, stream=True)
-        response = await self._send(request, config.timeouts.response_headers)
-        stream: ResponseStream | None = None
-        try:
-            await self._raise_for_status(response, config.timeouts.response_headers)
-            stream = ResponseStream(response, config.max_response_bytes)
-            yield stream
-        finally:
-            if stream is not None:
-                await stream.aclose()
-            else:
-                with trio.CancelScope(shield=True) as scope:
-                    scope.relative_deadline = _CLOSE_TIMEOUT
-                    await response.aclose()
+        with self._pool() as client:
+            response = await self._send(client, request, config.timeouts.response_headers)
+            stream: ResponseStream | None = None
+            try:
+                await self._raise_for_status(response, config.timeouts.response_headers)
+                stream = ResponseStream(response, config.max_response_bytes)
+                yield stream
+            finally:
+                if stream is not None:
+                    await stream.aclose()
+                else:
+                    with trio.CancelScope(shield=True) as scope:
+                        scope.relative_deadline = _CLOSE_TIMEOUT
+                        await response.aclose()
 
     async def post_json(
         self, wire: WireRequest, *, config: SamplerConfig | None = None
@@ -411,19 +438,20 @@ class SamplingClient:
         timeouts = config.timeouts
         wait = timeouts.total or max(timeouts.response_headers, timeouts.first_token)
         request = self._build(wire, config, stream=False)
-        response = await self._send(request, wait)
-        stream: ResponseStream | None = None
-        try:
-            await self._raise_for_status(response, timeouts.response_headers)
-            stream = ResponseStream(response, config.max_response_bytes)
-            body = bytearray()
-            async for chunk in stream:
-                body += chunk
-            return (response.status_code, response.headers, bytes(body))
-        finally:
-            if stream is not None:
-                await stream.aclose()
-            else:
-                with trio.CancelScope(shield=True) as scope:
-                    scope.relative_deadline = _CLOSE_TIMEOUT
-                    await response.aclose()
+        with self._pool() as client:
+            response = await self._send(client, request, wait)
+            stream: ResponseStream | None = None
+            try:
+                await self._raise_for_status(response, timeouts.response_headers)
+                stream = ResponseStream(response, config.max_response_bytes)
+                body = bytearray()
+                async for chunk in stream:
+                    body += chunk
+                return (response.status_code, response.headers, bytes(body))
+            finally:
+                if stream is not None:
+                    await stream.aclose()
+                else:
+                    with trio.CancelScope(shield=True) as scope:
+                        scope.relative_deadline = _CLOSE_TIMEOUT
+                        await response.aclose()

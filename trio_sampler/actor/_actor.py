@@ -120,6 +120,14 @@ class _SamplerActor:
             with self.loop_scope, self.commands_receive:
                 async for command in self.commands_receive:
                     self.handle(command, nursery)
+                    # Take whatever else is already queued in the same scheduling round: a
+                    # burst of submits is handled at once, not one command per round.
+                    while True:
+                        try:
+                            command = self.commands_receive.receive_nowait()
+                        except trio.WouldBlock:
+                            break
+                        self.handle(command, nursery)
             # Leaving: every request still running ends with Cancelled; the nursery
             # waits for them (they finish within one scheduling round).
             for state in list(self.live.values()):

@@ -20,10 +20,18 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
     parser.add_argument("--port", type=int, default=0, help="port (0 picks a free one)")
+    parser.add_argument(
+        "--bench",
+        action="store_true",
+        help="bench mode: pre-rendered bodies, so client benchmarks measure the client",
+    )
+    parser.add_argument(
+        "--backlog", type=int, default=1024, help="listen queue length (default 1024)"
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..emulator import run_serve
 
-    return run_serve(args.host, args.port)
+    return run_serve(args.host, args.port, bench=args.bench, backlog=args.backlog)

@@ -12,7 +12,7 @@ from ._serve import serve
 __all__ = ["main_serve", "run_serve"]
 
 
-def run_serve(argv_host: str, argv_port: int) -> int:
+def run_serve(argv_host: str, argv_port: int, *, bench: bool = False, backlog: int = 1024) -> int:
     """Serve on ``argv_host:argv_port`` until interrupted; returns the exit status.
 
     The first line on stdout is exactly ``listening on http://HOST:PORT`` (flushed), with
@@ -21,7 +21,11 @@ def run_serve(argv_host: str, argv_port: int) -> int:
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            server = await nursery.start(functools.partial(serve, host=argv_host, port=argv_port))
+            server = await nursery.start(
+                functools.partial(
+                    serve, host=argv_host, port=argv_port, bench=bench, backlog=backlog
+                )
+            )
             print(f"listening on {server.origin}", flush=True)
 
     try:

@@ -60,6 +60,7 @@ async def serve(
     bench: bool = False,
     require_key: str | None = None,
     app: EmulatorApp | None = None,
+    backlog: int = 1024,
 ) -> None:
     """Serve the emulator until cancelled.
 
@@ -73,6 +74,8 @@ async def serve(
         bench: pre-rendered bodies for benchmarks (see :class:`EmulatorApp`).
         require_key: reject requests without this API key (401).
         app: serve this app instead of a new one.
+        backlog: the listen queue; thousands of clients connecting at once need a long
+            one (Hypercorn's default of 100 drops connections at 10,000).
     """
     if app is None:
         app = EmulatorApp(bench=bench, require_key=require_key)
@@ -81,6 +84,7 @@ async def serve(
     config.accesslog = None
     config.loglevel = "WARNING"
     config.graceful_timeout = 0.5
+    config.backlog = backlog
     async with trio.open_nursery() as nursery:
         binds: list[str] = await nursery.start(
             functools.partial(hypercorn_serve, cast(Any, app), config)
