@@ -105,8 +105,19 @@ _PROSE = (
 # -- shared helpers --------------------------------------------------------------------
 
 
+#: Open files wanted per process: 10,000 streams plus the previous cell's lingering sockets.
+WANTED_NOFILE = 65536
+
+
 def raise_nofile() -> tuple[int, int]:
-    """Raise the soft open-file limit to the hard limit; return the (soft, hard) now set."""
+    """Raise the open-file limit (to ``WANTED_NOFILE`` where allowed, e.g. as root; else
+    the soft limit to the hard one); return the (soft, hard) now set."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < WANTED_NOFILE:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (WANTED_NOFILE, WANTED_NOFILE))
+        except (ValueError, OSError):
+            pass  # not privileged: the hard limit stands
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -225,6 +236,21 @@ class Server:
         ticks = os.sysconf("SC_CLK_TCK")
         return (int(fields[11]) + int(fields[12])) / ticks
 
+    def open_files(self) -> int:
+        """File descriptors the server process holds (sockets included)."""
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+    def settle(self, below: int = 500, timeout: float = 120.0) -> int:
+        """Wait until the previous cell's sockets are gone from the server (it closes them
+        as it reads their EOFs, which takes a while after 10,000 streams): the next cell
+        must not inherit them, or 10,000 new connects can exceed the open-file limit."""
+        deadline = time.monotonic() + timeout
+        count = self.open_files()
+        while count > below and time.monotonic() < deadline:
+            time.sleep(0.25)
+            count = self.open_files()
+        return count
+
     def close(self) -> None:
         self.proc.terminate()
         try:
@@ -311,6 +337,8 @@ class Contender:
             api_key="bench-key",
             timeouts=Timeouts(connect=120.0, response_headers=300.0),
             retry=RetryPolicy(max_retries=0),  # errors must show, not be retried away
+            # BENCH_CONNECTION_POOLS overrides the library default (for A/B runs).
+            connection_pools=int(os.environ.get("BENCH_CONNECTION_POOLS", "16")),
         )
 
     @staticmethod
@@ -907,6 +935,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                     "chunk_chars": args.chunk_chars,
                     "origin": server.origin,
                 }
+                server.settle()
                 server_cpu0 = server.cpu_seconds()
                 cell = run_cell(spec)
                 cell["server_cpu_s"] = server.cpu_seconds() - server_cpu0
@@ -924,6 +953,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                     flush=True,
                 )
                 if not args.no_memory and c > 1:
+                    server.settle()
                     m = run_cell({**spec, "cell": "memory"})
                     mem[impl] = m
                     print(
