@@ -243,12 +243,18 @@ class Server:
     def settle(self, below: int = 500, timeout: float = 120.0) -> int:
         """Wait until the previous cell's sockets are gone from the server (it closes them
         as it reads their EOFs, which takes a while after 10,000 streams): the next cell
-        must not inherit them, or 10,000 new connects can exceed the open-file limit."""
+        must not inherit them, or 10,000 new connects can exceed the open-file limit.
+        Returns when fewer than ``below`` remain, or the count has not moved for 2 s."""
         deadline = time.monotonic() + timeout
         count = self.open_files()
+        still_since = time.monotonic()
         while count > below and time.monotonic() < deadline:
             time.sleep(0.25)
-            count = self.open_files()
+            now_count = self.open_files()
+            if now_count != count:
+                count, still_since = now_count, time.monotonic()
+            elif time.monotonic() - still_since >= 2.0:
+                break
         return count
 
     def close(self) -> None:
