@@ -409,17 +409,27 @@ class SamplingClient:
         read to the end).
         """
         config = config or self._config
-        request = self._build(wire, config, stream=True)
+        async with self._exchange(
+            wire, config, stream=True, headers_timeout=config.timeouts.response_headers
+        ) as stream:
+            yield stream
+
+    @asynccontextmanager
+    async def _exchange(
+        self, wire: WireRequest, config: SamplerConfig, *, stream: bool, headers_timeout: float
+    ) -> AsyncIterator[ResponseStream]:
+        """Send on the least busy pool, check the status, yield the body; always close."""
+        request = self._build(wire, config, stream=stream)
         with self._pool() as client:
-            response = await self._send(client, request, config.timeouts.response_headers)
-            stream: ResponseStream | None = None
+            response = await self._send(client, request, headers_timeout)
+            body: ResponseStream | None = None
             try:
                 await self._raise_for_status(response, config.timeouts.response_headers)
-                stream = ResponseStream(response, config.max_response_bytes)
-                yield stream
+                body = ResponseStream(response, config.max_response_bytes)
+                yield body
             finally:
-                if stream is not None:
-                    await stream.aclose()
+                if body is not None:
+                    await body.aclose()
                 else:
                     with trio.CancelScope(shield=True) as scope:
                         scope.relative_deadline = _CLOSE_TIMEOUT
@@ -437,21 +447,8 @@ class SamplingClient:
         config = config or self._config
         timeouts = config.timeouts
         wait = timeouts.total or max(timeouts.response_headers, timeouts.first_token)
-        request = self._build(wire, config, stream=False)
-        with self._pool() as client:
-            response = await self._send(client, request, wait)
-            stream: ResponseStream | None = None
-            try:
-                await self._raise_for_status(response, timeouts.response_headers)
-                stream = ResponseStream(response, config.max_response_bytes)
-                body = bytearray()
-                async for chunk in stream:
-                    body += chunk
-                return (response.status_code, response.headers, bytes(body))
-            finally:
-                if stream is not None:
-                    await stream.aclose()
-                else:
-                    with trio.CancelScope(shield=True) as scope:
-                        scope.relative_deadline = _CLOSE_TIMEOUT
-                        await response.aclose()
+        async with self._exchange(wire, config, stream=False, headers_timeout=wait) as stream:
+            body = bytearray()
+            async for chunk in stream:
+                body += chunk
+            return (stream.status, stream.headers, bytes(body))
