@@ -86,6 +86,24 @@ def test_failed_translation(kind: SamplingErrorKind, can_refresh: bool) -> None:
         assert outcome.partial is partial
 
 
+@pytest.mark.parametrize(
+    ("status", "error_type", "expected"),
+    [
+        pytest.param(401, "authentication_error", TurnRefreshAuthAndResubmit, id="401"),
+        pytest.param(None, "authentication_error", TurnRefreshAuthAndResubmit, id="in-stream"),
+        pytest.param(403, "permission_error", TurnFatal, id="403"),
+        pytest.param(None, "permission_error", TurnFatal, id="permission-in-stream"),
+    ],
+)
+def test_only_credential_failures_ask_for_a_refresh(
+    status: int | None, error_type: str, expected: type[object]
+) -> None:
+    """A 403 means the key is valid but not allowed: a fresh key will not help."""
+    error = SamplingErrorInfo(kind=K.AUTH, message="no", status_code=status, error_type=error_type)
+    outcome = outcome_for_terminal(Failed("r", error), can_refresh_auth=True)
+    assert type(outcome) is expected
+
+
 def test_completed_translation() -> None:
     response = ConversationResponse(items=[Assistant("hi")], stop_reason=StopReason.STOP)
     outcome = outcome_for_terminal(Completed("r", response), can_refresh_auth=False)

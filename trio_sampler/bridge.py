@@ -153,6 +153,12 @@ def _context_window_error(response: ConversationResponse) -> SamplingErrorInfo:
     )
 
 
+def _is_permission(error: SamplingErrorInfo) -> bool:
+    """403 / ``permission_error``: the credential is valid but not allowed; a fresh one of
+    the same kind will not help, so it is fatal rather than a refresh (design §2.5: 401)."""
+    return error.status_code == 403 or error.error_type == "permission_error"
+
+
 def outcome_for_terminal(
     terminal: TerminalEvent,
     *,
@@ -179,7 +185,7 @@ def outcome_for_terminal(
     kept = terminal.partial or partial
     if error.kind is SamplingErrorKind.CONTEXT_LENGTH_EXCEEDED:
         return TurnCompactAndResubmit(error, kept, terminal.metrics, terminal.request_id)
-    if error.kind is SamplingErrorKind.AUTH and can_refresh_auth:
+    if error.kind is SamplingErrorKind.AUTH and can_refresh_auth and not _is_permission(error):
         return TurnRefreshAuthAndResubmit(error, terminal.metrics, terminal.request_id)
     return TurnFatal(error, kept, terminal.metrics, terminal.request_id)
 
