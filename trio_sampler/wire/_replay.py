@@ -81,9 +81,6 @@ class _DeltaAssembly:
     """Rebuilds a response from deltas (when no terminal carries one)."""
 
     def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
         self.text: list[str] = []
         self.reasoning: list[str] = []
         self.reasoning_items: list[Reasoning] = []

@@ -79,7 +79,6 @@ class SSEDecoder:
         "_event",
         "_event_bytes",
         "_failed",
-        "_has_data",
         "_in_comment",
         "_last_id",
         "_max",
@@ -97,7 +96,6 @@ class SSEDecoder:
         self._in_comment = False  # inside a comment line split across chunks
         self._failed = False
         self._data: list[str] = []
-        self._has_data = False
         self._event: str | None = None
         self._last_id: str | None = None  # persists across events (WHATWG)
         self._retry: int | None = None
@@ -167,8 +165,8 @@ class SSEDecoder:
         # An unterminated last line is a truncated line: discard it (see module doc).
         self._buffer = b""
         self._in_comment = False
-        if self._has_data:
-            self._dispatch(out)
+        if self._data:
+            self._dispatch(self._data, self._event, out)
         self._reset_event()
         return out
 
@@ -185,7 +183,7 @@ class SSEDecoder:
         # ``data: `` and ``event: `` (with the usual single space) are handled inline, with
         # the event's state in locals; anything else (comments, ``id``, ``retry``, odd
         # spacing, unknown fields) goes through ``_line`` with the state written back
-        # first. Both paths implement the same rules; ``_line`` is the reference.
+        # first. Both paths implement the same rules.
         data = self._data
         event = self._event
         size = self._event_bytes
@@ -196,16 +194,9 @@ class SSEDecoder:
                 if size > limit:
                     self._fail()
                 data.append(line[6:].decode("utf-8", "replace"))
-            elif not line:
+            elif not line:  # a blank line dispatches the event (if it has data)
                 if data:
-                    out.append(
-                        ServerSentEvent(
-                            data[0] if len(data) == 1 else "\n".join(data),
-                            event or "message",
-                            self._last_id,
-                            self._retry,
-                        )
-                    )
+                    self._dispatch(data, event, out)
                     data = []
                 event = None
                 self._retry = None
@@ -217,24 +208,18 @@ class SSEDecoder:
                 event = line[7:].decode("utf-8", "replace")
             else:
                 self._data = data
-                self._has_data = bool(data)
                 self._event = event
                 self._event_bytes = size
-                self._line(line, out)
+                self._line(line)
                 data = self._data
                 event = self._event
                 size = self._event_bytes
         self._data = data
-        self._has_data = bool(data)
         self._event = event
         self._event_bytes = size
 
-    def _line(self, raw: bytes, out: list[ServerSentEvent]) -> None:
-        if not raw:
-            if self._has_data:
-                self._dispatch(out)
-            self._reset_event()
-            return
+    def _line(self, raw: bytes) -> None:
+        """Any non-blank line the fast path in :meth:`_lines` does not take."""
         if raw[0] == 0x3A:  # b":" comment (keep-alives such as ": OPENROUTER PROCESSING")
             return
         self._event_bytes += len(raw) + 1
@@ -245,7 +230,6 @@ class SSEDecoder:
             value = value[1:]
         if name == b"data":
             self._data.append(value.decode("utf-8", "replace"))
-            self._has_data = True
         elif name == b"event":
             self._event = value.decode("utf-8", "replace")
         elif name == b"id":
@@ -255,13 +239,12 @@ class SSEDecoder:
             self._retry = int(value)
         # Any other field name is ignored (WHATWG).
 
-    def _dispatch(self, out: list[ServerSentEvent]) -> None:
-        data = self._data[0] if len(self._data) == 1 else "\n".join(self._data)
-        out.append(ServerSentEvent(data, self._event or "message", self._last_id, self._retry))
+    def _dispatch(self, data: list[str], event: str | None, out: list[ServerSentEvent]) -> None:
+        text = data[0] if len(data) == 1 else "\n".join(data)
+        out.append(ServerSentEvent(text, event or "message", self._last_id, self._retry))
 
     def _reset_event(self) -> None:
         self._data = []
-        self._has_data = False
         self._event = None
         self._retry = None
         self._event_bytes = 0
