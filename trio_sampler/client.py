@@ -30,7 +30,7 @@ from types import TracebackType
 import httpx2
 import trio
 
-from .config import SamplerConfig
+from .config import SamplerConfig, is_credential_name
 from .types import SamplingErrorInfo, SamplingErrorKind
 from .wire._request import WireRequest
 from .wire.errors import classify_http_error, classify_transport_error
@@ -43,15 +43,18 @@ MAX_ERROR_BODY_BYTES = 64 * 1024
 # cancelled request never waits on the network while shielded.
 _CLOSE_TIMEOUT = 5.0
 
-# Query parameters whose values are credentials (``?key=...`` auth, signed URLs).
-_SECRET_QUERY = re.compile(
-    r"([?&][^=&#]*(?:key|token|secret|auth|sig|password|credential)[^=&#]*=)[^&#]*", re.I
-)
+_QUERY_PAIR = re.compile(r"([?&])([^=&#]*)=([^&#]*)")
 
 
 def redact_url(url: object) -> str:
-    """``url`` as text with the values of credential-like query parameters replaced."""
-    return _SECRET_QUERY.sub(r"\1***", str(url))
+    """``url`` as text with the values of credential query parameters (``?key=...`` auth,
+    signed URLs; :func:`~trio_sampler.config.is_credential_name`) replaced by ``***``."""
+
+    def hide(match: re.Match[str]) -> str:
+        sep, name, value = match.groups()
+        return f"{sep}{name}={'***' if is_credential_name(name) else value}"
+
+    return _QUERY_PAIR.sub(hide, str(url))
 
 
 class _RedactQueryFilter(logging.Filter):

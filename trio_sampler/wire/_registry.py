@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from ..types import ApiBackend, ConversationRequest
-from ._request import BuildOptions, WireRequest
+from ._request import BuildOptions, WireRequest, validate_headers
 from ._transform import StreamTransform
 
 __all__ = ["build_request", "new_transform", "parse_request", "transform_class"]
@@ -50,19 +50,13 @@ def build_request(
 ) -> WireRequest:
     """Render ``request`` for ``backend`` (see each backend's ``build_request``).
 
-    ``request.extra_headers`` are appended to the wire headers here, for every backend;
-    a header name or value containing CR, LF or NUL raises ``ValueError``.
+    ``request.extra_headers`` are appended to the wire headers here, for every backend,
+    checked like the config's extra headers (:func:`validate_headers`, ``ValueError``).
     """
     result: WireRequest = _module(backend, "_request").build_request(request, options)
     if request.extra_headers:
-        extra: list[tuple[str, str]] = []
-        for name, value in request.extra_headers.items():
-            if any(c in name + value for c in "\r\n\x00") or not name:
-                raise ValueError(
-                    f"request header {name!r} has an empty name or contains CR, LF or NUL; "
-                    "remove it from ConversationRequest.extra_headers"
-                )
-            extra.append((name, value))
+        extra = tuple(request.extra_headers.items())
+        validate_headers(extra, what="request header")
         result = attrs.evolve(result, headers=(*result.headers, *extra))
     return result
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -15,7 +16,33 @@ __all__ = [
     "ConversionNote",
     "ConversionReport",
     "WireRequest",
+    "validate_headers",
 ]
+
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+# Headers the HTTP layer must own: overriding them breaks framing or routing.
+_RESERVED_HEADERS = frozenset(
+    {"host", "content-length", "transfer-encoding", "connection", "upgrade", "te"}
+)
+
+
+def validate_headers(pairs: Iterable[tuple[str, str]], *, what: str) -> None:
+    """Raise ``ValueError`` (naming ``what``) for a header that would break the request:
+    a name that is not an HTTP token, one the HTTP layer owns, or a value with CR, LF or
+    NUL (header injection)."""
+    for name, value in pairs:
+        if not _TOKEN.match(name):
+            raise ValueError(
+                f"{what} name {name!r} is not a valid HTTP token "
+                "(letters, digits and !#$%&'*+-.^_`|~ only, no spaces or colons)"
+            )
+        if name.lower() in _RESERVED_HEADERS:
+            raise ValueError(f"{what} {name!r} is managed by the HTTP client; remove it")
+        if any(c in value for c in "\r\n\0"):
+            raise ValueError(
+                f"{what} {name!r} has a value containing CR, LF or NUL, which would "
+                "split the request (header injection); remove the line breaks"
+            )
 
 
 @attrs.frozen
