@@ -14,7 +14,7 @@ import orjson
 import trio
 
 from ._cache import SHARED_CACHE, PromptCache
-from ._faults import MAX_SCENARIOS, AttemptPlan, FaultBook
+from ._faults import AttemptPlan, FaultBook, touch
 from ._render_chat import ChatRenderer
 from ._render_messages import MessagesRenderer
 from ._render_responses import ResponsesRenderer
@@ -213,11 +213,7 @@ class EmulatorApp:
         return {"object": "list", "data": models}
 
     def _record(self, script: Script, path: str, headers: Mapping[str, str], data: Any) -> None:
-        key = script.scenario or ""
-        records = self._recorded.pop(key, None) or []
-        self._recorded[key] = records  # re-inserted: dict order is the recency order
-        while len(self._recorded) > MAX_SCENARIOS:
-            del self._recorded[next(iter(self._recorded))]
+        records = touch(self._recorded, script.scenario or "", list)
         records.append({"path": path, "headers": redact_headers(headers), "body": data})
         del records[:-MAX_RECORDED_PER_SCENARIO]
 

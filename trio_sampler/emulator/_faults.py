@@ -19,6 +19,9 @@ schedule.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import attrs
 
 from ._script import (
@@ -56,6 +59,21 @@ class _ScenarioState:
 #: Scenarios whose state is kept; the least recently used is forgotten past this.
 MAX_SCENARIOS = 10_000
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def touch(store: dict[_K, _V], key: _K, make: Callable[[], _V]) -> _V:
+    """``store[key]`` (made if missing), moved to the most recent end; the least recently
+    used entries beyond :data:`MAX_SCENARIOS` are dropped (dict order is the recency order)."""
+    value = store.pop(key, None)
+    if value is None:
+        value = make()
+    store[key] = value
+    while len(store) > MAX_SCENARIOS:
+        del store[next(iter(store))]
+    return value
+
 
 @attrs.define
 class FaultBook:
@@ -70,10 +88,7 @@ class FaultBook:
 
     def plan(self, key: str, faults: tuple[Fault, ...]) -> AttemptPlan:
         """Count one attempt for ``key`` and decide which ``faults`` apply to it."""
-        state = self._states.pop(key, None) or _ScenarioState()
-        self._states[key] = state  # re-inserted: dict order is the recency order
-        while len(self._states) > MAX_SCENARIOS:
-            del self._states[next(iter(self._states))]
+        state = touch(self._states, key, _ScenarioState)
         state.attempts += 1
         outcome: OutcomeFault | None = None
         stalls: list[StallFault] = []
