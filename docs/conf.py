@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
+import sys
 from pathlib import Path
 
 # The benchmark charts are drawn from the committed results JSON at every build.
 _ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("_bench_plot", _ROOT / "benchmarks" / "plot.py")
-if _spec is not None and _spec.loader is not None:
-    _plot = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_plot)
-    _plot.render(_ROOT / "benchmarks" / "results", _ROOT / "docs" / "_generated")
+sys.path.insert(0, str(_ROOT))
+from benchmarks import plot as _plot  # noqa: E402
+
+_plot.render(_ROOT / "benchmarks" / "results", _ROOT / "docs" / "_generated")
 
 project = "trio_sampler"
 author = "trio_sampler developers"

@@ -6,31 +6,14 @@ cancels. The full run (10^5 requests over loopback HTTP) is documented in
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import trio
 import trio.lowlevel
 
+from benchmarks import soak
 from trio_sampler.actor import open_sampler
 from trio_sampler.config import SamplerConfig
 from trio_sampler.testing import EmulatorTransport, script_headers
 from trio_sampler.types import Completed, ConversationRequest, User
-
-
-def _load() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "soak.py"
-    spec = importlib.util.spec_from_file_location("trio_sampler_benchmarks_soak", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-soak = _load()
 
 
 async def test_soak_in_process() -> None:

@@ -12,33 +12,18 @@ The budget per test is ``TRIO_SAMPLER_FUZZ_EXAMPLES`` (default 200). The big run
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import os
 import random
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from benchmarks import fuzz
 from trio_sampler.wire import SSEDecoder, SSEEventTooLarge
 
-
-def _load() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "fuzz.py"
-    spec = importlib.util.spec_from_file_location("trio_sampler_benchmarks_fuzz", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-fuzz = _load()
 EXAMPLES = int(os.environ.get("TRIO_SAMPLER_FUZZ_EXAMPLES", "200"))
 BACKENDS = ("chat_completions", "responses", "messages")
 
