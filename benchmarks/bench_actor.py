@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
+import importlib.metadata
 import io
 import json
 import math
@@ -50,11 +51,9 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import anthropic
 import httpx2
-import openai
 import orjson
 import trio
 
@@ -166,8 +165,8 @@ def machine_info() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "trio": trio.__version__,
         "httpx2": httpx2.__version__,
-        "openai": openai.__version__,
-        "anthropic": anthropic.__version__,
+        "openai": importlib.metadata.version("openai"),
+        "anthropic": importlib.metadata.version("anthropic"),
         "nofile": list(resource.getrlimit(resource.RLIMIT_NOFILE)),
     }
 
@@ -175,36 +174,31 @@ def machine_info() -> dict[str, Any]:
 # -- the server process ----------------------------------------------------------------
 
 
-def serve_main(backlog: int) -> None:
-    """The emulator in bench mode, with a listen backlog large enough for 10k connects.
-
-    ``trio_sampler.emulator.serve`` has no ``backlog`` option (hypercorn's default is 100,
-    which drops SYNs at C = 10,000 and adds 1 s retransmits to connect times), so this
-    builds the same Hypercorn setup around ``EmulatorApp(bench=True)``.
-    """
+def serve_main(backlog: int, port: int) -> None:
+    """One emulator process in bench mode, bound with ``SO_REUSEPORT`` (several of them
+    share the port; see :class:`Server`), with a listen backlog long enough for 10k
+    connects (Hypercorn's default of 100 drops SYNs at C = 10,000)."""
     import functools
 
-    from hypercorn.config import Config
-    from hypercorn.trio import serve as hypercorn_serve
-
-    from trio_sampler.emulator import EmulatorApp
+    from trio_sampler.emulator import EmulatorServer, serve
 
     raise_nofile()
 
     async def main() -> None:
-        config = Config()
-        config.bind = ["127.0.0.1:0"]
-        config.accesslog = None
-        config.loglevel = "WARNING"
-        config.graceful_timeout = 0.5
-        config.backlog = backlog
-        config.keep_alive_timeout = 300
         async with trio.open_nursery() as nursery:
-            binds: list[str] = await nursery.start(
-                functools.partial(hypercorn_serve, cast(Any, EmulatorApp(bench=True)), config)
+            server: EmulatorServer = await nursery.start(
+                functools.partial(
+                    serve,
+                    port=port,
+                    bench=True,
+                    backlog=backlog,
+                    reuse_port=True,
+                    # At C = 10,000 the client can take longer than Hypercorn's default
+                    # 5 s to write a request on a connection it has just opened.
+                    keep_alive_timeout=300.0,
+                )
             )
-            origin = binds[0].rsplit(":", 1)
-            print(f"listening on http://127.0.0.1:{origin[1]}", flush=True)
+            print(f"listening on {server.origin}", flush=True)
 
     try:
         trio.run(main)
@@ -212,33 +206,56 @@ def serve_main(backlog: int) -> None:
         pass
 
 
-class Server:
-    """The emulator subprocess; ``origin`` is ``http://127.0.0.1:PORT``."""
+#: Emulator processes sharing the port by default: one per core. A single process
+#: accepts (and serves) only so fast: at 10,000 simultaneous connects its listen queue
+#: (capped by net.core.somaxconn) overflows and the dropped SYNs are retried by the
+#: kernel after 1, 3, 7, 15, 31, 63 s, which is what a held-open cell then measures.
+DEFAULT_SERVER_PROCS = os.cpu_count() or 1
 
-    def __init__(self, backlog: int) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--_serve", "--backlog", str(backlog)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().strip()
-        prefix = "listening on "
-        if not line.startswith(prefix):
-            self.proc.kill()
-            raise RuntimeError(f"the emulator did not start (first line {line!r})")
-        self.origin = line[len(prefix) :]
+
+class Server:
+    """The emulator: ``procs`` processes on one port (``SO_REUSEPORT``, the kernel spreads
+    connections over them); ``origin`` is ``http://127.0.0.1:PORT``."""
+
+    def __init__(self, backlog: int, procs: int = 1) -> None:
+        self.procs: list[subprocess.Popen[str]] = []
+        port = 0
+        try:
+            for _ in range(max(1, procs)):
+                command = [sys.executable, __file__, "--_serve", "--backlog", str(backlog)]
+                proc = subprocess.Popen(
+                    [*command, "--_port", str(port)],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                self.procs.append(proc)
+                assert proc.stdout is not None
+                line = proc.stdout.readline().strip()
+                prefix = "listening on "
+                if not line.startswith(prefix):
+                    raise RuntimeError(f"the emulator did not start (first line {line!r})")
+                self.origin = line[len(prefix) :]
+                port = int(self.origin.rsplit(":", 1)[1])
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def pids(self) -> list[int]:
+        return [proc.pid for proc in self.procs]
 
     def cpu_seconds(self) -> float:
-        """User + system CPU of the server process so far (from ``/proc``)."""
-        with open(f"/proc/{self.proc.pid}/stat", encoding="ascii") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        return (int(fields[11]) + int(fields[12])) / ticks
+        """User + system CPU of the server processes so far (from ``/proc``)."""
+        total = 0
+        for pid in self.pids:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        return total / os.sysconf("SC_CLK_TCK")
 
     def open_files(self) -> int:
-        """File descriptors the server process holds (sockets included)."""
-        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+        """File descriptors the server processes hold (sockets included)."""
+        return sum(len(os.listdir(f"/proc/{pid}/fd")) for pid in self.pids)
 
     def settle(self, below: int = 500, timeout: float = 120.0) -> int:
         """Wait until the previous cell's sockets are gone from the server (it closes them
@@ -258,12 +275,14 @@ class Server:
         return count
 
     def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 # -- one stream per contender ------------------------------------------------------------
@@ -323,8 +342,11 @@ class Contender:
         self.headers = {"x-emulator-script": script, "x-emulator-bench": "1"}
         self.handle: SamplerHandle | None = None
         self.http: httpx2.AsyncClient | None = None
-        self.openai: openai.AsyncOpenAI | None = None
-        self.anthropic: anthropic.AsyncAnthropic | None = None
+        # The SDKs are imported only by their own cells: each cell's process loads just its
+        # contender's library, as an application would (a bigger heap makes every full
+        # garbage collection slower, which would tax whichever contender ran beside it).
+        self.openai: Any = None
+        self.anthropic: Any = None
         self.messages: list[dict[str, Any]] = [
             {"role": "user", "content": "Tell me about the weather."}
         ]
@@ -370,6 +392,8 @@ class Contender:
                 self.http = http
                 await body()
         elif self.impl == "openai":
+            import openai
+
             async with openai.AsyncOpenAI(
                 base_url=self.origin + "/v1",
                 api_key="bench-key",
@@ -380,6 +404,8 @@ class Contender:
                 self.openai = client
                 await body()
         elif self.impl == "anthropic":
+            import anthropic
+
             async with anthropic.AsyncAnthropic(
                 base_url=self.origin,
                 api_key="bench-key",
@@ -912,9 +938,14 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
         "memory": {},
         "cancel": {},
     }
-    server = Server(args.backlog)
-    results["server"] = {"origin": server.origin, "backlog": args.backlog}
-    print(f"emulator (bench mode) at {server.origin}, pid {server.proc.pid}", flush=True)
+    server = Server(args.backlog, args.server_procs)
+    results["server"] = {
+        "origin": server.origin,
+        "backlog": args.backlog,
+        "processes": len(server.procs),
+    }
+    pids = ", ".join(map(str, server.pids))
+    print(f"emulator (bench mode) at {server.origin}, pids {pids}", flush=True)
     try:
         for c in concurrency:
             tp: dict[str, Any] = {}
@@ -1068,7 +1099,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--backlog", type=int, default=4096, help="server listen backlog")
     parser.add_argument("--quick", action="store_true", help="small sizes (for the CLI)")
     parser.add_argument("--json", default=str(DEFAULT_JSON), help="where to write the results")
+    parser.add_argument(
+        "--server-procs",
+        type=int,
+        default=DEFAULT_SERVER_PROCS,
+        help=f"emulator processes sharing the port (default: one per core, {DEFAULT_SERVER_PROCS})",
+    )
     parser.add_argument("--_serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--_port", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     quick = args.quick
@@ -1086,7 +1124,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args._serve:
-        serve_main(args.backlog)
+        serve_main(args.backlog, args._port)
         return 0
     if args._worker is not None:
         worker_main(json.loads(args._worker))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
@@ -123,3 +124,39 @@ def _check_serving(process: subprocess.Popen[bytes]) -> None:
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def test_serve_on_a_busy_port_says_so_without_a_traceback() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "trio_sampler.cli", "serve", "--port", str(port)],
+            capture_output=True,
+            timeout=60,
+        )
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}".encode() in result.stderr
+    assert b"Traceback" not in result.stderr
+
+
+def test_serve_reuse_port_processes_share_a_port() -> None:
+    with subprocess.Popen(
+        [sys.executable, "-m", "trio_sampler.cli", "serve", "--port", "0", "--reuse-port"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    ) as first:
+        try:
+            assert first.stdout is not None
+            line = first.stdout.readline().decode().strip()
+            port = line.rsplit(":", 1)[1]
+            with subprocess.Popen(
+                [sys.executable, "-m", "trio_sampler.cli", "serve", "--port", port, "--reuse-port"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            ) as second:
+                _check_serving(second)
+        finally:
+            first.terminate()
+            first.wait(timeout=10)

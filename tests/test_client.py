@@ -12,7 +12,9 @@ import trio
 
 from trio_sampler.client import SamplingClient, SamplingClientError
 from trio_sampler.config import AuthScheme, SamplerConfig, Timeouts
-from trio_sampler.types import ApiBackend, SamplingErrorKind
+from trio_sampler.testing import EmulatorFixture
+from trio_sampler.types import ApiBackend, ConversationRequest, SamplingErrorKind, User
+from trio_sampler.wire import BuildOptions, build_request
 from trio_sampler.wire._request import WireRequest
 
 KEY = "sk-test-SUPERSECRET-0123456789"
@@ -352,3 +354,49 @@ async def test_per_call_config_overrides_url_and_key() -> None:
 def test_client_repr_has_no_key() -> None:
     client = SamplingClient(config())
     assert KEY not in repr(client) and KEY not in repr(client.config)
+
+
+def test_pools_share_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Building a TLS context loads the CA store (~20 ms): once per client, not per pool."""
+    import httpcore2
+
+    built: list[object] = []
+    original = httpcore2.default_ssl_context
+
+    def counting(*args: object, **kwargs: bool) -> object:
+        context = original(*args, **kwargs)  # type: ignore[arg-type]
+        built.append(context)
+        return context
+
+    monkeypatch.setattr(httpcore2, "default_ssl_context", counting)
+    config = SamplerConfig(
+        base_url="https://api.example.test/v1",
+        backend=ApiBackend.CHAT_COMPLETIONS,
+        model="m",
+        connection_pools=8,
+    )
+    client = SamplingClient(config)
+    assert len(built) == 1
+    assert len(client._clients) == 8
+
+
+async def test_streams_spread_over_the_least_busy_pools(emulator: EmulatorFixture) -> None:
+    """Concurrent streams over real sockets each take the pool with the fewest in flight."""
+    config = SamplerConfig(
+        base_url=emulator.base_url,
+        backend=ApiBackend.CHAT_COMPLETIONS,
+        model="m",
+        connection_pools=3,
+    )
+    request = ConversationRequest(
+        items=(User("hi"),), extra_headers=emulator.script(text="hello there")
+    )
+    wire = build_request(ApiBackend.CHAT_COMPLETIONS, request, BuildOptions(model="m"))
+    async with SamplingClient(config) as client:
+        async with client.open_stream(wire) as first, client.open_stream(wire) as second:
+            assert client._in_flight == [1, 1, 0]
+            async with client.open_stream(wire) as third:
+                assert client._in_flight == [1, 1, 1]
+                for stream in (first, second, third):
+                    assert stream.status == 200
+        assert client._in_flight == [0, 0, 0]

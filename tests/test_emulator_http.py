@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import httpx2
@@ -532,3 +533,50 @@ async def test_bench_mode_serves_cached_bodies(emulator: EmulatorFixture) -> Non
         )
     assert first.content == second.content  # the second is the pre-rendered body
     assert emulator.requests() == []  # bench requests are not recorded
+
+
+async def test_reuse_port_processes_share_one_port() -> None:
+    """Two servers bound with ``reuse_port`` on one port: the kernel spreads new
+    connections over both (40 fresh connections all landing on one: odds 2**-39)."""
+    from trio_sampler.emulator import EmulatorApp, EmulatorServer
+
+    apps = (EmulatorApp(), EmulatorApp())
+    async with trio.open_nursery() as nursery:
+        first: EmulatorServer = await nursery.start(
+            functools.partial(serve, app=apps[0], reuse_port=True)
+        )
+        second: EmulatorServer = await nursery.start(
+            functools.partial(serve, app=apps[1], port=first.port, reuse_port=True)
+        )
+        assert second.port == first.port
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        for _ in range(40):
+            async with httpx2.AsyncClient() as client:  # a new connection each time
+                response = await client.post(first.url_for("chat_completions"), json=body)
+                assert response.status_code == 200
+        counts = [len(app.requests()) for app in apps]
+        assert sum(counts) == 40
+        assert all(counts), counts
+        nursery.cancel_scope.cancel()
+
+
+async def test_port_in_use_without_reuse_port_fails() -> None:
+    """Without ``reuse_port`` a second server on a bound port is an ``OSError``."""
+    async with trio.open_nursery() as nursery:
+        first = await nursery.start(functools.partial(serve, reuse_port=True))
+        with pytest.raises(OSError, match="in use"):
+            await nursery.start(functools.partial(serve, port=first.port))
+        nursery.cancel_scope.cancel()
+
+
+async def test_keep_alive_timeout_closes_idle_connections() -> None:
+    """A connection that sends nothing is closed after ``keep_alive_timeout``."""
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(functools.partial(serve, keep_alive_timeout=0.2))
+        stream = await trio.open_tcp_stream(server.host, server.port)
+        async with stream:
+            started = trio.current_time()
+            with trio.fail_after(10):
+                assert await stream.receive_some() == b""  # closed by the server
+            assert trio.current_time() - started >= 0.15
+        nursery.cancel_scope.cancel()

@@ -28,10 +28,21 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--backlog", type=int, default=1024, help="listen queue length (default 1024)"
     )
+    parser.add_argument(
+        "--reuse-port",
+        action="store_true",
+        help=(
+            "bind with SO_REUSEPORT, so several 'serve' processes can share one port (start "
+            "one with --port 0 --reuse-port, the others with --port N --reuse-port); the "
+            "kernel spreads connections over them"
+        ),
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..emulator import run_serve
 
-    return run_serve(args.host, args.port, bench=args.bench, backlog=args.backlog)
+    return run_serve(
+        args.host, args.port, bench=args.bench, backlog=args.backlog, reuse_port=args.reuse_port
+    )

@@ -12,29 +12,48 @@ from ._serve import serve
 __all__ = ["main_serve", "run_serve"]
 
 
-def run_serve(argv_host: str, argv_port: int, *, bench: bool = False, backlog: int = 1024) -> int:
+def run_serve(
+    argv_host: str,
+    argv_port: int,
+    *,
+    bench: bool = False,
+    backlog: int = 1024,
+    reuse_port: bool = False,
+) -> int:
     """Serve on ``argv_host:argv_port`` until interrupted; returns the exit status.
 
     The first line on stdout is exactly ``listening on http://HOST:PORT`` (flushed), with
     the bound port when ``argv_port`` is 0, so scripts can wait for it and parse it.
     """
 
+    failed: list[OSError | ValueError] = []
+
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            server = await nursery.start(
-                functools.partial(
-                    serve, host=argv_host, port=argv_port, bench=bench, backlog=backlog
+            try:
+                server = await nursery.start(
+                    functools.partial(
+                        serve,
+                        host=argv_host,
+                        port=argv_port,
+                        bench=bench,
+                        backlog=backlog,
+                        reuse_port=reuse_port,
+                    )
                 )
-            )
+            except (OSError, ValueError) as exc:  # raised here, not wrapped by the nursery
+                failed.append(exc)
+                return
             print(f"listening on {server.origin}", flush=True)
 
     try:
         trio.run(main)
     except KeyboardInterrupt:
         return 0
-    except OSError as exc:
+    if failed:
         print(
-            f"trio-sampler serve: cannot listen on {argv_host}:{argv_port}: {exc}", file=sys.stderr
+            f"trio-sampler serve: cannot listen on {argv_host}:{argv_port}: {failed[0]}",
+            file=sys.stderr,
         )
         return 1
     return 0

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import os
+import socket
 from typing import Any, cast
 
 import attrs
@@ -61,6 +63,8 @@ async def serve(
     require_key: str | None = None,
     app: EmulatorApp | None = None,
     backlog: int = 1024,
+    reuse_port: bool = False,
+    keep_alive_timeout: float = 5.0,
 ) -> None:
     """Serve the emulator until cancelled.
 
@@ -75,19 +79,56 @@ async def serve(
         require_key: reject requests without this API key (401).
         app: serve this app instead of a new one.
         backlog: the listen queue; thousands of clients connecting at once need a long
-            one (Hypercorn's default of 100 drops connections at 10,000).
+            one (Hypercorn's default of 100 drops connections at 10,000). The kernel caps
+            it (``net.core.somaxconn``, often 4096).
+        reuse_port: bind with ``SO_REUSEPORT``, so several emulator processes can listen
+            on the same port and the kernel spreads new connections over them, each with
+            its own listen queue: one Python process accepts (and serves) only so fast,
+            and at 10,000 simultaneous connects a single queue overflows. Start the first
+            with ``port=0`` and ``reuse_port=True``, the others on the port it bound. Not
+            available on Windows (``ValueError``).
+        keep_alive_timeout: seconds a connection may sit idle (before its first request,
+            or between requests) before the server closes it. Hypercorn's 5 s default is
+            fine for a test; a client saturated by thousands of streams can take longer
+            than that to write a request on a connection it just opened, and then sees
+            "server disconnected" (the benchmark uses 300).
     """
     if app is None:
         app = EmulatorApp(bench=bench, require_key=require_key)
-    config = Config()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
-    config.accesslog = None
-    config.loglevel = "WARNING"
-    config.graceful_timeout = 0.5
-    config.backlog = backlog
-    async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(
-            functools.partial(hypercorn_serve, cast(Any, app), config)
-        )
-        bound_port = int(binds[0].rsplit(":", 1)[1])
-        task_status.started(EmulatorServer(host, bound_port, app))
+    # The socket is bound here rather than by Hypercorn: a failed bind ("address in use")
+    # is then a plain OSError raised before anything starts (Hypercorn's would arrive
+    # wrapped in exception groups, and leak its socket).
+    listener = _bound_socket(host, port, reuse_port=reuse_port)
+    try:
+        config = Config()
+        # Hypercorn adopts the descriptor it is given; it gets its own copy, so that ours
+        # is closed here whatever happens to the server.
+        config.bind = [f"fd://{os.dup(listener.fileno())}"]
+        config.accesslog = None
+        config.loglevel = "WARNING"
+        config.graceful_timeout = 0.5
+        config.backlog = backlog
+        config.keep_alive_timeout = keep_alive_timeout
+        async with trio.open_nursery() as nursery:
+            await nursery.start(functools.partial(hypercorn_serve, cast(Any, app), config))
+            bound_port = int(listener.getsockname()[1])
+            task_status.started(EmulatorServer(host, bound_port, app))
+    finally:
+        listener.close()
+
+
+def _bound_socket(host: str, port: int, *, reuse_port: bool) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (not yet listening); ``SO_REUSEPORT`` on request."""
+    option = getattr(socket, "SO_REUSEPORT", None)
+    if reuse_port and option is None:
+        raise ValueError("reuse_port needs SO_REUSEPORT, which this platform does not have")
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port and option is not None:
+            sock.setsockopt(socket.SOL_SOCKET, option, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
