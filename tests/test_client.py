@@ -364,7 +364,7 @@ def test_pools_share_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
     original = httpcore2.default_ssl_context
 
     def counting(*args: object, **kwargs: bool) -> object:
-        context = original(*args, **kwargs)  # type: ignore[arg-type]
+        context = original(*args, **kwargs)
         built.append(context)
         return context
 
