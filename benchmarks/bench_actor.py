@@ -141,6 +141,31 @@ def percentile(values: Sequence[float], fraction: float) -> float | None:
     return ordered[min(rank, len(ordered)) - 1]
 
 
+class GcClock:
+    """Time the garbage collector runs while the block runs (``gc.callbacks``), and how
+    many of its runs were full (generation 2) collections."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.full = 0
+        self._started = 0.0
+
+    def __enter__(self) -> GcClock:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        self.seconds += time.perf_counter() - self._started
+        if info["generation"] == 2:
+            self.full += 1
+
+
 def script_text(tokens: int, chunk_chars: int) -> str:
     needed = tokens * chunk_chars
     return (_PROSE * (needed // len(_PROSE) + 1))[:needed]
@@ -562,14 +587,17 @@ async def cell_throughput(spec: dict[str, Any]) -> dict[str, Any]:
         await _warm_up(contender)
         gc.collect()
         cpu0, wall0 = time.process_time(), time.perf_counter()
-        for _ in range(rounds):
-            batch = [Rec() for _ in range(concurrency)]
-            recs.extend(batch)
-            async with trio.open_nursery() as nursery:
-                for rec in batch:
-                    nursery.start_soon(contender.stream, rec)
+        with GcClock() as collector:
+            for _ in range(rounds):
+                batch = [Rec() for _ in range(concurrency)]
+                recs.extend(batch)
+                async with trio.open_nursery() as nursery:
+                    for rec in batch:
+                        nursery.start_soon(contender.stream, rec)
         out["cpu_s"] = time.process_time() - cpu0
         out["wall_s"] = time.perf_counter() - wall0
+        out["gc_s"] = collector.seconds
+        out["gc_full"] = collector.full
 
     await contender.run(body)
     events = sum(r.events for r in recs)
@@ -798,6 +826,10 @@ def build_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                     errors=cell.get("errors"),
                     events_per_s=cell.get("events_per_s"),
                     cpu_us_per_event=cell.get("cpu_us_per_event"),
+                    gc_pct=100.0 * cell["gc_s"] / cell["cpu_s"]
+                    if cell.get("cpu_s") and "gc_s" in cell
+                    else None,
+                    gc_full=cell.get("gc_full"),
                     ttft_p50_ms=cell.get("ttft_p50_ms"),
                     ttft_p99_ms=cell.get("ttft_p99_ms"),
                 )
@@ -825,7 +857,7 @@ def build_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 def render_table(rows: list[dict[str, Any]]) -> str:
     header = (
-        "|      C | impl      | streams | errors |    events/s | CPU µs/ev | CPU × floor "
+        "|      C | impl      | streams | errors |    events/s | CPU µs/ev | GC % | CPU × floor "
         "| ev/s × openai | TTFT p50 ms | TTFT p99 ms | added TTFT p50 ms | KiB/stream | note |"
     )
     lines = [header, "|" + "|".join("---" for _ in range(header.count("|") - 1)) + "|"]
@@ -834,6 +866,7 @@ def render_table(rows: list[dict[str, Any]]) -> str:
             f"| {row['concurrency']:>6,} | {row['impl']:<9} | {_fmt(row.get('streams')):>7} "
             f"| {_fmt(row.get('errors')):>6} | {_fmt(row.get('events_per_s')):>11} "
             f"| {_fmt(row.get('cpu_us_per_event'), '.1f'):>9} "
+            f"| {_fmt(row.get('gc_pct'), '.0f'):>4} "
             f"| {_fmt(row.get('cpu_vs_floor'), '.2f'):>11} "
             f"| {_fmt(row.get('eps_vs_openai'), '.1f'):>13} "
             f"| {_fmt(row.get('ttft_p50_ms'), ',.1f'):>11} "
@@ -983,7 +1016,9 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                         f"failed: {cell['failed']}"
                         if "failed" in cell
                         else f"{cell['events_per_s']:>11,.0f} ev/s  "
-                        f"{cell['cpu_us_per_event']:6.1f} µs/ev  errors {cell['errors']}  "
+                        f"{cell['cpu_us_per_event']:6.1f} µs/ev  "
+                        f"GC {cell['gc_s']:.2f} s ({cell['gc_full']} full)  "
+                        f"errors {cell['errors']}  "
                         f"TTFT p50 {cell['ttft_p50_ms']:.1f} ms  wall {cell['wall_s']:.1f} s  "
                         f"server CPU {cell['server_cpu_s']:.1f} s"
                     ),
