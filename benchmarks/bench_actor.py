@@ -69,9 +69,7 @@ from trio_sampler.types import (
     User,
 )
 
-IMPLS = ("ours", "ours_sharded", "floor", "openai", "anthropic")
-#: Connection pools behind ``ours_sharded`` (the fix this benchmark suggests for the client).
-SHARDS = 32
+IMPLS = ("ours", "floor", "openai", "anthropic")
 DEFAULT_CONCURRENCY = (1, 100, 500, 2000, 10000)
 QUICK_CONCURRENCY = (1, 50, 200)
 DEFAULT_JSON = Path(__file__).parent / "results" / "bench_actor.json"
@@ -328,33 +326,18 @@ class Rec:
         self.terminal_at: float | None = None
 
 
-class ShardedTransport(httpx2.AsyncBaseTransport):
-    """Round-robin over several ``httpx2`` connection pools.
+class StartCounter:
+    """Called at each stream's first token; ``all_started`` is set at the ``n``-th call."""
 
-    httpcore2's pool re-scans every connection on each request start and end
-    (``_assign_requests_to_connections``), so with one pool the cost of opening, finishing
-    or cancelling a stream grows with the number of live streams. ``ours_sharded`` runs
-    the unchanged actor over this transport (``open_sampler(transport=...)``) to measure
-    what sharding the client's pool would buy.
-    """
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.count = 0
+        self.all_started = trio.Event()
 
-    def __init__(self, shards: int) -> None:
-        self._pools = [
-            httpx2.AsyncHTTPTransport(
-                limits=httpx2.Limits(max_connections=None, max_keepalive_connections=8)
-            )
-            for _ in range(shards)
-        ]
-        self._next = 0
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        pool = self._pools[self._next]
-        self._next = (self._next + 1) % len(self._pools)
-        return await pool.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        for pool in self._pools:
-            await pool.aclose()
+    def __call__(self) -> None:
+        self.count += 1
+        if self.count == self.n:
+            self.all_started.set()
 
 
 class Contender:
@@ -407,11 +390,6 @@ class Contender:
             async with open_sampler(self.sampler_config()) as handle:
                 self.handle = handle
                 await body()
-        elif self.impl == "ours_sharded":
-            transport = ShardedTransport(SHARDS)
-            async with open_sampler(self.sampler_config(), transport=transport) as handle:
-                self.handle = handle
-                await body()
         elif self.impl == "floor":
             async with self.http_client() as http:
                 self.http = http
@@ -457,7 +435,7 @@ class Contender:
         """
         rec.start = time.perf_counter()
         try:
-            if self.impl in ("ours", "ours_sharded"):
+            if self.impl == "ours":
                 await self._ours(rec, started, on_stream)
             elif self.impl == "floor":
                 await self._floor(rec, started)
@@ -629,14 +607,7 @@ async def cell_memory(spec: dict[str, Any]) -> dict[str, Any]:
     )
     out: dict[str, Any] = {"impl": impl, "concurrency": concurrency}
     recs = [Rec() for _ in range(concurrency)]
-    all_started = trio.Event()
-    count = 0
-
-    def started() -> None:
-        nonlocal count
-        count += 1
-        if count == concurrency:
-            all_started.set()
+    started = StartCounter(concurrency)
 
     async def body() -> None:
         fast = Contender(impl, spec["origin"], 5, script_header(5, 4))
@@ -654,9 +625,9 @@ async def cell_memory(spec: dict[str, Any]) -> dict[str, Any]:
             for rec in recs:
                 nursery.start_soon(_bound_stream(contender, rec, started))
             with trio.move_on_after(START_TIMEOUT_S):
-                await all_started.wait()
+                await started.all_started.wait()
             out["open_s"] = time.perf_counter() - wall0
-            out["started"] = count
+            out["started"] = started.count
             out["rss_before"] = before
             out["rss_held"] = rss_bytes()
             nursery.cancel_scope.cancel()
@@ -692,14 +663,7 @@ async def cell_cancel(spec: dict[str, Any]) -> dict[str, Any]:
         recs = [Rec() for _ in range(n)]
         streams: list[RequestStream | None] = [None] * n
         ended = [trio.Event() for _ in range(n)]
-        all_started = trio.Event()
-        count = 0
-
-        def started() -> None:
-            nonlocal count
-            count += 1
-            if count == n:
-                all_started.set()
+        started = StartCounter(n)
 
         async def run(i: int) -> None:
             def keep(stream: RequestStream) -> None:
@@ -713,8 +677,8 @@ async def cell_cancel(spec: dict[str, Any]) -> dict[str, Any]:
             for i in range(n):
                 nursery.start_soon(run, i)
             with trio.move_on_after(START_TIMEOUT_S):
-                await all_started.wait()
-            ready = count
+                await started.all_started.wait()
+            ready = started.count
             cancel_at = [0.0] * n
             cpu0, wall0 = time.process_time(), time.perf_counter()
             for i in range(n):
@@ -1038,18 +1002,16 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                         ),
                         flush=True,
                     )
-        for impl in ("ours", "ours_sharded"):
-            if args.cancel_streams and impl in impls:
-                key = "cancel" if impl == "ours" else "cancel_sharded"
-                results[key] = run_cell(
-                    {
-                        "cell": "cancel",
-                        "impl": impl,
-                        "streams": args.cancel_streams,
-                        "origin": server.origin,
-                    }
-                )
-                print(f"{key}: {json.dumps(results[key])}", flush=True)
+        if args.cancel_streams and "ours" in impls:
+            results["cancel"] = run_cell(
+                {
+                    "cell": "cancel",
+                    "impl": "ours",
+                    "streams": args.cancel_streams,
+                    "origin": server.origin,
+                }
+            )
+            print(f"cancel: {json.dumps(results['cancel'])}", flush=True)
         if args.profile:
             run_cell(
                 {
@@ -1080,8 +1042,7 @@ def print_report(results: dict[str, Any]) -> None:
         f"text deltas per stream"
     )
     print(render_table(rows))
-    for key in ("cancel", "cancel_sharded"):
-        print_cancel(results.get(key) or {})
+    print_cancel(results.get("cancel") or {})
     print()
     for target in results["targets"]:
         print(f"{target['status']:<4}  {target['target']}: {target['value']}")

@@ -18,7 +18,6 @@ from typing import Any
 
 COLORS = {
     "ours": "#2b6cb0",
-    "ours_sharded": "#63b3ed",
     "floor": "#a0aec0",
     "sdk": "#dd6b20",
     "openai": "#dd6b20",
@@ -26,7 +25,6 @@ COLORS = {
 }
 LABELS = {
     "ours": "trio_sampler",
-    "ours_sharded": "trio_sampler (32 pools)",
     "floor": "floor (split + parse)",
     "sdk": "official SDK",
     "openai": "openai SDK",
@@ -114,9 +112,7 @@ def actor_chart(data: dict[str, Any]) -> str:
     rows = data["rows"]
     concurrency = sorted({r["concurrency"] for r in rows})
     impls = [
-        i
-        for i in ("ours", "ours_sharded", "floor", "openai", "anthropic")
-        if any(r["impl"] == i for r in rows)
+        i for i in ("ours", "floor", "openai", "anthropic") if any(r["impl"] == i for r in rows)
     ]
     values = {
         (f"C = {r['concurrency']:,}", r["impl"]): r["events_per_s"]

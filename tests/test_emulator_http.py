@@ -10,7 +10,7 @@ import orjson
 import pytest
 import trio
 
-from trio_sampler.emulator import serve
+from trio_sampler.emulator import EmulatorApp, EmulatorServer, serve
 from trio_sampler.testing import EmulatorFixture, emulator, script_headers
 from trio_sampler.wire.sse import ServerSentEvent, SSEDecoder
 
@@ -538,8 +538,6 @@ async def test_bench_mode_serves_cached_bodies(emulator: EmulatorFixture) -> Non
 async def test_reuse_port_processes_share_one_port() -> None:
     """Two servers bound with ``reuse_port`` on one port: the kernel spreads new
     connections over both (40 fresh connections all landing on one: odds 2**-39)."""
-    from trio_sampler.emulator import EmulatorApp, EmulatorServer
-
     apps = (EmulatorApp(), EmulatorApp())
     async with trio.open_nursery() as nursery:
         first: EmulatorServer = await nursery.start(

@@ -26,9 +26,7 @@ def run_serve(
     the bound port when ``argv_port`` is 0, so scripts can wait for it and parse it.
     """
 
-    failed: list[OSError | ValueError] = []
-
-    async def main() -> None:
+    async def main() -> OSError | ValueError | None:
         async with trio.open_nursery() as nursery:
             try:
                 server = await nursery.start(
@@ -41,18 +39,18 @@ def run_serve(
                         reuse_port=reuse_port,
                     )
                 )
-            except (OSError, ValueError) as exc:  # raised here, not wrapped by the nursery
-                failed.append(exc)
-                return
+            except (OSError, ValueError) as exc:  # returned: the nursery would wrap it
+                return exc
             print(f"listening on {server.origin}", flush=True)
+        return None
 
     try:
-        trio.run(main)
+        failure = trio.run(main)
     except KeyboardInterrupt:
         return 0
-    if failed:
+    if failure is not None:
         print(
-            f"trio-sampler serve: cannot listen on {argv_host}:{argv_port}: {failed[0]}",
+            f"trio-sampler serve: cannot listen on {argv_host}:{argv_port}: {failure}",
             file=sys.stderr,
         )
         return 1
