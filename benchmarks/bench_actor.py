@@ -86,7 +86,7 @@ SLOW_TOKENS = 10
 START_TIMEOUT_S = 90.0
 WORKER_TIMEOUT_S = 1800.0
 
-#: Targets (issue 5).
+#: Targets (see docs/benchmarks-actor.md).
 TARGET_CPU_VS_FLOOR = 2.0  # ours CPU/event <= 2x floor's, at C = TARGET_AT
 TARGET_VS_OPENAI = 15.0  # ours events/s >= 15x openai's, at C = TARGET_AT
 TARGET_AT = 500

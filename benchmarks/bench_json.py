@@ -1,7 +1,8 @@
 """JSON decoding of real stream payloads: ``orjson`` vs ``msgspec`` (untyped) vs ``json``.
 
-The payloads are every ``data:`` line of every capture in
-``/work/shared/fixtures/real-streams/`` (``[DONE]`` and anything that is not JSON left
+The payloads are every ``data:`` line of every capture in the real-stream corpus (found as
+the test suite finds it: ``TRIO_SAMPLER_REAL_STREAMS``, else ``../shared/fixtures/real-streams``
+beside the project; see ``benchmarks/corpus.py``; ``[DONE]`` and anything that is not JSON left
 out), grouped by backend. Each decoder parses the whole group once per pass; the best of N
 passes divided by the number of payloads is the per-call time.
 
@@ -25,7 +26,12 @@ from typing import Any
 import msgspec
 import orjson
 
-FIXTURES = Path("/work/shared/fixtures/real-streams")
+try:
+    from benchmarks import corpus as real_streams
+except ModuleNotFoundError:  # run as a script: python benchmarks/bench_json.py
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from benchmarks import corpus as real_streams
+
 DEFAULT_JSON = Path(__file__).parent / "results" / "bench_json.json"
 #: msgspec must beat orjson by more than this to be worth a switch (see docs/benchmarks.md).
 SWITCH_THRESHOLD = 0.20
@@ -40,8 +46,9 @@ DECODERS: dict[str, Callable[[Any], object]] = {
 }
 
 
-def corpus(root: Path = FIXTURES) -> dict[str, list[bytes]]:
+def corpus(root: Path | None = None) -> dict[str, list[bytes]]:
     """Every JSON ``data:`` payload of every capture, by backend directory."""
+    root = real_streams.root() if root is None else root
     groups: dict[str, list[bytes]] = {}
     for path in sorted(root.glob("*/*.sse")):
         payloads = groups.setdefault(path.parent.name, [])
@@ -115,7 +122,11 @@ def run(*, quick: bool = False, repeat: int | None = None) -> dict[str, Any]:
             "orjson": orjson.__version__,
             "msgspec": msgspec.__version__,
         },
-        "settings": {"repeat": n, "quick": quick, "fixtures": str(FIXTURES)},
+        "settings": {
+            "repeat": n,
+            "quick": quick,
+            "corpus_files": len(real_streams.files("*/*.sse")),
+        },
         "results": rows,
         "recommendation": (
             "msgspec (untyped) is more than 20 % faster than orjson: consider switching"
@@ -131,6 +142,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, help="passes per decoder (best is kept)")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write JSON")
     args = parser.parse_args(argv)
+    if not real_streams.available():
+        print(
+            f"bench_json: no real-stream corpus at {real_streams.root()}; "
+            f"set {real_streams.ENV_VAR}=DIR",
+            file=sys.stderr,
+        )
+        return 2
     result = run(quick=args.quick, repeat=args.repeat)
     info = result["machine"]
     print(

@@ -1,8 +1,8 @@
 """Wire-layer throughput: our ``replay`` + ``collect`` against the official SDKs.
 
 For each backend a synthetic but realistic 2,000-token stream is built in that backend's
-real wire shape (framing and field sets copied from the captures in
-``/work/shared/fixtures/real-streams/``): 1,950 text deltas, then one tool call whose
+real wire shape (framing and field sets copied from the real-stream corpus, see
+``benchmarks/corpus.py``): 1,950 text deltas, then one tool call whose
 arguments arrive in 50 fragments, then usage and the backend's terminator. The same bytes,
 cut into 4 KiB chunks, are consumed by
 

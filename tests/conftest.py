@@ -1,4 +1,10 @@
-"""Suite-wide checks.
+"""Suite-wide checks and the real-stream corpus.
+
+The corpus of real captured streams is found by one rule (``benchmarks/corpus.py``): the
+``--real-streams DIR`` option, else the ``TRIO_SAMPLER_REAL_STREAMS`` environment variable, else
+``../shared/fixtures/real-streams`` beside the project root. Tests that read it carry the
+``real_streams`` marker; without the corpus they are deselected (one summary line says so), and
+under ``CI=true`` a missing corpus is an error.
 
 Every test runs with a log handler at DEBUG on the root logger; afterwards no record
 (ours, httpx2's, hypercorn's) may contain anything shaped like the fake API keys the suite
@@ -8,13 +14,66 @@ uses. The dedicated secret scan over the fault matrix is ``test_secrets.py``.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from benchmarks import corpus
+
 # The fake keys of this suite all look like provider keys: sk-..., xai-..., sk-ant-...
 KEY_SHAPED = re.compile(r"\b(?:sk|xai)-[A-Za-z0-9_-]{6,}")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        corpus.OPTION,
+        metavar="DIR",
+        help=(
+            f"the real-stream corpus (a directory with manifest.json); default: "
+            f"${corpus.ENV_VAR}, else ../shared/fixtures/real-streams beside the project"
+        ),
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "real_streams: reads the real-stream corpus (deselected when it is absent)"
+    )
+    chosen = config.getoption(corpus.OPTION)
+    if chosen:
+        # Test modules read the corpus at import (their parameters are its files): the
+        # environment is the one place every module, and every child process, reads it from.
+        os.environ[corpus.ENV_VAR] = str(Path(chosen).expanduser().resolve())
+    if not corpus.available() and os.environ.get("CI", "").lower() == "true":
+        raise pytest.UsageError(
+            f"no real-stream corpus at {corpus.root()} (CI=true requires it): pass "
+            f"{corpus.OPTION} DIR or set {corpus.ENV_VAR}"
+        )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if corpus.available():
+        return
+    needing = [item for item in items if item.get_closest_marker("real_streams")]
+    if needing:
+        config.hook.pytest_deselected(items=needing)
+        items[:] = [item for item in items if not item.get_closest_marker("real_streams")]
+        config.stash[_DESELECTED] = len(needing)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    count = terminalreporter.config.stash.get(_DESELECTED, 0)
+    if count:
+        terminalreporter.write_line(
+            f"{count} real-stream tests deselected: no corpus at {corpus.root()} "
+            f"(pass {corpus.OPTION} DIR or set {corpus.ENV_VAR})"
+        )
+
+
+_DESELECTED = pytest.StashKey[int]()
 
 
 class _Collector(logging.Handler):

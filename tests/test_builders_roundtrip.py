@@ -15,18 +15,21 @@ from typing import Any
 import orjson
 import pytest
 
+from benchmarks import corpus
 from trio_sampler.wire._request import BuildOptions
 from trio_sampler.wire.chat_completions import _request as chat
 from trio_sampler.wire.messages import _request as messages
 from trio_sampler.wire.responses import _request as responses
 
-FIXTURES = Path(__file__).parent.parent.parent / "shared" / "fixtures" / "real-streams"
+FIXTURES = corpus.root()
 MODULES: dict[str, ModuleType] = {
     "chat_completions": chat,
     "responses": responses,
     "messages": messages,
 }
-CASES = sorted(FIXTURES.glob("*/*.request.json"))
+CASES = corpus.files("*/*.request.json")
+
+pytestmark = pytest.mark.real_streams
 
 
 def _drop_nulls(value: Any) -> Any:

@@ -7,8 +7,11 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real-streams"
+from benchmarks import corpus
+
+CORPUS = corpus.root()
 
 
 def run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
@@ -21,6 +24,7 @@ def run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[b
     )
 
 
+@pytest.mark.real_streams
 def test_replay_prints_collected_response() -> None:
     path = CORPUS / "chat_completions" / "openai-gpt-4o-parallel-tool-calls.sse"
     result = run("replay", str(path), "--backend", "chat_completions")
@@ -32,6 +36,7 @@ def test_replay_prints_collected_response() -> None:
     assert data["usage"]["input_tokens"] > 0
 
 
+@pytest.mark.real_streams
 def test_replay_events_one_json_per_line() -> None:
     path = CORPUS / "messages" / sorted(p.name for p in (CORPUS / "messages").glob("*.sse"))[0]
     result = run("replay", str(path), "--backend", "messages", "--events")

@@ -46,6 +46,7 @@ from openai._streaming import SSEDecoder as OpenAISSEDecoder
 from openai.lib.streaming.chat import ChatCompletionStreamState, ParsedChatCompletionSnapshot
 from openai.types.chat import ChatCompletionChunk
 
+from benchmarks import corpus
 from trio_sampler.types import (
     ApiBackend,
     BackendToolCall,
@@ -59,13 +60,9 @@ from trio_sampler.types import (
 )
 from trio_sampler.wire._replay import replay
 
-FIXTURES = Path("/work/shared/fixtures/real-streams")
-CORPUS = sorted((FIXTURES / "chat_completions").glob("*.sse"))
-MANIFEST = {
-    entry["file"]: entry
-    for entry in json.loads((FIXTURES / "manifest.json").read_text())
-    if entry["backend"] == "chat_completions"
-}
+FIXTURES = corpus.root()
+CORPUS = corpus.files("chat_completions/*.sse")
+MANIFEST = {entry["file"]: entry for entry in corpus.manifest("chat_completions")}
 
 _FINISH = {
     "stop": StopReason.STOP,
@@ -141,6 +138,7 @@ def extra(message: Any, name: str) -> Any:
     return (message.model_extra or {}).get(name)
 
 
+@pytest.mark.real_streams
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
 def test_same_result_as_the_openai_sdk(path: Path) -> None:
     events = ours(path)
@@ -213,6 +211,7 @@ def test_same_result_as_the_openai_sdk(path: Path) -> None:
         assert resp.response_id == completion.id
 
 
+@pytest.mark.real_streams
 def test_xai_usage_difference_is_the_reasoning_add_back() -> None:
     """Difference 2 on the real xAI capture: 12 + 1 + 290 = 303 (total_tokens)."""
     path = FIXTURES / "chat_completions" / "xai-grok-3-mini-reasoning-text.sse"
@@ -224,6 +223,7 @@ def test_xai_usage_difference_is_the_reasoning_add_back() -> None:
     assert final.response.cost_usd_ticks == 1466250
 
 
+@pytest.mark.real_streams
 def test_groq_executed_tools_hand_written() -> None:
     """Difference 6: the SDK has no model for hosted tools on Chat Completions."""
     path = FIXTURES / "chat_completions" / "groq-compound-web-search-executed-tools.sse"
@@ -242,6 +242,7 @@ def test_groq_executed_tools_hand_written() -> None:
     assert kinds == ["Reasoning", "BackendToolCall", "Assistant"]
 
 
+@pytest.mark.real_streams
 def test_openrouter_annotations_hand_written() -> None:
     """Difference 8: the SDK crashes on index-less annotations; we ignore annotations."""
     path = FIXTURES / "chat_completions" / "openrouter-deepseek-chat-web-search-annotations.sse"

@@ -37,7 +37,6 @@ unrelated models; the rest of those streams is still compared with the SDK.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, cast
 
@@ -48,6 +47,7 @@ from anthropic._streaming import SSEDecoder as SDKDecoder
 from anthropic.lib.streaming._messages import accumulate_event
 from anthropic.types import RawMessageStreamEvent
 
+from benchmarks import corpus
 from trio_sampler.types import (
     ApiBackend,
     BackendToolCall,
@@ -59,25 +59,11 @@ from trio_sampler.types import (
 )
 from trio_sampler.wire._replay import replay
 
-
-def _corpus_dir() -> Path:
-    configured = os.environ.get("TRIO_SAMPLER_FIXTURES")
-    if configured:
-        return Path(configured)
-    local = Path(__file__).parent / "fixtures" / "real-streams"
-    return local if local.is_dir() else Path("/work/shared/fixtures/real-streams")
-
-
-CORPUS = _corpus_dir()
-_manifest_path = CORPUS / "manifest.json"
-MANIFEST: list[dict[str, Any]] = (
-    [e for e in json.loads(_manifest_path.read_text()) if e["backend"] == "messages"]
-    if _manifest_path.is_file()
-    else []
-)
+CORPUS = corpus.root()
+MANIFEST = corpus.manifest("messages")
 IDS = [Path(e["file"]).stem for e in MANIFEST]
 
-pytestmark = pytest.mark.skipif(not MANIFEST, reason=f"no fixture corpus at {CORPUS}")
+pytestmark = pytest.mark.real_streams
 
 #: Block types the SDK's (non-beta) ``ContentBlock`` union models.
 SDK_BLOCKS = frozenset(

@@ -39,6 +39,7 @@ from openai._types import omit
 from openai.lib.streaming.responses._responses import ResponseStream
 from openai.types.responses import Response, ResponseStreamEvent
 
+from benchmarks import corpus
 from trio_sampler.types import (
     ChannelToken,
     Completed,
@@ -54,10 +55,8 @@ from trio_sampler.types import (
 from trio_sampler.wire import collect, replay
 from trio_sampler.wire.sse import SSEDecoder
 
-CORPUS = Path("/work/shared/fixtures/real-streams")
-MANIFEST = [
-    e for e in json.loads((CORPUS / "manifest.json").read_text()) if e["backend"] == "responses"
-]
+CORPUS = corpus.root()
+MANIFEST = corpus.manifest("responses")
 HOSTED = {
     "web_search_call",
     "file_search_call",
@@ -149,6 +148,7 @@ def compare_final(final: Response, response: ConversationResponse) -> None:
     assert final.usage is not None and response.usage.total_tokens == final.usage.total_tokens
 
 
+@pytest.mark.real_streams
 @pytest.mark.parametrize(
     "entry",
     [e for e in MANIFEST if e["file"] not in SDK_CANNOT],
@@ -187,6 +187,7 @@ def test_corpus_against_sdk(entry: dict[str, Any]) -> None:
     assert ["".join(v) for _, v in sorted(our_args.items())] == list(sdk_args.values())
 
 
+@pytest.mark.real_streams
 @pytest.mark.parametrize("entry", MANIFEST, ids=lambda e: Path(e["file"]).stem)
 def test_completed_object_validates_as_sdk_response(entry: dict[str, Any]) -> None:
     """Every terminal ``response`` object, parsed as the SDK's ``Response``, agrees with ours."""
@@ -213,6 +214,7 @@ def test_completed_object_validates_as_sdk_response(entry: dict[str, Any]) -> No
     compare_final(final, response)
 
 
+@pytest.mark.real_streams
 def test_resumed_stream_sdk_cannot_model() -> None:
     """GET ...?stream=true&starting_after=N: no response.created. Hand-written expectations."""
     body = (CORPUS / "responses/openai-gpt-4o-background-resume-starting-after.sse").read_bytes()
@@ -225,6 +227,7 @@ def test_resumed_stream_sdk_cannot_model() -> None:
     assert response.response_id == "resp_0850765c843cca5300699cc47d93c0819089a181f5feeff8eb"
 
 
+@pytest.mark.real_streams
 def test_nested_error_event_sdk_raises_we_fail() -> None:
     body = (CORPUS / "responses/openai-gpt-5-nano-error-event-response-failed.sse").read_bytes()
     with pytest.raises(openai.APIError) as raised:
@@ -334,6 +337,7 @@ def test_refusal_against_sdk() -> None:
     assert response.raw_stop_reason == "refusal"
 
 
+@pytest.mark.real_streams
 def test_truncated_stream_sdk_raises_we_fail() -> None:
     body = (CORPUS / "responses/openai-gpt-5.5-text.sse").read_bytes()
     cut = body[: body.index(b"event: response.completed")]

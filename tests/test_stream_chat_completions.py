@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from benchmarks import corpus
 from trio_sampler.types import (
     ApiBackend,
     Assistant,
@@ -39,13 +40,9 @@ from trio_sampler.wire._replay import replay
 from trio_sampler.wire.chat_completions._stream import ChatCompletionsTransform
 from trio_sampler.wire.sse import ServerSentEvent
 
-FIXTURES = Path("/work/shared/fixtures/real-streams")
-CORPUS = sorted((FIXTURES / "chat_completions").glob("*.sse"))
-MANIFEST = {
-    entry["file"]: entry
-    for entry in json.loads((FIXTURES / "manifest.json").read_text())
-    if entry["backend"] == "chat_completions"
-}
+FIXTURES = corpus.root()
+CORPUS = corpus.files("chat_completions/*.sse")
+MANIFEST = {entry["file"]: entry for entry in corpus.manifest("chat_completions")}
 CC = ApiBackend.CHAT_COMPLETIONS
 TERMINALS = (Completed, Failed)
 
@@ -766,6 +763,7 @@ EXPECTED_ERRORS = {
 }
 
 
+@pytest.mark.real_streams
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
 def test_corpus_ends_in_one_terminal(path: Path) -> None:
     entry = MANIFEST[f"chat_completions/{path.name}"]
@@ -804,6 +802,7 @@ def _splits(data: bytes, rng: random.Random, count: int) -> list[bytes]:
     return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
 
 
+@pytest.mark.real_streams
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
 def test_corpus_split_invariance(path: Path) -> None:
     data = path.read_bytes()

@@ -4,7 +4,6 @@ corpus (terminal kind, split invariance) and property tests (totality)."""
 from __future__ import annotations
 
 import json
-import os
 import random
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmarks import corpus
 from trio_sampler.types import (
     ApiBackend,
     Assistant,
@@ -45,26 +45,8 @@ RID = "replay"
 # -- helpers ---------------------------------------------------------------------------
 
 
-def _corpus_dir() -> Path:
-    configured = os.environ.get("TRIO_SAMPLER_FIXTURES")
-    if configured:
-        return Path(configured)
-    local = Path(__file__).parent / "fixtures" / "real-streams"
-    return local if local.is_dir() else Path("/work/shared/fixtures/real-streams")
-
-
-CORPUS = _corpus_dir()
-
-
-def _manifest() -> list[dict[str, Any]]:
-    path = CORPUS / "manifest.json"
-    if not path.is_file():
-        return []
-    entries: list[dict[str, Any]] = json.loads(path.read_text())
-    return [entry for entry in entries if entry["backend"] == "messages"]
-
-
-MANIFEST = _manifest()
+CORPUS = corpus.root()
+MANIFEST = corpus.manifest("messages")
 CORPUS_IDS = [Path(entry["file"]).stem for entry in MANIFEST]
 
 
@@ -863,14 +845,12 @@ def test_error_event_named_only_by_its_sse_event() -> None:
 
 # -- the real-capture corpus -----------------------------------------------------------
 
-corpus = pytest.mark.skipif(not MANIFEST, reason=f"no fixture corpus at {CORPUS}")
-
 
 def corpus_body(entry: dict[str, Any]) -> bytes:
     return (CORPUS / str(entry["file"])).read_bytes()
 
 
-@corpus
+@pytest.mark.real_streams
 @pytest.mark.parametrize("entry", MANIFEST, ids=CORPUS_IDS)
 def test_corpus_stream_ends_in_the_expected_terminal(entry: dict[str, Any]) -> None:
     transform, events = run_direct([corpus_body(entry)])
@@ -886,7 +866,7 @@ def test_corpus_stream_ends_in_the_expected_terminal(entry: dict[str, Any]) -> N
     assert response.usage is not None and response.usage.input_tokens > 0
     assert isinstance(response.items[-1], Assistant)
     assert transform.unknown_events == 0  # every event type of the real API is known
-    assert events == run(corpus_body(entry))  # the lead's replay agrees with a hand loop
+    assert events == run(corpus_body(entry))  # replay agrees with a hand-driven transform
 
 
 def _splits(data: bytes, rnd: random.Random, pieces: int) -> list[bytes]:
@@ -894,7 +874,7 @@ def _splits(data: bytes, rnd: random.Random, pieces: int) -> list[bytes]:
     return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
 
 
-@corpus
+@pytest.mark.real_streams
 @pytest.mark.parametrize("entry", MANIFEST, ids=CORPUS_IDS)
 def test_corpus_stream_is_split_invariant(entry: dict[str, Any]) -> None:
     data = corpus_body(entry)
@@ -906,7 +886,7 @@ def test_corpus_stream_is_split_invariant(entry: dict[str, Any]) -> None:
         assert run(_splits(data, rnd, pieces)) == whole
 
 
-@corpus
+@pytest.mark.real_streams
 def test_corpus_features() -> None:
     """Spot checks on what the captures are known to contain."""
     by_name = {Path(e["file"]).stem: e for e in MANIFEST}

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmarks import corpus
 from trio_sampler.types import (
     Assistant,
     BackendToolCall,
@@ -36,12 +37,8 @@ from trio_sampler.types import (
 from trio_sampler.wire import SSEDecoder, collect, replay
 from trio_sampler.wire.responses._stream import ResponsesTransform
 
-CORPUS = Path("/work/shared/fixtures/real-streams")
-MANIFEST: list[dict[str, Any]] = [
-    entry
-    for entry in json.loads((CORPUS / "manifest.json").read_text())
-    if entry["backend"] == "responses"
-]
+CORPUS = corpus.root()
+MANIFEST = corpus.manifest("responses")
 TERMINALS = (Completed, Failed)
 
 
@@ -884,6 +881,7 @@ def corpus_ids() -> list[str]:
     return [Path(entry["file"]).stem for entry in MANIFEST]
 
 
+@pytest.mark.real_streams
 @pytest.mark.parametrize("entry", MANIFEST, ids=corpus_ids())
 def test_corpus_terminal(entry: dict[str, Any]) -> None:
     body = (CORPUS / entry["file"]).read_bytes()
@@ -928,6 +926,7 @@ def split_points(size: int, rng: random.Random) -> list[int]:
     return sorted(rng.sample(range(1, size), min(size - 1, rng.randint(1, 40))))
 
 
+@pytest.mark.real_streams
 @pytest.mark.parametrize("entry", MANIFEST, ids=corpus_ids())
 def test_corpus_split_invariance(entry: dict[str, Any]) -> None:
     body = (CORPUS / entry["file"]).read_bytes()
@@ -939,6 +938,7 @@ def test_corpus_split_invariance(entry: dict[str, Any]) -> None:
         assert run(body, split_points(len(body), rng))[0] == whole
 
 
+@pytest.mark.real_streams
 def test_encrypted_content_from_done_in_real_capture() -> None:
     # OpenAI re-encrypts on every copy: .added, .done and response.completed all differ.
     # The live event carries .done's; the final item the server's complete response's.

@@ -119,7 +119,8 @@ class Timeouts:
     * ``connect`` (10 s): TCP + TLS; longer means the host is unreachable.
     * ``write`` (60 s): sending the body (large image payloads on slow uplinks).
     * ``response_headers`` (60 s): from sending to the status line. Servers answer with
-      headers before generating (the reference system has no such limit and hangs).
+      headers before generating (Grok Build's sampler, ``xai-org/grok-build``, has no such
+      limit and hangs).
     * ``first_token`` (300 s): headers to first content. Long, because reasoning models
       think for minutes before they speak.
     * ``idle`` (120 s): between content events. Pings and SSE comments do not reset it.
