@@ -25,6 +25,8 @@ from benchmarks import corpus
 
 # The fake keys of this suite all look like provider keys: sk-..., xai-..., sk-ant-...
 KEY_SHAPED = re.compile(r"\b(?:sk|xai)-[A-Za-z0-9_-]{6,}")
+# How many corpus tests this run deselected (for the summary line).
+_DESELECTED = pytest.StashKey[int]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -71,9 +73,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             f"{count} real-stream tests deselected: no corpus at {corpus.root()} "
             f"(pass {corpus.OPTION} DIR or set {corpus.ENV_VAR})"
         )
-
-
-_DESELECTED = pytest.StashKey[int]()
 
 
 class _Collector(logging.Handler):
