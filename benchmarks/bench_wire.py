@@ -19,6 +19,11 @@ cost; a ``gc.collect()`` runs before every timed run). Before timing, each backe
 contenders are checked to agree on the final text and tool-call arguments, so a malformed
 synthetic stream cannot pass silently.
 
+A second table measures the SSE decoder alone on the inputs where a naive decoder goes
+quadratic (see :func:`measure_decoder`): one huge event read in 16 KiB pieces, and one long
+line trickled in 64-byte reads, each at several sizes so the cost per MiB shows whether the
+work grows linearly with the bytes received.
+
 Run ``python benchmarks/bench_wire.py`` (``--quick`` for a short run); see
 ``docs/benchmarks.md``. It prints PASS/FAIL per target and always exits 0.
 """
@@ -43,7 +48,8 @@ import openai
 import orjson
 
 from trio_sampler.types import ApiBackend, ConversationResponse
-from trio_sampler.wire import collect, replay
+from trio_sampler.wire import SSEDecoder, collect, replay
+from trio_sampler.wire.sse import DEFAULT_MAX_EVENT_BYTES
 
 TEXT_TOKENS = 1950
 ARGUMENT_FRAGMENTS = 50
@@ -55,6 +61,19 @@ TARGET_VS_OPENAI = 20.0
 TARGET_VS_ANTHROPIC = 8.0
 #: ours time <= this multiple of the floor's time.
 TARGET_VS_FLOOR = 3.0
+#: one 16 MiB event read in 16 KiB pieces decodes in at most this many CPU seconds.
+TARGET_BIG_EVENT_SECONDS = 0.2
+
+MiB = 1024 * 1024
+KiB = 1024
+#: (case, payload bytes, read size): the decoder's large-input cases.
+DECODER_CASES: tuple[tuple[str, int, int], ...] = (
+    ("event", 1 * MiB, 16 * KiB),
+    ("event", 4 * MiB, 16 * KiB),
+    ("event", 16 * MiB, 16 * KiB),
+    ("line", 256 * KiB, 64),
+    ("line", 1 * MiB, 64),
+)
 
 _PROSE = (
     "The weather in Edinburgh is mild today , with light rain expected after noon and"
@@ -417,6 +436,103 @@ class AnthropicMessages:
         return text, arguments
 
 
+# -- the decoder on large inputs --------------------------------------------------------
+
+
+def big_event_body(size: int, case: str) -> bytes:
+    """One SSE event of exactly ``size`` bytes (its lines and their line ends).
+
+    ``"event"``: a Messages ``input_json_delta`` whose ``partial_json`` is one huge string,
+    then the blank line, as a server sends a very large tool argument in one event.
+    ``"line"``: a single ``data:`` line, and nothing after it but its line end and the
+    blank line, as a server trickling one long line sends it.
+    """
+    if case == "event":
+        head = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":1,'
+        head += b'"delta":{"type":"input_json_delta","partial_json":"'
+        tail = b'"}}\n'
+    else:
+        head = b"data: "
+        tail = b"\n"
+    filler = size - len(head) - len(tail) - 1  # the blank line ends the body
+    return (
+        head
+        + (b"abcdefghijklmnopqrstuvwxyz0123456789" * (filler // 36 + 1))[:filler]
+        + tail
+        + b"\n"
+    )
+
+
+def decode_all(chunks: Sequence[bytes]) -> int:
+    """Feed every chunk to a fresh decoder, close it; returns the data length of the event."""
+    decoder = SSEDecoder(DEFAULT_MAX_EVENT_BYTES)
+    feed = decoder.feed
+    events = []
+    for chunk in chunks:
+        events += feed(chunk)
+    events += decoder.close()
+    if len(events) != 1:
+        raise SystemExit(f"the decoder produced {len(events)} events instead of one")
+    return len(events[0].data)
+
+
+def measure_decoder(case: str, size: int, read: int, repeat: int) -> dict[str, Any]:
+    """CPU seconds to decode one ``size``-byte event fed in ``read``-byte pieces.
+
+    The decoder keeps its default size bound; the 16 MiB event is as large as that bound
+    lets one event be, so the bound's bookkeeping is part of what is measured.
+    """
+    body = big_event_body(size, case)
+    chunks = split_chunks(body, read)
+    expected = len(body.split(b"\n")[-3]) - len(b"data: ")  # the data line, less its field
+    if decode_all(chunks) != expected:
+        raise SystemExit(f"{case} of {size} bytes: the decoded data has the wrong length")
+    best = float("inf")
+    for _ in range(repeat):
+        gc.collect()
+        start = time.process_time()
+        decode_all(chunks)
+        best = min(best, time.process_time() - start)
+    row: dict[str, Any] = {
+        "case": case,
+        "bytes": len(body),
+        "read_bytes": read,
+        "reads": len(chunks),
+        "seconds": best,
+        "seconds_per_mib": best / (len(body) / MiB),
+    }
+    if case == "event" and size == 16 * MiB:
+        row["targets"] = {
+            f"cpu <= {TARGET_BIG_EVENT_SECONDS:g} s": {
+                "value": best,
+                "pass": best <= TARGET_BIG_EVENT_SECONDS,
+            }
+        }
+    return row
+
+
+def decoder_table(rows: Sequence[dict[str, Any]]) -> str:
+    header = ("input", "bytes", "read size", "reads", "CPU s", "CPU ms per MiB")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        what = "one event" if row["case"] == "event" else "one line"
+        lines.append(
+            "| "
+            + " | ".join(
+                (
+                    what,
+                    f"{row['bytes'] / MiB:g} MiB",
+                    f"{row['read_bytes']:,} B",
+                    f"{row['reads']:,}",
+                    f"{row['seconds']:.3f}",
+                    f"{row['seconds_per_mib'] * 1000:.1f}",
+                )
+            )
+            + " |"
+        )
+    return "\n".join(lines)
+
+
 # -- measurement -----------------------------------------------------------------------
 
 
@@ -547,6 +663,10 @@ def run(*, quick: bool = False, repeat: int | None = None) -> dict[str, Any]:
     """Measure every backend; returns the JSON-ready result (used by ``main``)."""
     n = repeat if repeat is not None else (3 if quick else 7)
     rows = [measure(backend, n) for backend in BODIES]
+    decoder_repeat = 1 if quick else 3
+    decoder_rows = [
+        measure_decoder(case, size, read, decoder_repeat) for case, size, read in DECODER_CASES
+    ]
     return {
         "benchmark": "bench_wire",
         "machine": machine(),
@@ -562,21 +682,26 @@ def run(*, quick: bool = False, repeat: int | None = None) -> dict[str, Any]:
             "ours_over_openai_sdk_min": TARGET_VS_OPENAI,
             "ours_over_anthropic_sdk_min": TARGET_VS_ANTHROPIC,
             "ours_time_over_floor_max": TARGET_VS_FLOOR,
+            "big_event_seconds_max": TARGET_BIG_EVENT_SECONDS,
         },
         "results": rows,
+        "decoder": {"repeat": decoder_repeat, "results": decoder_rows},
     }
 
 
 def _iter_verdicts(rows: Sequence[dict[str, Any]]) -> Iterator[str]:
     for row in rows:
-        for name, verdict in row["targets"].items():
+        where = row.get("backend") or f"{row['bytes'] / MiB:g} MiB {row['case']}"
+        for name, verdict in row.get("targets", {}).items():
             mark = "PASS" if verdict["pass"] else "FAIL"
-            yield f"{mark}  {row['backend']:<17} {name}: {verdict['value']:.2f}"
+            yield f"{mark}  {where:<17} {name}: {verdict['value']:.2f}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else "")
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions (3 instead of 7)")
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer repetitions (3 instead of 7; decoder: 1)"
+    )
     parser.add_argument("--repeat", type=int, help="repetitions per contender (best is kept)")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write JSON")
     args = parser.parse_args(argv)
@@ -588,7 +713,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{CHUNK_BYTES}-byte chunks, best of {result['settings']['repeat']}"
     )
     print(table(result["results"]))
-    for line in _iter_verdicts(result["results"]):
+    print()
+    print(f"SSE decoder alone, best of {result['decoder']['repeat']}:")
+    print(decoder_table(result["decoder"]["results"]))
+    for line in _iter_verdicts([*result["results"], *result["decoder"]["results"]]):
         print(line)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -145,3 +146,72 @@ def test_structured_streams_are_split_invariant(
     whole = decode(body)
     points = sorted({rnd.randrange(1, len(body)) for _ in range(5)}) if len(body) > 1 else []
     assert decode(body, split=points) == whole
+
+
+def _reads(body: bytes, sizes: list[int]) -> list[int]:
+    """Split points that cut ``body`` into reads of the given sizes, cycled."""
+    points: list[int] = []
+    at = 0
+    for size in itertools.cycle(sizes):
+        at += size
+        if at >= len(body):
+            return points
+        points.append(at)
+    raise AssertionError("unreachable")
+
+
+_long_line = st.tuples(
+    st.sampled_from([b"data: ", b"data:", b"event: ", b"id: ", b": ", b"other: "]),
+    st.integers(min_value=0, max_value=40_000),
+    st.sampled_from([b"\n", b"\r", b"\r\n"]),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(_long_line, min_size=1, max_size=6),
+    st.lists(st.integers(min_value=1, max_value=5000), min_size=1, max_size=5),
+    st.sampled_from([b"", b"\n", b"\r\n"]),
+)
+def test_long_lines_in_small_reads_are_split_invariant(
+    lines: list[tuple[bytes, int, bytes]], sizes: list[int], end: bytes
+) -> None:
+    """Lines far longer than one read, cut at arbitrary read sizes, decode the same."""
+    body = b"".join(f + "é€x"[n % 3].encode() * n + e for f, n, e in lines) + end
+    whole = decode(body)
+    assert decode(body, split=_reads(body, sizes)) == whole
+    assert decode(body, split=_reads(body, [64])) == whole
+
+
+def test_a_long_data_line_trickled_in_small_reads_keeps_every_byte() -> None:
+    payload = "".join(f"{i:07d}," for i in range(40_000)).encode()  # 320 kB, no line end
+    body = b"data: " + payload + b"\r\n\r\n"
+    assert decode(body, split=list(range(64, len(body), 64))) == [ServerSentEvent(payload.decode())]
+
+
+def test_a_line_fails_as_soon_as_its_event_cannot_fit() -> None:
+    """The bound covers the event so far plus the unfinished line: memory stays bounded by
+    the limit, and a trickled line fails on the read that crosses it, not at its end."""
+    decoder = SSEDecoder(max_event_bytes=100)
+    assert decoder.feed(b"event: big\n") == []  # 11 bytes of the event
+    feeds = 0
+    with pytest.raises(SSEEventTooLarge):
+        for _ in range(1000):
+            feeds += 1
+            decoder.feed(b"data: " if feeds == 1 else b"z" * 8)
+    # 11 + 6 + 8 * 11 = 105 > 100: the 12th read is the one that crosses the limit.
+    assert feeds == 12
+
+
+def test_an_event_at_exactly_the_limit_is_dispatched() -> None:
+    line = b"data: " + b"q" * 93 + b"\n"  # 100 bytes counted, blank line not counted
+    events = decode(line + b"\n", split=list(range(1, len(line), 7)), limit=100)
+    assert events == [ServerSentEvent("q" * 93)]
+    with pytest.raises(SSEEventTooLarge):
+        decode(b"data: " + b"q" * 94 + b"\n\n", split=list(range(1, 101, 7)), limit=100)
+
+
+def test_comment_lines_of_any_length_cost_no_buffer() -> None:
+    """A keep-alive comment longer than the bound, trickled, is skipped, not buffered."""
+    body = b": " + b"." * 5000 + b"\ndata: after\n\n"
+    assert decode(body, split=list(range(1, len(body), 13)), limit=64) == [ServerSentEvent("after")]

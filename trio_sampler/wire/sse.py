@@ -13,9 +13,18 @@ chunks. A UTF-8 BOM at the very start is dropped. Lines starting with ``:`` are 
 fields are ignored. A blank line dispatches an event; an event with no ``data`` field is
 not dispatched (WHATWG).
 
-Memory is bounded: one event (and so one line) may not exceed ``max_event_bytes``.
-Past it, :meth:`SSEDecoder.feed` raises :class:`SSEEventTooLarge` and the decoder stays
-failed; callers turn that into a typed ``Failed`` (see :func:`trio_sampler.wire.replay`).
+Cost is linear in the bytes received, however large one event or line is and however the
+bytes are split: each byte is scanned for a line end once. An unfinished line is carried in
+a ``bytearray`` that only ever holds bytes already known to contain no line end, so a read
+extends it without rescanning or copying what came before (the scan offset of h11's
+receive buffer). One 16 MiB event in 16 KiB reads, or one long line trickled in 64-byte
+reads, costs the same per byte as ordinary traffic (``benchmarks/bench_wire.py``).
+
+Memory is bounded: one event (its lines so far plus the line still arriving) may not
+exceed ``max_event_bytes``. Past it, :meth:`SSEDecoder.feed` raises
+:class:`SSEEventTooLarge` at the read that crosses the bound and the decoder stays failed;
+callers turn that into a typed ``Failed`` (see :func:`trio_sampler.wire.replay`).
+Comment lines are skipped as they arrive and never buffered, so they are not bounded.
 
 At end of body, :meth:`SSEDecoder.close` dispatches an event whose lines were all
 complete but that lacked the final blank line (some servers omit it), and discards an
@@ -74,7 +83,6 @@ class SSEDecoder:
 
     __slots__ = (
         "_at_start",
-        "_buffer",
         "_data",
         "_event",
         "_event_bytes",
@@ -82,6 +90,7 @@ class SSEDecoder:
         "_in_comment",
         "_last_id",
         "_max",
+        "_partial",
         "_retry",
         "_skip_lf",
     )
@@ -90,7 +99,8 @@ class SSEDecoder:
         if max_event_bytes <= 0:
             raise ValueError("max_event_bytes must be a positive number of bytes")
         self._max = max_event_bytes
-        self._buffer = b""  # an incomplete line carried to the next chunk
+        # The incomplete last line, carried to the next chunk; it never holds a line end.
+        self._partial = bytearray()
         self._at_start = True  # BOM detection still pending
         self._skip_lf = False  # last chunk ended in \r: a leading \n belongs to it
         self._in_comment = False  # inside a comment line split across chunks
@@ -118,12 +128,12 @@ class SSEDecoder:
             return []
         if self._at_start:
             # Hold back until we can tell whether the body starts with a BOM.
-            data = self._buffer + chunk
+            data = bytes(self._partial) + chunk
             if len(data) < 3 and _BOM.startswith(data):
-                self._buffer = data
+                self._partial[:] = data
                 return []
             self._at_start = False
-            self._buffer = b""
+            self._partial.clear()
             chunk = data[3:] if data.startswith(_BOM) else data
             if not chunk:
                 return []
@@ -135,26 +145,34 @@ class SSEDecoder:
             if chunk.endswith(b"\r"):
                 self._skip_lf = True
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        # From here on the only line end is \n. Every byte of ``chunk`` is scanned once:
+        # the carried partial line is known to hold no line end, so it is never scanned
+        # again, only extended (its end is the scan offset, as in h11's receive buffer).
+        lines = chunk.split(b"\n")
+        if len(lines) == 1:  # no line end: the partial line grows (or a comment goes on)
+            if not self._in_comment:
+                self._extend(chunk)
+            return []
         if self._in_comment:
             # The rest of a comment line that began in an earlier chunk: drop it unseen.
-            end = chunk.find(b"\n")
-            if end < 0:
-                return []
             self._in_comment = False
-            chunk = chunk[end + 1 :]
-        buffer = self._buffer + chunk if self._buffer else chunk
-        lines = buffer.split(b"\n")
-        self._buffer = lines.pop()
-        if self._buffer[:1] == b":":
-            # An unfinished comment: its bytes are never needed, so none are kept. This
-            # keeps comments free of the size bound however they are split.
-            self._buffer = b""
-            self._in_comment = True
-        elif len(self._buffer) > self._max:
-            self._fail()
+            del lines[0]
+        elif self._partial:
+            partial = self._partial
+            partial += lines[0]
+            lines[0] = bytes(partial)
+            partial.clear()
+        tail = lines.pop()
         out: list[ServerSentEvent] = []
         if lines:
             self._lines(lines, out)
+        if tail:  # the start of a new line (the carried partial is empty again here)
+            if tail[0] == 0x3A:  # b":": an unfinished comment, see _extend
+                self._in_comment = True
+            else:
+                self._partial += tail
+                if self._event_bytes + len(tail) > self._max:
+                    self._fail()
         return out
 
     def close(self) -> list[ServerSentEvent]:
@@ -163,7 +181,7 @@ class SSEDecoder:
             return []
         out: list[ServerSentEvent] = []
         # An unterminated last line is a truncated line: discard it (see module doc).
-        self._buffer = b""
+        self._partial.clear()
         self._in_comment = False
         if self._data:
             self._dispatch(self._data, self._event, out)
@@ -172,9 +190,22 @@ class SSEDecoder:
 
     # -- internals -----------------------------------------------------------------
 
+    def _extend(self, piece: bytes) -> None:
+        """Carry ``piece`` (no line end in it) as the start or next part of a line."""
+        partial = self._partial
+        if not partial and piece[:1] == b":":
+            # An unfinished comment: its bytes are never needed, so none are kept. This
+            # keeps comments free of the size bound however they are split.
+            self._in_comment = True
+            return
+        partial += piece
+        # The line will count towards its event when it ends: fail as soon as it cannot fit.
+        if self._event_bytes + len(partial) > self._max:
+            self._fail()
+
     def _fail(self) -> None:
         self._failed = True
-        self._buffer = b""
+        self._partial = bytearray()
         self._data = []
         raise SSEEventTooLarge(self._max)
 
