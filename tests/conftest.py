@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import corpus
+from benchmarks.redis_server import RedisServer, RedisUnavailableError, running_redis
 
 # The fake keys of this suite all look like provider keys: sk-..., xai-..., sk-ant-...
 KEY_SHAPED = re.compile(r"\b(?:sk|xai)-[A-Za-z0-9_-]{6,}")
@@ -105,3 +106,17 @@ def _no_key_in_logs() -> Iterator[None]:
         if KEY_SHAPED.search(text):
             leaks.append(f"{record.name}: {text[:200]}")
     assert not leaks, f"API-key-shaped text in log records: {leaks}"
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A private redis-server on a Unix socket for the whole session (persistence off).
+
+    Tests that need it fail, never skip, when it cannot start: install the Debian
+    package ``redis-server`` (``.ci/run`` does).
+    """
+    try:
+        with running_redis() as server:
+            yield server
+    except RedisUnavailableError as exc:
+        pytest.fail(f"the fleet tests need a local redis-server: {exc}")

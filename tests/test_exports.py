@@ -6,7 +6,13 @@ import importlib
 
 import pytest
 
-PACKAGES = ["trio_sampler", "trio_sampler.types", "trio_sampler.wire", "trio_sampler.actor"]
+PACKAGES = [
+    "trio_sampler",
+    "trio_sampler.types",
+    "trio_sampler.wire",
+    "trio_sampler.actor",
+    "trio_sampler.fleet",
+]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -78,6 +78,8 @@ class SamplingErrorKind(enum.Enum):
     PAYLOAD_TOO_LARGE = "payload_too_large"
     CONTENT_FILTER = "content_filter"
     TRANSPORT = "transport"
+    #: A shared fleet limiter could not reach Redis and fails closed: nothing was sent.
+    FLEET_UNAVAILABLE = "fleet_unavailable"
 
 
 @attrs.frozen

@@ -1,0 +1,62 @@
+"""What a fleet limiter announces: state changes as events, counters as statistics."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+
+from ._spec import FailurePolicy
+
+__all__ = ["FleetEvent", "LimiterDegraded", "LimiterRecovered", "LimiterStatistics"]
+
+
+@attrs.frozen
+class LimiterDegraded:
+    """Redis failed or was slower than the admission timeout; ``policy`` applies from now
+    until a probe succeeds (at most every ``probe_interval``)."""
+
+    limiter: str
+    policy: FailurePolicy
+    #: What failed, in words (an exception's type and message; never a password).
+    reason: str
+
+
+@attrs.frozen
+class LimiterRecovered:
+    """Redis answered again; shared limits apply from now."""
+
+    limiter: str
+    #: How long the limiter was degraded, in seconds.
+    degraded_for: float
+
+
+FleetEvent = LimiterDegraded | LimiterRecovered
+EventHook = Callable[[FleetEvent], None]
+
+
+@attrs.frozen
+class LimiterStatistics:
+    """Counters of one limiter in this process, since it was opened (a metric snapshot)."""
+
+    #: Admitted by the shared state in Redis.
+    admitted: int = 0
+    #: Admitted by the local floor while degraded (``FAIL_OPEN``).
+    admitted_locally: int = 0
+    #: Refused: the wait would pass the request's deadline, or the cost exceeds a burst.
+    refused: int = 0
+    #: Refused because Redis was unavailable (``FAIL_CLOSED``).
+    refused_unavailable: int = 0
+    #: Seconds spent waiting for admission, summed over requests.
+    waited: float = 0.0
+    #: Redis calls that failed or timed out.
+    redis_failures: int = 0
+    #: Times the limiter entered the degraded state.
+    degradations: int = 0
+    #: True while degraded.
+    degraded: bool = False
+    #: Fleet retry budget: retries allowed and refused.
+    retries_allowed: int = 0
+    retries_refused: int = 0
+    #: In-flight leases this process holds now.
+    leases: int = 0

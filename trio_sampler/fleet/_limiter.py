@@ -1,0 +1,477 @@
+"""A limiter shared by every process of a fleet, decided atomically in Redis.
+
+One round trip admits a request: the ADMIT script checks every rate dimension, the
+in-flight leases and the shared Retry-After window on Redis's clock, and either reserves
+the request's cost (to start now or after a wait it returns) or changes nothing. One
+round trip settles it: SETTLE releases its lease and corrects the reservation with the
+usage the provider reported.
+
+Redis being unreachable, or slower than ``admission_timeout``, is never silent: the
+limiter enters a degraded state (an event, a log warning and a counter), applies its
+failure policy (admit under local limits, or refuse with ``FLEET_UNAVAILABLE``) and tries
+Redis again at most every ``probe_interval``. Nothing waits longer than one admission
+timeout for Redis.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import socket
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import coredis
+import coredis.exceptions
+import trio
+from coredis.retry import NoRetryPolicy
+
+from ..retry import RetryBudget
+from ..types import SamplingErrorInfo, SamplingErrorKind
+from ._events import EventHook, FleetEvent, LimiterDegraded, LimiterRecovered, LimiterStatistics
+from ._local import LocalLimits
+from ._scripts import ADMIT, NOTE_RETRY_AFTER, RENEW, SETTLE, SPEND_RETRY, Status
+from ._spec import DIMENSIONS, Cost, FailurePolicy, LimiterSpec
+
+__all__ = ["AdmissionRefused", "FleetLimiter", "Permit", "open_limiter", "redis_client"]
+
+logger = logging.getLogger("trio_sampler.fleet")
+
+_US = 1_000_000
+# While every in-flight slot is taken, ask again after this long (doubling, jittered).
+_POLL_FIRST = 0.002
+_POLL_MAX = 0.05
+# The local retry budget of a fail-open limiter counts over this window (seconds).
+_LOCAL_BUDGET_WINDOW = 10.0
+
+
+class AdmissionRefused(Exception):
+    """A request is not admitted; ``info`` is the error its ``Failed`` terminal carries."""
+
+    def __init__(self, info: SamplingErrorInfo) -> None:
+        super().__init__(info.message)
+        self.info = info
+
+
+@attrs.define(eq=False)
+class Permit:
+    """An admitted request: what it reserved, and where (Redis or the local floor)."""
+
+    cost: Cost
+    lease: str
+    shared: bool
+    settled: bool = False
+
+
+def _refusal(kind: SamplingErrorKind, message: str, code: str) -> AdmissionRefused:
+    return AdmissionRefused(
+        SamplingErrorInfo(kind=kind, message=message, retryable=False, error_code=code)
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, trio.TooSlowError):
+        return "Redis did not answer within the admission timeout"
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+# Failures that mean "Redis is not available now"; anything else is a bug of ours.
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    trio.TooSlowError,
+    OSError,
+    coredis.exceptions.ConnectionError,
+    TimeoutError,
+    coredis.exceptions.BusyLoadingError,
+    coredis.exceptions.ReadOnlyError,
+    coredis.exceptions.AuthenticationError,
+)
+
+
+class FleetLimiter:
+    """Shared limits for one route or account (see :class:`LimiterSpec`).
+
+    Build one with :func:`open_limiter` (which also renews in-flight leases), or let the
+    sampler do it (:class:`trio_sampler.fleet.FleetAdmission`).
+    """
+
+    def __init__(
+        self,
+        spec: LimiterSpec,
+        client: coredis.Redis[bytes],
+        *,
+        on_event: EventHook | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.spec = spec
+        self._client = client
+        self._on_event = on_event
+        # Per process: jitter must differ between the processes of a fleet.
+        self._rng = rng or random.Random(os.urandom(16))
+        self._process = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._leases: set[str] = set()
+        self._serial = 0
+        prefix = f"trio_sampler:{{{spec.name}}}"
+        self._keys_admit = [
+            f"{prefix}:inflight",
+            f"{prefix}:retry_after",
+            f"{prefix}:retry_budget",
+            *(f"{prefix}:gcra:{d}" for d in DIMENSIONS),
+        ]
+        self._keys_settle = [self._keys_admit[0], *self._keys_admit[3:]]
+        limits = spec.limits
+        self._intervals = [
+            0.0 if rate is None else limits.window_s * _US / rate for rate in limits.rates()
+        ]
+        self._tau = limits.window_s * limits.burst * _US
+        self._scripts = {
+            name: client.register_script(source)
+            for name, source in (
+                ("admit", ADMIT),
+                ("settle", SETTLE),
+                ("renew", RENEW),
+                ("spend", SPEND_RETRY),
+                ("retry_after", NOTE_RETRY_AFTER),
+            )
+        }
+        share = spec.fallback_share or 1.0
+        self._local = LocalLimits(limits.scaled(share))
+        budget = spec.retry_budget
+        self._local_budget = (
+            None
+            if budget is None
+            else RetryBudget(
+                budget.ratio, _LOCAL_BUDGET_WINDOW, max(1, math.floor(budget.max_tokens * share))
+            )
+        )
+        self._local_retry_after = -math.inf
+        self._degraded_since: float | None = None
+        self._probe_at = -math.inf
+        self._stats: dict[str, Any] = attrs.asdict(LimiterStatistics())
+
+    def __repr__(self) -> str:
+        return f"FleetLimiter(name={self.spec.name!r}, degraded={self.degraded})"
+
+    @property
+    def degraded(self) -> bool:
+        """True while Redis is considered unavailable (the failure policy applies)."""
+        return self._degraded_since is not None
+
+    def statistics(self) -> LimiterStatistics:
+        """A snapshot of this process's counters (admissions, waits, failures, leases)."""
+        return LimiterStatistics(
+            **{**self._stats, "degraded": self.degraded, "leases": len(self._leases)}
+        )
+
+    # -- Redis, with the failure policy --------------------------------------------------
+
+    async def _call(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run one script, or return None when Redis is unavailable (degraded)."""
+        if self._degraded_since is not None and trio.current_time() < self._probe_at:
+            return None
+        try:
+            with trio.fail_after(self.spec.admission_timeout):
+                reply: Any = await self._scripts[script](keys=list(keys), args=list(args))
+        except _UNAVAILABLE as exc:
+            self._failed(exc)
+            return None
+        except coredis.exceptions.ResponseError as exc:
+            if "script" in str(exc).lower():
+                raise  # a broken script is our bug, not an outage
+            self._failed(exc)
+            return None
+        if self._degraded_since is not None:
+            degraded_for = trio.current_time() - self._degraded_since
+            self._degraded_since = None
+            logger.warning(
+                "fleet limiter %r: Redis is back after %.3f s; shared limits apply again",
+                self.spec.name,
+                degraded_for,
+            )
+            self._emit(LimiterRecovered(self.spec.name, degraded_for))
+        return reply
+
+    def _failed(self, exc: BaseException) -> None:
+        now = trio.current_time()
+        self._stats["redis_failures"] += 1
+        self._probe_at = now + self.spec.probe_interval
+        if self._degraded_since is not None:
+            return
+        self._degraded_since = now
+        self._stats["degradations"] += 1
+        reason = _describe(exc)
+        logger.warning(
+            "fleet limiter %r: Redis unavailable (%s); applying %s",
+            self.spec.name,
+            reason,
+            self.spec.on_failure.value,
+        )
+        self._emit(LimiterDegraded(self.spec.name, self.spec.on_failure, reason))
+
+    def _emit(self, event: FleetEvent) -> None:
+        if self._on_event is not None:
+            self._on_event(event)
+
+    def _unavailable(self) -> AdmissionRefused:
+        self._stats["refused_unavailable"] += 1
+        return _refusal(
+            SamplingErrorKind.FLEET_UNAVAILABLE,
+            f"the fleet limiter {self.spec.name!r} cannot reach Redis and fails closed; "
+            "the request was not sent",
+            "fleet_unavailable",
+        )
+
+    # -- admission -----------------------------------------------------------------------
+
+    async def acquire(
+        self, cost: Cost, *, deadline: float = math.inf, first_attempt: bool = True
+    ) -> Permit:
+        """Wait until ``cost`` may be spent (cancellable), and reserve it.
+
+        ``deadline`` is on trio's clock (``Timeouts.total``): a wait that would end after
+        it is refused at once, without reserving anything. A ``first_attempt`` (not a
+        retry) also deposits into the fleet retry budget. Raises :class:`AdmissionRefused`
+        when refused (its ``info`` says why).
+        """
+        budget = self.spec.retry_budget if first_attempt else None
+        if first_attempt:
+            self.record_local_request()
+        poll = _POLL_FIRST
+        waited_from = trio.current_time()
+        while True:
+            now = trio.current_time()
+            room = deadline - now
+            if room <= 0:
+                raise self._too_late(0.0, deadline)
+            lease = self._next_lease() if self.spec.limits.max_in_flight else ""
+            args: list[Any] = [
+                -1 if math.isinf(room) else math.floor(room * _US),
+                lease,
+                math.floor(self.spec.lease_ttl * _US),
+                self.spec.limits.max_in_flight or 0,
+                budget.ratio if budget else 0,
+                budget.max_tokens if budget else 0,
+            ]
+            for interval, amount in zip(self._intervals, cost.amounts(), strict=True):
+                args += [repr(interval), repr(self._tau), amount]
+            reply = await self._call("admit", self._keys_admit, args)
+            if reply is None:
+                return await self._acquire_locally(cost, deadline, waited_from)
+            status, value = int(reply[0]), int(reply[1])
+            if status == Status.ADMITTED:
+                if lease:
+                    self._leases.add(lease)
+                permit = Permit(cost, lease, shared=True)
+                await self._wait_reserved(permit, value / _US)
+                self._stats["admitted"] += 1
+                self._stats["waited"] += trio.current_time() - waited_from
+                return permit
+            if status == Status.REFUSED_WAIT:
+                raise self._too_late(value / _US, deadline)
+            if status == Status.TOO_LARGE:
+                raise self._too_large(cost, value - 1)
+            if status == Status.RETRY_AFTER:
+                window = value / _US
+                delay = window * (1.0 + self.spec.retry_after_jitter * self._rng.random())
+            else:  # IN_FLIGHT_FULL
+                delay = poll * (0.5 + self._rng.random())
+                poll = min(poll * 2, _POLL_MAX)
+            if trio.current_time() + delay > deadline:
+                raise self._too_late(delay, deadline)
+            await trio.sleep(delay)
+
+    async def _wait_reserved(self, permit: Permit, wait: float) -> None:
+        """Sleep until a reservation's start; cancelled, give the reservation back."""
+        if wait <= 0:
+            return
+        try:
+            await trio.sleep(wait)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                # Never sent: everything comes back, whatever ``refund_unused`` says.
+                await self._settle(permit, Cost(0, 0, 0), refund=True)
+            raise
+
+    async def _acquire_locally(self, cost: Cost, deadline: float, waited_from: float) -> Permit:
+        if self.spec.on_failure is FailurePolicy.FAIL_CLOSED:
+            raise self._unavailable()
+        local = self._local
+        poll = _POLL_FIRST
+        while True:
+            now = trio.current_time()
+            wait = max(local.wait(cost, now), self._local_retry_after - now)
+            if math.isinf(wait):
+                raise self._too_large(cost, None)
+            if now + wait > deadline:
+                raise self._too_late(wait, deadline)
+            if wait <= 0 and local.has_slot():
+                local.take(cost, now)
+                self._stats["admitted_locally"] += 1
+                self._stats["waited"] += now - waited_from
+                return Permit(cost, "", shared=False)
+            if wait <= 0:
+                wait = poll * (0.5 + self._rng.random())
+                poll = min(poll * 2, _POLL_MAX)
+            await trio.sleep(min(wait, max(deadline - now, 0.0)))
+
+    async def release(self, permit: Permit, actual: Cost | None) -> None:
+        """End an admitted request: free its slot, correct its reservation by ``actual``
+        (the usage reported; ``None`` keeps the reservation as charged). Idempotent."""
+        await self._settle(permit, actual, refund=self.spec.refund_unused)
+
+    async def _settle(self, permit: Permit, actual: Cost | None, *, refund: bool) -> None:
+        if permit.settled:
+            return
+        permit.settled = True
+        if actual is not None and not refund:
+            held = permit.cost
+            actual = Cost(
+                max(actual.requests, held.requests),
+                max(actual.input_tokens, held.input_tokens),
+                max(actual.output_tokens, held.output_tokens),
+            )
+        if not permit.shared:
+            self._local.settle(permit.cost, actual, trio.current_time())
+            return
+        self._leases.discard(permit.lease)
+        changes: list[Any] = [permit.lease]
+        for interval, reserved, used in zip(
+            self._intervals,
+            permit.cost.amounts(),
+            (actual or permit.cost).amounts(),
+            strict=True,
+        ):
+            changes.append(repr(interval * (used - reserved)) if interval else 0)
+        # A failure here only loses the correction; the lease expires by itself.
+        await self._call("settle", self._keys_settle, changes)
+
+    def _next_lease(self) -> str:
+        self._serial += 1
+        return f"{self._process}:{self._serial}"
+
+    def _too_late(self, wait: float, deadline: float) -> AdmissionRefused:
+        self._stats["refused"] += 1
+        return _refusal(
+            SamplingErrorKind.RATE_LIMITED,
+            f"the fleet limit {self.spec.name!r} admits this request in {wait:.3f} s, after "
+            f"its deadline (in {max(deadline - trio.current_time(), 0.0):.3f} s)",
+            "fleet_rate_limited",
+        )
+
+    def _too_large(self, cost: Cost, index: int | None) -> AdmissionRefused:
+        self._stats["refused"] += 1
+        names = DIMENSIONS if index is None else (DIMENSIONS[index],)
+        return _refusal(
+            SamplingErrorKind.INVALID_REQUEST,
+            f"this request ({cost.input_tokens} input + {cost.output_tokens} output tokens) "
+            f"needs more than one burst of the fleet limit {self.spec.name!r} "
+            f"({', '.join(names)}); lower max_output_tokens or raise the limit",
+            "exceeds_fleet_limit",
+        )
+
+    # -- retries ---------------------------------------------------------------------------
+
+    async def try_retry(self) -> bool:
+        """Take one retry from the fleet retry budget; False when it is spent.
+
+        Without a budget configured, always True. Degraded: a per-process budget of
+        ``fallback_share`` of the tokens (``FAIL_OPEN``), or no retries (``FAIL_CLOSED``).
+        """
+        budget = self.spec.retry_budget
+        if budget is None:
+            return True
+        reply = await self._call("spend", [self._keys_admit[2]], [budget.max_tokens])
+        if reply is None:
+            allowed = self._local_budget is not None and self._local_budget.try_spend(
+                trio.current_time()
+            )
+            allowed = allowed and self.spec.on_failure is FailurePolicy.FAIL_OPEN
+        else:
+            allowed = bool(int(reply[0]))
+        self._stats["retries_allowed" if allowed else "retries_refused"] += 1
+        return allowed
+
+    def record_local_request(self) -> None:
+        """Count a first attempt in the local retry budget (used while degraded)."""
+        if self._local_budget is not None:
+            self._local_budget.record_request(trio.current_time())
+
+    async def note_retry_after(self, seconds: float) -> None:
+        """A provider said ``Retry-After: seconds``: no process of the fleet starts a
+        request on this limiter before then (each waits a jittered moment longer)."""
+        if not math.isfinite(seconds) or seconds <= 0:
+            return
+        now = trio.current_time()
+        self._local_retry_after = max(self._local_retry_after, now + seconds)
+        await self._call("retry_after", [self._keys_admit[1]], [math.floor(seconds * _US)])
+
+    # -- leases --------------------------------------------------------------------------
+
+    async def renew_leases(self) -> None:
+        """Extend this process's in-flight leases by ``lease_ttl`` (one round trip)."""
+        if self._leases:
+            await self._call(
+                "renew",
+                [self._keys_admit[0]],
+                [math.floor(self.spec.lease_ttl * _US), *sorted(self._leases)],
+            )
+
+    async def run_renewals(self) -> None:
+        """Renew leases every third of ``lease_ttl``, forever (run it in a nursery)."""
+        while True:
+            await trio.sleep(self.spec.lease_ttl / 3)
+            await self.renew_leases()
+
+
+def redis_client(
+    url: str, *, connect_timeout: float = 1.0, max_connections: int | None = None
+) -> coredis.Redis[bytes]:
+    """A coredis client for ``url`` (``redis://host:port/db``, ``rediss://``, or
+    ``unix:///path/to/redis.sock``), without client-side retries: the limiter's failure
+    policy decides what a failure means."""
+    if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError(
+            "the Redis URL must start with redis://, rediss:// or unix://, e.g. "
+            f"'redis://localhost:6379/0' or 'unix:///run/redis/redis.sock'; got {url!r}"
+        )
+    kwargs: dict[str, Any] = {"connect_timeout": connect_timeout}
+    if max_connections is not None:
+        kwargs["max_connections"] = max_connections
+    client: coredis.Redis[bytes] = coredis.Redis.from_url(
+        url, retry_policy=NoRetryPolicy(), **kwargs
+    )
+    return client
+
+
+@asynccontextmanager
+async def open_limiter(
+    spec: LimiterSpec,
+    url: str,
+    *,
+    on_event: EventHook | None = None,
+    rng: random.Random | None = None,
+) -> AsyncIterator[FleetLimiter]:
+    """A :class:`FleetLimiter` on its own coredis client, renewing its leases meanwhile.
+
+    Redis need not be reachable when the block starts: the first admission then finds
+    it unavailable and the failure policy applies (an event says so).
+    """
+    client = redis_client(url, connect_timeout=spec.admission_timeout)
+    body_error: BaseException | None = None
+    async with client, trio.open_nursery() as nursery:
+        limiter = FleetLimiter(spec, client, on_event=on_event, rng=rng)
+        nursery.start_soon(limiter.run_renewals)
+        try:
+            yield limiter
+        except BaseException as exc:
+            # Re-raised outside the nurseries: the caller gets their exception back, not
+            # wrapped in an ExceptionGroup (a Cancelled still surfaces inside its scope).
+            body_error = exc
+        finally:
+            nursery.cancel_scope.cancel()
+    if body_error is not None:
+        raise body_error

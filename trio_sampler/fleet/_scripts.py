@@ -1,0 +1,161 @@
+"""The Lua scripts that change a limiter's shared state: each one atomic, on Redis's clock.
+
+Time is in microseconds from Redis's ``TIME``, so the processes' own clocks never enter a
+decision. Each rate dimension is a GCRA cell: its value is the theoretical arrival time
+(TAT) of the next unit; a cost of ``c`` units moves it by ``c * interval``, and a request
+may start once ``TAT - tau <= start`` (``tau`` = the burst, as time). Admission looks at
+every dimension and the in-flight leases first and changes nothing unless the request is
+admitted in all of them, so a refused request costs nothing.
+
+Lua numbers are doubles: microseconds since 1970 (~1.8e15) are exact below 2**53, and
+values are written back with ``%.0f`` (``tostring`` would round to 14 digits).
+
+Key layout for a limiter ``name`` (the hash tag keeps them in one cluster slot)::
+
+    trio_sampler:{name}:inflight      sorted set: lease id -> expiry
+    trio_sampler:{name}:retry_after   shared "do not retry before" time
+    trio_sampler:{name}:retry_budget  retry tokens left
+    trio_sampler:{name}:gcra:<dim>    TAT per rate dimension
+"""
+
+from __future__ import annotations
+
+__all__ = ["ADMIT", "NOTE_RETRY_AFTER", "RENEW", "SETTLE", "SPEND_RETRY", "Status"]
+
+
+class Status:
+    """The first element of ADMIT's reply."""
+
+    REFUSED_WAIT = 0  #: admission would wait past ``max_wait`` (second element: the wait)
+    ADMITTED = 1  #: admitted; start after the second element (microseconds)
+    IN_FLIGHT_FULL = 2  #: every in-flight slot is taken
+    RETRY_AFTER = 3  #: inside a shared Retry-After window (second element: time left)
+    TOO_LARGE = 4  #: the cost exceeds a dimension's burst (second element: its index)
+
+
+# KEYS: inflight, retry_after, retry_budget, gcra x4 (DIMENSIONS order)
+# ARGV: max_wait (-1: none), lease id, lease ttl, max in flight (0: none),
+#       budget ratio (0: none), budget capacity,
+#       then per dimension: interval (0: unlimited), tau, cost
+ADMIT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local max_wait = tonumber(ARGV[1])
+local until_ = tonumber(redis.call('GET', KEYS[2]) or '0')
+if until_ > now then
+  return {3, until_ - now, now}
+end
+local tats = {}
+local wait = 0
+for i = 1, 4 do
+  local base = 7 + (i - 1) * 3
+  local interval = tonumber(ARGV[base])
+  if interval > 0 then
+    local tau = tonumber(ARGV[base + 1])
+    local increment = interval * tonumber(ARGV[base + 2])
+    if increment > tau then
+      return {4, i, now}
+    end
+    local tat = tonumber(redis.call('GET', KEYS[3 + i]) or '0')
+    if tat < now then tat = now end
+    tats[i] = tat
+    local w = tat + increment - tau - now
+    if w > wait then wait = w end
+  end
+end
+if max_wait >= 0 and wait > max_wait then
+  return {0, wait, now}
+end
+local max_in_flight = tonumber(ARGV[4])
+if max_in_flight > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  if redis.call('ZCARD', KEYS[1]) >= max_in_flight then
+    return {2, 0, now}
+  end
+  local ttl = tonumber(ARGV[3])
+  redis.call('ZADD', KEYS[1], string.format('%.0f', now + ttl), ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], math.ceil(ttl / 1000) * 2)
+end
+-- Every dimension is charged as of the request's real start, now + wait.
+local start = now + wait
+for i, tat in pairs(tats) do
+  local base = 7 + (i - 1) * 3
+  if tat < start then tat = start end
+  local new_tat = tat + tonumber(ARGV[base]) * tonumber(ARGV[base + 2])
+  redis.call('SET', KEYS[3 + i], string.format('%.0f', new_tat),
+             'PX', math.ceil((new_tat - now) / 1000) + 1)
+end
+local ratio = tonumber(ARGV[5])
+if ratio > 0 then
+  local capacity = tonumber(ARGV[6])
+  local tokens = tonumber(redis.call('GET', KEYS[3]) or ARGV[6])
+  tokens = math.min(capacity, tokens + ratio)
+  redis.call('SET', KEYS[3], string.format('%.6f', tokens), 'EX', 86400)
+end
+return {1, wait, now}
+"""
+
+# KEYS: inflight, gcra x4.  ARGV: lease id ('' for none), then per dimension the change of
+# its TAT in microseconds (positive: used more than reserved; negative: a refund).
+SETTLE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if ARGV[1] ~= '' then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+end
+for i = 1, 4 do
+  local change = tonumber(ARGV[1 + i])
+  if change ~= 0 then
+    local tat = tonumber(redis.call('GET', KEYS[1 + i]) or '0')
+    if change > 0 and tat < now then tat = now end
+    tat = tat + change
+    if tat > now then
+      redis.call('SET', KEYS[1 + i], string.format('%.0f', tat),
+                 'PX', math.ceil((tat - now) / 1000) + 1)
+    else
+      redis.call('DEL', KEYS[1 + i])
+    end
+  end
+end
+return now
+"""
+
+# KEYS: inflight.  ARGV: lease ttl, lease ids...  Only leases still held are extended.
+RENEW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local ttl = tonumber(ARGV[1])
+local expiry = string.format('%.0f', now + ttl)
+local renewed = 0
+for i = 2, #ARGV do
+  renewed = renewed + redis.call('ZADD', KEYS[1], 'XX', 'CH', expiry, ARGV[i])
+end
+redis.call('PEXPIRE', KEYS[1], math.ceil(ttl / 1000) * 2)
+return renewed
+"""
+
+# KEYS: retry_budget.  ARGV: capacity.  Returns {1 or 0, tokens left * 1000}.
+SPEND_RETRY = """
+local tokens = tonumber(redis.call('GET', KEYS[1]) or ARGV[1])
+if tokens >= 1 then
+  tokens = tokens - 1
+  redis.call('SET', KEYS[1], string.format('%.6f', tokens), 'EX', 86400)
+  return {1, math.floor(tokens * 1000)}
+end
+return {0, math.floor(tokens * 1000)}
+"""
+
+# KEYS: retry_after.  ARGV: delay in microseconds.  The window only ever grows.
+# Returns the time left in the window (microseconds).
+NOTE_RETRY_AFTER = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local until_ = now + tonumber(ARGV[1])
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+if until_ > current then
+  redis.call('SET', KEYS[1], string.format('%.0f', until_),
+             'PX', math.ceil((until_ - now) / 1000) + 1)
+  return until_ - now
+end
+return current - now
+"""
