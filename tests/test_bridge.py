@@ -65,6 +65,7 @@ TRANSLATION: dict[SamplingErrorKind, tuple[type[object], type[object]]] = {
     K.PAYLOAD_TOO_LARGE: (TurnFatal, TurnFatal),
     K.CONTENT_FILTER: (TurnFatal, TurnFatal),
     K.TRANSPORT: (TurnFatal, TurnFatal),
+    K.FLEET_UNAVAILABLE: (TurnFatal, TurnFatal),
 }
 
 
