@@ -8,7 +8,8 @@ Targets (each checks its own contract; anything else escaping is a finding):
 * ``replay_chat_completions``, ``replay_responses``, ``replay_messages``: the three
   transforms via :func:`trio_sampler.wire.replay` on mutated real bodies (event-level
   mutations of emulator-rendered streams, JSON value mutations, byte flips, truncation).
-  Never raises; exactly one terminal, and it is last; split-invariant.
+  Never raises; exactly one terminal, and it is last; never an ``internal`` error (malformed
+  data is caught by explicit validation); split-invariant.
 * ``http_error``: :func:`classify_http_error` on arbitrary status, headers and body. Never
   raises; the message is bounded; ``retry_after`` is ``None`` or finite and >= 0.
 * ``stream_error``: :func:`classify_stream_error` on arbitrary JSON objects. Never raises.
@@ -552,6 +553,10 @@ def check_replay(backend: str, body: bytes, chunks: Sequence[bytes]) -> None:
     terminals = [e for e in events if isinstance(e, _TERMINALS)]
     if len(terminals) != 1 or events[-1] is not terminals[0]:
         raise Finding(f"{len(terminals)} terminals, last={events[-1]!r}")
+    end = terminals[0]
+    if isinstance(end, Failed) and end.error.kind is SamplingErrorKind.INTERNAL:
+        # Malformed provider data must be caught by explicit validation, not by accident.
+        raise Finding(f"provider data reached an internal error: {end.error.message}")
     again = replay(_BACKENDS[backend], chunks, request_id="fuzz")
     if _events_key(events) != _events_key(again):
         raise Finding("replay is not split-invariant")

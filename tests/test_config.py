@@ -149,7 +149,7 @@ def test_bad_retry_policy(kwargs: dict[str, Any], match: str) -> None:
 def test_retry_policy_defaults() -> None:
     p = RetryPolicy()
     assert (p.max_retries, p.base_delay, p.max_delay, p.jitter) == (4, 0.5, 30.0, 0.25)
-    assert (p.max_retry_after, p.max_consecutive_rate_limits, p.doom_loop_retries) == (60.0, 3, 2)
+    assert (p.max_retry_after, p.max_consecutive_rate_limits) == (60.0, 3)
     assert p.retry_budget_ratio is None and p.retry_mid_stream
 
 

@@ -703,9 +703,10 @@ def test_groq_executed_tools_become_backend_tool_calls() -> None:
             True,
         ),
         (
+            # A relayed status classifies as the HTTP status does (502: a server fault).
             {"error": {"code": 502, "message": "Bad gateway"}},
             None,
-            SamplingErrorKind.OVERLOADED,
+            SamplingErrorKind.API,
             True,
         ),
         (

@@ -792,7 +792,7 @@ def test_incomplete(reason: str, stop: StopReason) -> None:
         ),
         pytest.param(
             {"error": {"message": "upstream died", "code": 502}},
-            SamplingErrorKind.OVERLOADED,
+            SamplingErrorKind.API,  # as an HTTP 502 with a provider error body
             True,
             "502",
             id="typeless-envelope",

@@ -161,7 +161,6 @@ class RetryPolicy:
     * ``max_consecutive_rate_limits`` (3): a separate, small cap on back-to-back 429s.
     * ``retry_budget_ratio`` (None = off): retries may be at most this share of the
       actor's requests within ``retry_budget_window_s``, so an outage does not multiply load.
-    * ``doom_loop_retries`` (2): resamples on a doom loop, on their own budget.
     * ``retry_mid_stream`` (True): retry after output started, with ``discard_partial``.
     """
 
@@ -173,11 +172,10 @@ class RetryPolicy:
     max_consecutive_rate_limits: int = 3
     retry_budget_ratio: float | None = None
     retry_budget_window_s: float = 10.0
-    doom_loop_retries: int = 2
     retry_mid_stream: bool = True
 
     def __attrs_post_init__(self) -> None:
-        for name in ("max_retries", "max_consecutive_rate_limits", "doom_loop_retries"):
+        for name in ("max_retries", "max_consecutive_rate_limits"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"RetryPolicy.{name} must be an int >= 0; got {value!r}")
@@ -190,11 +188,18 @@ class RetryPolicy:
             )
         if not 0.0 <= self.jitter <= 1.0:
             raise ValueError(f"RetryPolicy.jitter is a fraction in [0, 1]; got {self.jitter}")
-        ratio = self.retry_budget_ratio
-        if ratio is not None and not 0.0 < ratio <= 1.0:
-            raise ValueError(
-                f"RetryPolicy.retry_budget_ratio is a fraction in (0, 1] or None; got {ratio}"
-            )
+        if self.retry_budget_ratio is not None:
+            check_retry_budget(self.retry_budget_ratio, self.retry_budget_window_s)
+
+
+def check_retry_budget(ratio: float, window: float) -> None:
+    """The one rule for a retry budget: a ratio in (0, 1], a positive window in seconds."""
+    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0.0 < ratio <= 1.0:
+        raise ValueError(
+            f"RetryPolicy.retry_budget_ratio is a fraction in (0, 1] or None; got {ratio!r} "
+            "(e.g. 0.2 allows retries up to 20 % of recent requests)"
+        )
+    _positive("RetryPolicy.retry_budget_window_s", window)
 
 
 def _validate_base_url(url: str) -> str:

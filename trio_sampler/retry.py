@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import attrs
 
-from .config import RetryPolicy
+from .config import RetryPolicy, check_retry_budget
 from .types import SamplingErrorInfo, SamplingErrorKind
 
 __all__ = [
@@ -53,20 +53,6 @@ class Decision:
     delay: float = 0.0
     #: Why, in words a log reader understands.
     reason: str = ""
-
-
-_RETRYABLE_KINDS = frozenset(
-    {
-        SamplingErrorKind.API,
-        SamplingErrorKind.HTTP,
-        SamplingErrorKind.TRANSPORT,
-        SamplingErrorKind.OVERLOADED,
-        SamplingErrorKind.EMPTY_RESPONSE,
-        SamplingErrorKind.IDLE_TIMEOUT,
-        SamplingErrorKind.SERIALIZATION,
-        SamplingErrorKind.RATE_LIMITED,
-    }
-)
 
 
 def is_image_error(error: SamplingErrorInfo) -> bool:
@@ -103,6 +89,7 @@ def classify(
     ======================================  ==================================================
     condition                               decision
     ======================================  ==================================================
+    internal error (a bug of ours)          fail, never retried
     auth (401)                              fail (the bridge refreshes credentials)
     context length exceeded                 fail, never retried (the bridge compacts)
     413 / invalid image                     strip images once, then fail
@@ -112,14 +99,18 @@ def classify(
                                             backoff; fail past ``max_consecutive_rate_limits``
                                             or for ``insufficient_quota``
     ``x-should-retry: true``                retry with backoff
-    408, 409, 5xx (not 525/526), 529,       retry with backoff (``Retry-After`` jittered)
-    transport, in-stream errors, empty
-    response, idle timeout, malformed
-    chunk
+    ``error.retryable`` (the one table,     retry with backoff (``Retry-After`` jittered)
+    :data:`~trio_sampler.wire.errors.
+    RETRYABLE`: 408, 409, 5xx but
+    525/526, transport, in-stream errors,
+    empty response, idle timeout,
+    malformed chunk)
     anything else (400, 403, 404, 422...)   fail
     ======================================  ==================================================
     """
     kind = error.kind
+    if kind is SamplingErrorKind.INTERNAL:
+        return Decision(RetryAction.FAIL, reason="a bug in the sampler is never retried")
     if kind is SamplingErrorKind.AUTH:
         return Decision(RetryAction.FAIL, reason="authentication failed")
     if kind is SamplingErrorKind.CONTEXT_LENGTH_EXCEEDED:
@@ -150,7 +141,7 @@ def classify(
         return Decision(
             RetryAction.RETRY, backoff_delay(retries_taken, policy, uniform()), "rate limited"
         )
-    if error.should_retry is True or (kind in _RETRYABLE_KINDS and error.retryable):
+    if error.should_retry is True or error.retryable:
         if error.retry_after is not None:
             wait = min(max(error.retry_after, 0.0), policy.max_retry_after)
             delay = wait * (1.0 + policy.jitter * uniform())
@@ -170,10 +161,7 @@ class RetryBudget:
     """
 
     def __init__(self, ratio: float, window: float = 10.0, min_retries: int = 10) -> None:
-        if not 0.0 < ratio <= 10.0:
-            raise ValueError("retry budget ratio must be in (0, 10]; e.g. 0.2 allows 20 % retries")
-        if window <= 0:
-            raise ValueError("retry budget window must be a positive number of seconds")
+        check_retry_budget(ratio, window)
         self.ratio = ratio
         self.window = window
         self.min_retries = min_retries

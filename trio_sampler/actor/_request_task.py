@@ -50,6 +50,7 @@ from ..types import (
 )
 from ..wire import SSEDecodeError, SSEDecoder, StreamTransform, build_request, new_transform
 from ..wire._replay import decode_failure
+from ..wire.errors import internal_error
 from ._metrics import MetricsRecorder
 from ._stream import RequestState
 
@@ -128,12 +129,7 @@ class RequestRunner:
         except Exception as exc:  # a bug of ours: still a typed terminal, never a crash
             terminal = Failed(
                 state.request_id,
-                _error(
-                    SamplingErrorKind.API,
-                    f"internal error in the sampler ({type(exc).__name__}: {exc})",
-                    retryable=False,
-                    code="internal_error",
-                ),
+                internal_error(exc, "running the request"),
                 self._partial(state),
                 metrics.build(None),
             )
@@ -163,9 +159,7 @@ class RequestRunner:
     @staticmethod
     def _partial(state: RequestState) -> ConversationResponse | None:
         transform = state.transform
-        if transform is None or not (transform.acc.has_content() or transform.acc.usage):
-            return None
-        return transform.acc.build_response()
+        return None if transform is None else transform.partial()
 
     async def _attempts(self, state: RequestState, metrics: MetricsRecorder) -> TerminalEvent:
         config = state.config
@@ -176,7 +170,7 @@ class RequestRunner:
         resamples = 0
         consecutive_rate_limits = 0
         images_stripped = False
-        doom_max = min(self._doom.max_resamples, policy.doom_loop_retries)
+        doom_max = self._doom.max_resamples
         if not self._doom.enabled or policy.max_retries == 0:
             doom_max = 0
         total = config.timeouts.total
@@ -322,7 +316,7 @@ class RequestRunner:
     ) -> _AttemptResult:
         try:
             wire = build_request(config.backend, request, config.build_options())
-        except (ValueError, TypeError) as exc:
+        except ValueError as exc:  # a request the backend cannot carry (anything else: ours)
             return _AttemptResult(
                 error=_error(
                     SamplingErrorKind.INVALID_REQUEST,

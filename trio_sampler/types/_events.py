@@ -80,6 +80,8 @@ class SamplingErrorKind(enum.Enum):
     TRANSPORT = "transport"
     #: A shared fleet limiter could not reach Redis and fails closed: nothing was sent.
     FLEET_UNAVAILABLE = "fleet_unavailable"
+    #: A bug in this library (never the server's fault): not retried, logged once.
+    INTERNAL = "internal"
 
 
 @attrs.frozen

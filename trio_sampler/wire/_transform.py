@@ -10,9 +10,12 @@ A transform is a state machine for one attempt::
     # or, on a transport / decoder failure:
     events += transform.abort(error_info)       # Failed, with the partial output
 
-It never raises on input: :meth:`feed` catches anything a subclass's mapping code raises
-and ends the stream with a typed ``Failed`` (kind ``serialization``) carrying the partial
-output. After the terminal every call returns ``[]``.
+It never raises on input. Provider data is validated explicitly: data that breaks the
+documented shape raises :class:`ProviderDataError` inside a subclass, which ends the
+stream with a typed ``Failed`` (kind ``serialization``, retryable) carrying the partial
+output. Any other exception is a bug of ours: the stream ends with ``Failed`` kind
+``internal`` (code ``internal_error``, never retried), logged once with its traceback.
+After the terminal every call returns ``[]``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import orjson
 
 from ..types import (
     ApiBackend,
+    ConversationResponse,
     ModelMetadata,
     SamplingErrorInfo,
     SamplingErrorKind,
@@ -32,18 +36,23 @@ from ..types import (
     StreamStarted,
 )
 from ._accumulate import StreamAccumulator
-from .errors import classify_stream_error
+from .errors import classify_stream_error, error_info, internal_error
 from .sse import ServerSentEvent
 
-__all__ = ["StreamTransform", "truncated_stream_error"]
+__all__ = ["ProviderDataError", "StreamTransform", "truncated_stream_error"]
+
+
+class ProviderDataError(ValueError):
+    """Provider data that does not have the documented shape (a field of the wrong type,
+    a required field missing). Raised by a transform's explicit checks; it becomes a
+    ``Failed`` of kind ``serialization``, never an exception out of the transform."""
 
 
 def truncated_stream_error(what: str) -> SamplingErrorInfo:
     """The error for a body that ended before the protocol's terminator."""
-    return SamplingErrorInfo(
-        kind=SamplingErrorKind.TRANSPORT,
-        message=f"the stream ended before {what} (connection closed early?)",
-        retryable=True,
+    return error_info(
+        SamplingErrorKind.TRANSPORT,
+        f"the stream ended before {what} (connection closed early?)",
     )
 
 
@@ -141,12 +150,12 @@ class StreamTransform(abc.ABC):
                 self._serialization_failure("a stream event is JSON but not an object", out)
             else:
                 self._on_json(event.event, payload, out)
-        except Exception as exc:  # totality: a mapping bug must not escape as an exception
+        except ProviderDataError as exc:
             self._serialization_failure(
-                f"could not interpret a {self.backend.value} stream event "
-                f"({type(exc).__name__}: {str(exc)[:120]})",
-                out,
+                f"a {self.backend.value} stream event has an unexpected shape: {exc}", out
             )
+        except Exception as exc:  # a bug of ours: reported as ours, never retried
+            self.acc.fail(internal_error(exc, f"mapping a {self.backend.value} event"), out)
         return out
 
     def close(self) -> list[SamplingEvent]:
@@ -158,8 +167,10 @@ class StreamTransform(abc.ABC):
             out.extend(self.start())
         try:
             self._on_end(out)
-        except Exception as exc:
-            self._serialization_failure(f"could not finish the stream ({type(exc).__name__})", out)
+        except ProviderDataError as exc:
+            self._serialization_failure(f"the {self.backend.value} stream is malformed: {exc}", out)
+        except Exception as exc:  # a bug of ours: reported as ours, never retried
+            self.acc.fail(internal_error(exc, f"ending a {self.backend.value} stream"), out)
         if not self.acc.finished:  # a subclass that forgot its terminal still ends the stream
             self.acc.fail(truncated_stream_error("its terminal event"), out)
         return out
@@ -173,6 +184,13 @@ class StreamTransform(abc.ABC):
             out.extend(self.start())
         self.acc.fail(error, out)
         return out
+
+    def partial(self) -> ConversationResponse | None:
+        """What this attempt produced so far, or ``None`` if nothing (no content, no usage)."""
+        acc = self.acc
+        if not (acc.has_content() or acc.usage):
+            return None
+        return acc.build_response()
 
     # -- for subclasses ----------------------------------------------------------------
 
@@ -192,9 +210,4 @@ class StreamTransform(abc.ABC):
         self.acc.fail(classify_stream_error(payload), out)
 
     def _serialization_failure(self, message: str, out: list[SamplingEvent]) -> None:
-        self.acc.fail(
-            SamplingErrorInfo(
-                kind=SamplingErrorKind.SERIALIZATION, message=message, retryable=True
-            ),
-            out,
-        )
+        self.acc.fail(error_info(SamplingErrorKind.SERIALIZATION, message), out)

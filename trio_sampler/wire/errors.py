@@ -17,11 +17,13 @@ are ``retryable=False`` here because only a *changed* request (images stripped) 
 from __future__ import annotations
 
 import email.utils
+import logging
 import math
 import re
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 
 import orjson
 
@@ -29,10 +31,13 @@ from ..types import SamplingErrorInfo, SamplingErrorKind
 
 __all__ = [
     "MAX_USER_MESSAGE_CHARS",
+    "RETRYABLE",
     "classify_http_error",
     "classify_stream_error",
     "classify_transport_error",
     "error_fields",
+    "error_info",
+    "internal_error",
     "is_context_length_message",
     "scrub_secrets",
     "user_message",
@@ -77,17 +82,58 @@ _KIND_BY_TYPE: dict[str, SamplingErrorKind] = {
 # Codes that override the type: the model (not the request) produced something bad.
 _SAMPLING_FAILURE_CODES = frozenset({"tool_use_failed", "json_validate_failed"})
 
-_RETRYABLE_KINDS = frozenset(
+#: The one kind → retryable table: may the same request, sent again unchanged, succeed?
+#: Every classifier (HTTP statuses, in-stream errors, transport failures, the actor's own
+#: timeouts) takes ``retryable`` from here; :func:`_status_kind` narrows it for a few
+#: statuses of a retryable kind (a quota 429, 525/526, redirects) and never widens it.
+RETRYABLE: Final[Mapping[SamplingErrorKind, bool]] = MappingProxyType(
     {
-        SamplingErrorKind.API,
-        SamplingErrorKind.OVERLOADED,
-        SamplingErrorKind.RATE_LIMITED,
-        SamplingErrorKind.HTTP,
-        SamplingErrorKind.TRANSPORT,
-        SamplingErrorKind.EMPTY_RESPONSE,
-        SamplingErrorKind.SERIALIZATION,
+        SamplingErrorKind.AUTH: False,
+        SamplingErrorKind.HTTP: True,
+        SamplingErrorKind.API: True,
+        SamplingErrorKind.SERIALIZATION: True,
+        SamplingErrorKind.IDLE_TIMEOUT: True,
+        SamplingErrorKind.RATE_LIMITED: True,
+        SamplingErrorKind.EMPTY_RESPONSE: True,
+        SamplingErrorKind.MAX_TOKENS_TRUNCATION: False,
+        SamplingErrorKind.DOOM_LOOP_DETECTED: True,
+        SamplingErrorKind.CONTEXT_LENGTH_EXCEEDED: False,
+        SamplingErrorKind.OVERLOADED: True,
+        SamplingErrorKind.INVALID_REQUEST: False,
+        SamplingErrorKind.PAYLOAD_TOO_LARGE: False,
+        SamplingErrorKind.CONTENT_FILTER: False,
+        SamplingErrorKind.TRANSPORT: True,
+        # Nothing was sent, and Redis does not come back within a backoff.
+        SamplingErrorKind.FLEET_UNAVAILABLE: False,
+        SamplingErrorKind.INTERNAL: False,
     }
 )
+
+
+def error_info(
+    kind: SamplingErrorKind, message: str, *, code: str | None = None
+) -> SamplingErrorInfo:
+    """A :class:`SamplingErrorInfo` whose ``retryable`` comes from :data:`RETRYABLE`."""
+    return SamplingErrorInfo(kind=kind, message=message, retryable=RETRYABLE[kind], error_code=code)
+
+
+_log = logging.getLogger("trio_sampler")
+
+
+def internal_error(exc: BaseException, while_doing: str) -> SamplingErrorInfo:
+    """Our own bug (``AttributeError``, ``TypeError``, ``AssertionError``, ...) as data.
+
+    Logged here, once, with its traceback (logger ``trio_sampler``); the error is kind
+    ``INTERNAL``, code ``internal_error``, never retried (a server fault it is not). The
+    message names the exception type only: its text may quote provider data.
+    """
+    _log.error("internal error in trio_sampler while %s", while_doing, exc_info=exc)
+    return error_info(
+        SamplingErrorKind.INTERNAL,
+        f"internal error in trio_sampler while {while_doing} ({type(exc).__name__}); "
+        "this is a bug in the library, not a server fault: please report it",
+        code="internal_error",
+    )
 
 
 def user_message(text: str | None, *, fallback: str) -> str:
@@ -173,29 +219,41 @@ def error_fields(payload: Mapping[str, Any]) -> tuple[str | None, str | None, st
     return (error_type, code, message)
 
 
-def _kind_for(error_type: str | None, code: str | None, message: str | None) -> SamplingErrorKind:
-    if code and code.lower() in _SAMPLING_FAILURE_CODES:
+def _code_kind(
+    error_type: str | None, code: str | None, message: str | None
+) -> SamplingErrorKind | None:
+    """The kind a provider error type / code (or a known overflow message) names, if any."""
+    lowered = (code or "").lower()
+    if lowered in _SAMPLING_FAILURE_CODES:
         return SamplingErrorKind.API
-    if is_context_length_message(message) or (code or "").lower() == "context_length_exceeded":
+    if lowered == "context_length_exceeded" or is_context_length_message(message):
         return SamplingErrorKind.CONTEXT_LENGTH_EXCEEDED
     for key in (code, error_type):
         if key:
             kind = _KIND_BY_TYPE.get(key.lower())
             if kind is not None:
                 return kind
-    if code and code.isdigit():
-        status = int(code)
-        if status == 429:
-            return SamplingErrorKind.RATE_LIMITED
-        if status in (502, 503, 529):
-            return SamplingErrorKind.OVERLOADED
-        if status == 401:
-            return SamplingErrorKind.AUTH
-        if status == 413:
-            return SamplingErrorKind.PAYLOAD_TOO_LARGE
-        if 400 <= status < 500:
-            return SamplingErrorKind.INVALID_REQUEST
-    return SamplingErrorKind.API
+    return None
+
+
+def _stream_kind(
+    error_type: str | None, code: str | None, message: str | None
+) -> tuple[SamplingErrorKind, bool]:
+    """An in-stream error: its named code, else a numeric code read as an HTTP status
+    (OpenRouter sends the upstream status), else a provider fault (``API``)."""
+    kind = _code_kind(error_type, code, message)
+    if kind is None and code and code.isdigit():
+        return _status_kind(int(code), error_type, code, message)
+    if kind is None:
+        kind = SamplingErrorKind.API
+    return kind, RETRYABLE[kind] and not _is_quota(error_type, code, message)
+
+
+def _is_quota(error_type: str | None, code: str | None, message: str | None) -> bool:
+    """A spent quota: a 429-family error that waiting does not fix."""
+    if "insufficient_quota" in ((code or "").lower(), (error_type or "").lower()):
+        return True
+    return _QUOTA_MESSAGES.search(message or "") is not None
 
 
 def classify_stream_error(payload: Mapping[str, Any]) -> SamplingErrorInfo:
@@ -206,8 +264,7 @@ def classify_stream_error(payload: Mapping[str, Any]) -> SamplingErrorInfo:
     errors are not. ``insufficient_quota`` is a 429-family code but not transient.
     """
     error_type, code, message = error_fields(payload)
-    kind = _kind_for(error_type, code, message)
-    retryable = kind in _RETRYABLE_KINDS and (code or "").lower() != "insufficient_quota"
+    kind, retryable = _stream_kind(error_type, code, message)
     label = error_type or code or "error"
     text = user_message(message, fallback=f"the server reported an error in the stream ({label})")
     return SamplingErrorInfo(
@@ -359,40 +416,37 @@ def _parse_body(body: bytes) -> tuple[str | None, str | None, str | None, str | 
     return (None, None, text[:4096].decode("utf-8", "replace"), None)
 
 
-def _kind_for_status(
+def _status_kind(
     status: int, error_type: str | None, code: str | None, message: str | None
 ) -> tuple[SamplingErrorKind, bool]:
-    """Design §5's status table: ``(kind, retryable)``."""
-    lowered_type = (error_type or "").lower()
-    lowered_code = (code or "").lower()
-    if status == 401:
-        return (SamplingErrorKind.AUTH, False)
-    if status == 403:
-        # AUTH, but status_code stays 403: the bridge refreshes credentials on 401 only,
-        # because a refreshed key does not fix a permission/region problem (reference §1.6).
+    """Design §5's status table: ``(kind, retryable)``, for HTTP statuses and for in-stream
+    error codes that are statuses alike. ``retryable`` is :data:`RETRYABLE` of the kind,
+    narrowed for a spent quota, 525/526 and redirects."""
+    if status == 401 or status == 403:
+        # 403 keeps its status_code: the bridge refreshes credentials on 401 only, because
+        # a refreshed key does not fix a permission/region problem (reference §1.6).
         return (SamplingErrorKind.AUTH, False)
     if status == 429:
-        quota = "insufficient_quota" in (lowered_code, lowered_type)
-        quota = quota or _QUOTA_MESSAGES.search(message or "") is not None
-        return (SamplingErrorKind.RATE_LIMITED, not quota)
+        return (SamplingErrorKind.RATE_LIMITED, not _is_quota(error_type, code, message))
     if status == 413:
         # Often Cloudflare's page, not the provider's JSON: decide on the status alone.
         return (SamplingErrorKind.PAYLOAD_TOO_LARGE, False)
     if status in (408, 409):
         return (SamplingErrorKind.HTTP, True)
     if 400 <= status < 500:
-        if lowered_code == "context_length_exceeded" or is_context_length_message(message):
+        if (code or "").lower() == "context_length_exceeded" or is_context_length_message(message):
             return (SamplingErrorKind.CONTEXT_LENGTH_EXCEEDED, False)
         return (SamplingErrorKind.INVALID_REQUEST, False)
     if status >= 500:
         if status in (525, 526):
-            return (SamplingErrorKind.HTTP, False)
-        overloaded = lowered_type in ("overloaded_error", "service_unavailable_error")
+            return (SamplingErrorKind.HTTP, False)  # TLS between the CDN and the origin
+        overloaded = (error_type or "").lower() in ("overloaded_error", "service_unavailable_error")
         overloaded = overloaded or "overloaded" in (message or "").lower()
         if status in (503, 529) or overloaded:
             return (SamplingErrorKind.OVERLOADED, True)
         has_provider_error = error_type is not None or code is not None
-        return (SamplingErrorKind.API if has_provider_error else SamplingErrorKind.HTTP, True)
+        kind = SamplingErrorKind.API if has_provider_error else SamplingErrorKind.HTTP
+        return (kind, RETRYABLE[kind])
     # 1xx/3xx (redirects are never followed) and anything unexpected.
     return (SamplingErrorKind.HTTP, False)
 
@@ -425,7 +479,7 @@ def classify_http_error(
     error_type, code, message, body_request_id = _parse_body(body)
     if code is None and _IMAGE_MESSAGES.search(message or "") and 400 <= status < 600:
         code = "invalid_image"
-    kind, retryable = _kind_for_status(status, error_type, code, message)
+    kind, retryable = _status_kind(status, error_type, code, message)
     if (code or "").lower() == "invalid_image" and status not in (401, 403, 429):
         kind, retryable = SamplingErrorKind.INVALID_REQUEST, False
     should_retry = _parse_should_retry(lowered.get("x-should-retry"))

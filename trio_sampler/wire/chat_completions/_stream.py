@@ -21,7 +21,7 @@ from ...types import (
     StopReason,
     Usage,
 )
-from .._transform import StreamTransform, truncated_stream_error
+from .._transform import ProviderDataError, StreamTransform, truncated_stream_error
 
 __all__ = ["ChatCompletionsTransform"]
 
@@ -38,6 +38,16 @@ _FINISH_REASONS: dict[str, StopReason] = {
 
 _ORIGIN = ApiBackend.CHAT_COMPLETIONS
 _TICKS_PER_USD = 10_000_000_000
+
+
+def _text_field(obj: dict[str, Any], field: str) -> str:
+    """A text field: absent or null is ``""``; any type but a string is malformed."""
+    value = obj.get(field)
+    if type(value) is str:
+        return value
+    if value is None:
+        return ""
+    raise ProviderDataError(f"{field} is {type(value).__name__}, not a string")
 
 
 def _int(value: Any) -> int:
@@ -124,6 +134,8 @@ class ChatCompletionsTransform(StreamTransform):
                 acc.response_id = response_id
         choices = payload.get("choices")
         if choices:
+            if type(choices) is not list:
+                raise ProviderDataError(f"choices is {type(choices).__name__}, not a list")
             for choice in choices:
                 if type(choice) is not dict:
                     continue
@@ -132,6 +144,8 @@ class ChatCompletionsTransform(StreamTransform):
                     continue
                 delta = choice.get("delta")
                 if delta:
+                    if type(delta) is not dict:
+                        raise ProviderDataError(f"delta is {type(delta).__name__}, not an object")
                     self._on_delta(delta, out)
                 finish = choice.get("finish_reason")
                 if finish and type(finish) is str:
@@ -157,27 +171,56 @@ class ChatCompletionsTransform(StreamTransform):
         # Reasoning first: within one chunk it precedes the answer it leads to.
         details = delta.get("reasoning_details")
         if not (details and self._on_reasoning_details(details, out)):
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            if reasoning and type(reasoning) is str:
+            reasoning = _text_field(delta, "reasoning_content") or _text_field(delta, "reasoning")
+            if reasoning:
                 acc.reasoning(self._reasoning_key, reasoning, out)
         content = delta.get("content")
-        if content and type(content) is str:
+        if type(content) is list:
+            self._on_content_parts(content, out)
+        elif content:
+            if type(content) is not str:
+                raise ProviderDataError(f"delta.content is {type(content).__name__}")
             acc.text(content, out)
-        refusal = delta.get("refusal")
-        if refusal and type(refusal) is str:
+        refusal = _text_field(delta, "refusal")
+        if refusal:
             self._refused = True
             acc.refusal(refusal, out)
         tool_calls = delta.get("tool_calls")
         if tool_calls:
+            if type(tool_calls) is not list:
+                raise ProviderDataError(f"delta.tool_calls is {type(tool_calls).__name__}")
             for fragment in tool_calls:
                 self._on_tool_fragment(fragment, out)
         function_call = delta.get("function_call")
         if function_call and type(function_call) is dict:
-            self._on_tool_fragment({"index": "function_call", "function": function_call}, out)
+            # The deprecated single-function form: its own slot, apart from any wire index.
+            self._on_tool_fragment({"index": -1, "function": function_call}, out)
         executed = delta.get("executed_tools")
         if executed and type(executed) is list:
             for entry in executed:
                 self._on_executed_tool(entry, out)
+
+    def _on_content_parts(self, parts: list[Any], out: list[SamplingEvent]) -> None:
+        """``delta.content`` as a list of parts (Mistral / Magistral): ``text`` parts are
+        answer text, ``thinking`` parts (whose ``thinking`` is itself a list of text parts,
+        or a string) are reasoning, in the order sent."""
+        acc = self.acc
+        for part in parts:
+            if type(part) is not dict:
+                raise ProviderDataError(f"a delta.content part is {type(part).__name__}")
+            kind = part.get("type")
+            if kind == "text":
+                acc.text(_text_field(part, "text"), out)
+            elif kind == "thinking":
+                thinking = part.get("thinking")
+                if type(thinking) is list:
+                    for inner in thinking:
+                        if type(inner) is dict and inner.get("type") == "text":
+                            acc.reasoning(self._reasoning_key, _text_field(inner, "text"), out)
+                else:
+                    acc.reasoning(self._reasoning_key, _text_field(part, "thinking"), out)
+            else:
+                self.unknown_events += 1  # images, references, future part types
 
     # -- reasoning -------------------------------------------------------------------
 
@@ -249,6 +292,8 @@ class ChatCompletionsTransform(StreamTransform):
             return
         acc = self.acc
         index = fragment.get("index")
+        if index is not None and type(index) is not int:
+            raise ProviderDataError(f"tool_calls[].index is {type(index).__name__}, not an int")
         call_id = fragment.get("id")
         if not (call_id and type(call_id) is str):
             call_id = None
@@ -288,6 +333,8 @@ class ChatCompletionsTransform(StreamTransform):
         if type(entry) is not dict:
             return
         index = entry.get("index", 0)
+        if type(index) is not int:
+            raise ProviderDataError(f"executed_tools[].index is {type(index).__name__}")
         output = entry.get("output")
         slot = self._hosted_at.get(index)
         if slot is None or (slot[1] and output is None):

@@ -35,7 +35,7 @@ from typing import Any, ClassVar, Final
 import orjson
 
 from ...types import ApiBackend, BackendToolCall, SamplingEvent, StopReason, Usage
-from .._transform import StreamTransform, truncated_stream_error
+from .._transform import ProviderDataError, StreamTransform, truncated_stream_error
 
 __all__ = ["STOP_REASONS", "MessagesTransform"]
 
@@ -416,43 +416,42 @@ class MessagesTransform(StreamTransform):
     # -- deltas (the hot path) -------------------------------------------------------
 
     def _on_block_delta(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
-        delta = payload["delta"]
-        handler = self._deltas.get(delta["type"])
+        delta = payload.get("delta")
+        if type(delta) is not dict:
+            raise ProviderDataError("content_block_delta without a delta object")
+        delta_type = delta.get("type")
+        handler = self._deltas.get(delta_type) if type(delta_type) is str else None
         if handler is None:
             self.unknown_events += 1
             return
-        handler(self._open.get(payload["index"]), delta, out)
+        index = payload.get("index")
+        handler(self._open.get(index) if type(index) is int else None, delta, out)
 
     def _on_text_delta(
         self, block: _Block | None, delta: dict[str, Any], out: list[SamplingEvent]
     ) -> None:
-        text = delta["text"]
-        if type(text) is str:
-            self.acc.text(text, out)
+        self.acc.text(_delta_str(delta, "text"), out)
 
     def _on_thinking_delta(
         self, block: _Block | None, delta: dict[str, Any], out: list[SamplingEvent]
     ) -> None:
+        thinking = _delta_str(delta, "thinking")
         if block is not None and block.kind == _THINKING:
-            thinking = delta["thinking"]
-            if type(thinking) is str:
-                self.acc.reasoning(block, thinking, out)
+            self.acc.reasoning(block, thinking, out)
 
     def _on_signature_delta(
         self, block: _Block | None, delta: dict[str, Any], out: list[SamplingEvent]
     ) -> None:
+        signature = _delta_str(delta, "signature")
         if block is not None and block.kind == _THINKING:
-            signature = delta["signature"]
             # Replaces, never appends (the thinking text is complete by now).
-            block.signature = signature if type(signature) is str and signature else None
+            block.signature = signature or None
 
     def _on_input_delta(
         self, block: _Block | None, delta: dict[str, Any], out: list[SamplingEvent]
     ) -> None:
-        if block is None:
-            return
-        partial = delta["partial_json"]
-        if not partial or type(partial) is not str:
+        partial = _delta_str(delta, "partial_json")
+        if block is None or not partial:
             return
         if block.kind == _TOOL:
             block.has_input = True
@@ -464,3 +463,13 @@ class MessagesTransform(StreamTransform):
         self, block: _Block | None, delta: dict[str, Any], out: list[SamplingEvent]
     ) -> None:
         pass
+
+
+def _delta_str(delta: dict[str, Any], field: str) -> str:
+    """A delta's string field; absent or null is ``""``, any other type is malformed."""
+    value = delta.get(field)
+    if type(value) is str:
+        return value
+    if value is None:
+        return ""
+    raise ProviderDataError(f"{delta.get('type')}.{field} is {type(value).__name__}, not a string")

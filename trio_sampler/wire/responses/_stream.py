@@ -17,6 +17,7 @@ where the final output lacks something (some providers send an empty ``output``)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, TypeAlias
 
@@ -35,7 +36,7 @@ from ...types import (
     ToolCall,
     Usage,
 )
-from .._transform import StreamTransform, truncated_stream_error
+from .._transform import ProviderDataError, StreamTransform, truncated_stream_error
 from ..sse import ServerSentEvent
 
 __all__ = ["HOSTED_TOOL_ITEMS", "ResponsesTransform"]
@@ -98,6 +99,16 @@ _INCOMPLETE: dict[str, StopReason] = {
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _delta(payload: Mapping[str, Any]) -> str:
+    """An event's ``delta`` text: absent or null is ``""``; any other type is malformed."""
+    value = payload.get("delta")
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    raise ProviderDataError(f"{payload.get('type')}.delta is {type(value).__name__}")
 
 
 def _int(value: Any) -> int:
@@ -229,8 +240,9 @@ class ResponsesTransform(StreamTransform):
         for name in _IGNORED:
             handlers[name] = self._ignore
         for item_type, phases in _HOSTED_PROGRESS.items():
+            progress = functools.partial(self._on_hosted_progress, HOSTED_TOOL_ITEMS[item_type])
             for phase in phases:
-                handlers[f"response.{item_type}.{phase}"] = self._on_hosted_progress
+                handlers[f"response.{item_type}.{phase}"] = progress
         self._handlers = handlers
 
     # -- the StreamTransform protocol ---------------------------------------------------
@@ -299,36 +311,32 @@ class ResponsesTransform(StreamTransform):
         pass
 
     def _on_text_delta(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
-        delta = payload.get("delta")
-        if isinstance(delta, str):
-            self.acc.text(delta, out)
+        self.acc.text(_delta(payload), out)
 
     def _on_refusal_delta(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
-        delta = payload.get("delta")
-        if isinstance(delta, str):
-            self.acc.refusal(delta, out)
+        self.acc.refusal(_delta(payload), out)
 
     def _on_part_added(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
         if _dict(payload.get("part")).get("type") == "refusal":
             self.acc.refusal("", out)  # a refusal part, even before (or without) deltas
 
     def _on_summary_delta(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
-        delta = payload.get("delta")
-        if isinstance(delta, str):
+        delta = _delta(payload)
+        if delta:
             index = payload.get("summary_index")
             index = index if isinstance(index, int) and index >= 0 else 0
             self.acc.reasoning(self._key(payload), delta, out, summary_index=index)
 
     def _on_reasoning_text_delta(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
-        delta = payload.get("delta")
-        if isinstance(delta, str):
+        delta = _delta(payload)
+        if delta:
             self.acc.reasoning(self._key(payload), delta, out)
 
     # -- function calls ---------------------------------------------------------------
 
     def _on_arguments_delta(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
-        delta = payload.get("delta")
-        if isinstance(delta, str):
+        delta = _delta(payload)
+        if delta:
             self.acc.tool_arguments(self._key(payload), delta, out)
 
     def _on_arguments_done(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
@@ -386,11 +394,12 @@ class ResponsesTransform(StreamTransform):
         else:
             self.unknown_items += 1  # compaction and newer item types: kept out, not fatal
 
-    def _on_hosted_progress(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
+    def _on_hosted_progress(
+        self, name: str, payload: dict[str, Any], out: list[SamplingEvent]
+    ) -> None:
         item_id = _str(payload.get("item_id"))
         if item_id:
-            item_type = payload["type"].split(".")[1]
-            self.acc.backend_tool_started(item_id, HOSTED_TOOL_ITEMS[item_type], out)
+            self.acc.backend_tool_started(item_id, name, out)
 
     # -- response lifecycle -----------------------------------------------------------
 
