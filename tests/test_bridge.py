@@ -66,6 +66,7 @@ TRANSLATION: dict[SamplingErrorKind, tuple[type[object], type[object]]] = {
     K.CONTENT_FILTER: (TurnFatal, TurnFatal),
     K.TRANSPORT: (TurnFatal, TurnFatal),
     K.FLEET_UNAVAILABLE: (TurnFatal, TurnFatal),
+    K.INTERNAL: (TurnFatal, TurnFatal),
 }
 
 

@@ -42,9 +42,7 @@ MALFORMED_TEXT_DELTA: dict[ApiBackend, bytes] = {
         {"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"content": 42}}]}
     )
     + b"data: [DONE]\n\n",
-    ApiBackend.RESPONSES: _sse(
-        {"type": "response.created", "response": {"id": "r1", "model": "m"}}
-    )
+    ApiBackend.RESPONSES: _sse({"type": "response.created", "response": {"id": "r1", "model": "m"}})
     + _sse({"type": "response.output_text.delta", "item_id": "msg_1", "delta": 42})
     + _sse({"type": "response.completed", "response": {"id": "r1", "output": []}}),
     ApiBackend.MESSAGES: _sse(
