@@ -232,7 +232,7 @@ def test_length_stays_length_with_tool_calls() -> None:
         run(body(chunk({"tool_calls": [call("f", '{"a"', "call_1")]}), chunk({}, "length")))
     )
     assert resp.stop_reason is StopReason.LENGTH
-    assert resp.assistant.tool_calls == (ToolCall("call_1", "f", '{"a"'),)
+    assert resp.assistant.tool_calls == (ToolCall("call_1", "f", '{"a"', arguments_complete=False),)
 
 
 def test_done_without_finish_reason_with_tool_calls_is_tool_calls() -> None:

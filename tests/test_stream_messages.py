@@ -438,9 +438,14 @@ def test_server_tool_use_and_result_make_one_backend_tool_call() -> None:
     assert of_type(events, BackendToolCallStarted) == [
         BackendToolCallStarted(RID, "srvtoolu_1", "web_search")
     ]
-    assert of_type(events, BackendToolCallCompleted) == [
-        BackendToolCallCompleted(RID, "srvtoolu_1", "web_search", SEARCH_RESULT)
-    ]
+    (done,) = of_type(events, BackendToolCallCompleted)
+    assert (done.call_id, done.name, done.result, done.item_index) == (
+        "srvtoolu_1",
+        "web_search",
+        SEARCH_RESULT,
+        0,
+    )
+    assert done.call is not None and done.call.arguments == '{"query": "news"}'
     assert not of_type(events, ToolCallDelta)  # hosted input is not a local tool call
     response = completed(events)
     call = response.items[0]

@@ -285,11 +285,21 @@ def test_empty_final_output_falls_back_to_stream() -> None:
     assert response.stop_reason is StopReason.TOOL_CALLS
 
 
-def test_final_output_preferred_over_deltas() -> None:
+def test_streamed_text_stands_against_a_different_final_text() -> None:
+    # The response is the fold of the events the consumer saw: a final text that
+    # contradicts the deltas does not silently replace them.
     events, _ = run(sse(CREATED, *text_events("streamed"), done_response([message("server text")])))
     response = completed(events)
-    assert response.text == "server text"
+    assert response.text == "streamed"
     assert response.chunk_count == 1
+    assert collect(e for e in events if not isinstance(e, Completed)).text == "streamed"
+
+
+def test_final_text_completes_text_lost_at_the_end_of_the_deltas() -> None:
+    events, _ = run(sse(CREATED, *text_events("Hello"), done_response([message("Hello world")])))
+    response = completed(events)
+    assert response.text == "Hello world"
+    assert [e.text for e in events if isinstance(e, ChannelToken)] == ["Hello", " world"]
 
 
 def test_refusal_is_content_filter() -> None:
@@ -344,7 +354,10 @@ def test_refusal_is_content_filter() -> None:
     assert response.text == ""
     assert response.stop_reason is StopReason.CONTENT_FILTER
     assert response.raw_stop_reason == "refusal"
-    assert not any(isinstance(e, ChannelToken) for e in events)  # never shown as answer text
+    # never shown as answer text: the refusal has its own channel
+    assert not any(
+        isinstance(e, ChannelToken) and e.channel is not SamplingChannel.REFUSAL for e in events
+    )
     # and from the stream alone (empty final output)
     events, _ = run(
         body.replace(b'"output": [{"id": "msg_1"', b'"output": [], "x": [{"id": "msg_1"')

@@ -74,6 +74,7 @@ from .types import System as System
 from .types import TerminalEvent as TerminalEvent
 from .types import TextPart as TextPart
 from .types import ToolCall as ToolCall
+from .types import ToolCallCompleted as ToolCallCompleted
 from .types import ToolCallDelta as ToolCallDelta
 from .types import ToolChoice as ToolChoice
 from .types import ToolChoiceSpec as ToolChoiceSpec
@@ -147,6 +148,7 @@ __all__ = [
     "TextPart",
     "Timeouts",
     "ToolCall",
+    "ToolCallCompleted",
     "ToolCallDelta",
     "ToolChoice",
     "ToolChoiceSpec",

@@ -45,7 +45,7 @@ from .types import (
     SamplingEvent,
     TerminalEvent,
 )
-from .wire import collect
+from .wire import ResponseFold
 
 if TYPE_CHECKING:
     from .actor import SamplerHandle
@@ -191,26 +191,28 @@ def outcome_for_terminal(
 
 
 class _TurnAccumulation:
-    """The events of the current attempt, folded with :func:`trio_sampler.wire.collect`.
-
-    A ``Retrying`` with ``discard_partial`` throws the attempt's output away, exactly as
+    """The turn's events folded as they arrive, with the same
+    :class:`~trio_sampler.wire.ResponseFold` as ``collect`` and the transforms (no list of
+    events is kept). A ``Retrying`` with ``discard_partial`` starts over, exactly as
     ``collect`` does, so only the last attempt counts.
     """
 
     def __init__(self) -> None:
-        self.events: list[SamplingEvent] = []
+        self.fold = ResponseFold()
+        self.seen = False
 
     def add(self, event: SamplingEvent) -> None:
-        if isinstance(event, Retrying) and event.discard_partial:
-            self.events.clear()
-        elif not isinstance(event, Retrying):
-            self.events.append(event)
+        self.fold.add(event)
+        if isinstance(event, Retrying):
+            self.seen = self.seen and not event.discard_partial
+        else:
+            self.seen = True
 
     def response(self) -> ConversationResponse | None:
         """What the turn produced so far (``None`` if nothing)."""
-        if not self.events:
+        if not self.seen:
             return None
-        return collect(self.events)
+        return self.fold.response()
 
 
 async def run_turn_via_sampler(

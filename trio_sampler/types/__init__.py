@@ -47,6 +47,7 @@ from ._events import SamplingEvent as SamplingEvent
 from ._events import StreamStarted as StreamStarted
 from ._events import StripReason as StripReason
 from ._events import TerminalEvent as TerminalEvent
+from ._events import ToolCallCompleted as ToolCallCompleted
 from ._events import ToolCallDelta as ToolCallDelta
 from ._json import to_jsonable as to_jsonable
 
@@ -91,6 +92,7 @@ __all__ = [
     "TerminalEvent",
     "TextPart",
     "ToolCall",
+    "ToolCallCompleted",
     "ToolCallDelta",
     "ToolChoice",
     "ToolChoiceSpec",

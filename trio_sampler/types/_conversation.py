@@ -179,12 +179,15 @@ class ToolCall:
     """A call of a local tool requested by the model.
 
     ``arguments`` is the JSON text exactly as the model produced it (an object, normally);
-    use :meth:`parsed_arguments` to decode it.
+    use :meth:`parsed_arguments` to decode it. ``arguments_complete`` is ``False`` when the
+    stream ended before the arguments were complete JSON (cut by ``max_tokens`` or a
+    dropped connection): such a call must not be run as if it were valid.
     """
 
     id: str
     name: str
     arguments: str = "{}"
+    arguments_complete: bool = True
 
     def parsed_arguments(self) -> Any:
         """The arguments decoded as JSON (raises ``ValueError`` if the model sent invalid JSON)."""
@@ -424,8 +427,11 @@ class Usage:
 class ConversationResponse:
     """What a finished (or partial) sampling call produced.
 
-    ``items`` is the ordered output: reasoning and backend tool calls, then exactly one
-    trailing :class:`Assistant` with its text and tool calls.
+    ``items`` is the ordered output, in the order of the wire: reasoning, backend tool
+    calls and text (an :class:`Assistant` per run of text) as they arrived, ending with an
+    :class:`Assistant` that holds the local tool calls and the refusal (without text when
+    the last thing on the wire was not text). :attr:`text` joins every assistant item's
+    text; :attr:`tool_calls` collects every assistant item's calls.
     """
 
     items: tuple[ConversationItem, ...] = attrs.field(default=(), converter=_tuple)
@@ -453,15 +459,19 @@ class ConversationResponse:
 
     @property
     def text(self) -> str:
-        return self.assistant.content
+        """The answer: the text of every assistant item, in order."""
+        return "".join(i.content for i in self.items if isinstance(i, Assistant))
 
     @property
     def refusal(self) -> str | None:
-        return self.assistant.refusal
+        refusals = [
+            i.refusal for i in self.items if isinstance(i, Assistant) and i.refusal is not None
+        ]
+        return "".join(refusals) if refusals else None
 
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
-        return self.assistant.tool_calls
+        return tuple(c for i in self.items if isinstance(i, Assistant) for c in i.tool_calls)
 
     @property
     def reasoning_items(self) -> tuple[Reasoning, ...]:
@@ -479,5 +489,4 @@ class ConversationResponse:
     @property
     def is_empty(self) -> bool:
         """No visible text, no refusal and no tool calls."""
-        a = self.assistant
-        return not a.content and not a.tool_calls and not a.refusal
+        return not self.text and not self.tool_calls and not self.refusal

@@ -4,13 +4,19 @@ Per attempt, in order::
 
     StreamStarted            headers read, body not yet
     ModelMetadata?           model info from response headers
-    FirstToken?              first text or reasoning of the attempt
-    ChannelToken*            channel = TEXT | REASONING
+    FirstToken?              first text, refusal or reasoning of the attempt
+    ChannelToken*            channel = TEXT | REASONING | REFUSAL
     ToolCallDelta*           tool_index, id?, name?, arguments_delta
     ReasoningCompleted?      a reasoning block is complete (signature / encrypted state known)
     BackendToolCallStarted/Completed*
+    ToolCallCompleted*       each local tool call, whole, just before ``Completed``
     Retrying / ImagesStripped   before a new attempt
     exactly one of: Completed | Failed | Cancelled
+
+The events carry everything the response is made of: :func:`trio_sampler.wire.collect`
+folds them with the same :class:`~trio_sampler.wire.ResponseFold` the transforms build
+``Completed.response`` with. ``item_index`` places an event's output item in the
+response, in wire order (text, reasoning and hosted tool calls share one numbering).
 
 The per-token events (:class:`ChannelToken`, :class:`ToolCallDelta`) are slotted but not
 frozen: frozen attrs construction costs about 2.5x more and these are built once per token.
@@ -25,7 +31,7 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from ._conversation import ConversationResponse, Reasoning, Usage
+from ._conversation import BackendToolCall, ConversationResponse, Reasoning, ToolCall, Usage
 
 __all__ = [
     "AttemptRecord",
@@ -49,6 +55,7 @@ __all__ = [
     "StreamStarted",
     "StripReason",
     "TerminalEvent",
+    "ToolCallCompleted",
     "ToolCallDelta",
 ]
 
@@ -58,6 +65,8 @@ class SamplingChannel(enum.Enum):
 
     TEXT = "text"
     REASONING = "reasoning"
+    #: The model's refusal text (OpenAI ``refusal``), kept apart from the answer.
+    REFUSAL = "refusal"
 
 
 class SamplingErrorKind(enum.Enum):
@@ -199,12 +208,19 @@ class FirstToken:
 
 @attrs.define
 class ChannelToken:
-    """A piece of text on one channel. ``chunk_index`` counts text and reasoning, from 1."""
+    """A piece of text on one channel. ``chunk_index`` counts text and reasoning, from 1.
+
+    ``item_index`` is the output item the text belongs to (consecutive text is one item;
+    each reasoning block is its own); ``summary_index`` (0, 1, ...) marks reasoning
+    summary text (Responses), ``-1`` full text.
+    """
 
     request_id: str
     channel: SamplingChannel
     text: str
     chunk_index: int
+    item_index: int = 0
+    summary_index: int = -1
 
 
 @attrs.define
@@ -224,11 +240,25 @@ class ToolCallDelta:
 
 
 @attrs.frozen
+class ToolCallCompleted:
+    """A local tool call is whole (sent for each call just before ``Completed``).
+
+    ``call`` is authoritative over the fragments (a server's final arguments win);
+    ``call.arguments_complete`` is ``False`` when the arguments are not complete JSON.
+    """
+
+    request_id: str
+    tool_index: int
+    call: ToolCall
+
+
+@attrs.frozen
 class ReasoningCompleted:
     """A reasoning block is complete; ``item`` carries its round-trip state (signature, ...)."""
 
     request_id: str
     item: Reasoning
+    item_index: int = 0
 
     @property
     def signature(self) -> str | None:
@@ -242,16 +272,23 @@ class BackendToolCallStarted:
     request_id: str
     call_id: str
     name: str
+    item_index: int = 0
 
 
 @attrs.frozen
 class BackendToolCallCompleted:
-    """A hosted tool finished; ``result`` is the provider's payload (decoded JSON)."""
+    """A hosted tool finished; ``result`` is the provider's payload (decoded JSON).
+
+    ``call`` is the whole call (arguments, status, raw provider items for replay). It is
+    also sent, as the call stands, for a hosted call still open when the stream ends.
+    """
 
     request_id: str
     call_id: str
     name: str
     result: Any = None
+    item_index: int = 0
+    call: BackendToolCall | None = None
 
 
 @attrs.frozen
@@ -314,6 +351,7 @@ SamplingEvent: TypeAlias = (
     | FirstToken
     | ChannelToken
     | ToolCallDelta
+    | ToolCallCompleted
     | ReasoningCompleted
     | BackendToolCallStarted
     | BackendToolCallCompleted

@@ -2,6 +2,7 @@
 ``collect`` and error classification. No awaits, no sockets, no clocks.
 """
 
+from ._fold import ResponseFold as ResponseFold
 from ._registry import build_request as build_request
 from ._registry import new_transform as new_transform
 from ._registry import parse_request as parse_request
@@ -27,6 +28,7 @@ __all__ = [
     "ConversionError",
     "ConversionNote",
     "ConversionReport",
+    "ResponseFold",
     "SSEDecodeError",
     "SSEDecoder",
     "SSEEventTooLarge",

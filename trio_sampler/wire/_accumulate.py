@@ -2,13 +2,14 @@
 
 A transform's job is to map its wire events onto the calls of :class:`StreamAccumulator`;
 the accumulator owns everything the three backends share: event construction,
-``FirstToken`` once per attempt, ``chunk_index``, tool-call slots keyed per backend,
-reasoning blocks with their opaque state, hosted tools, usage, and the one terminal.
+``FirstToken`` once per attempt, ``chunk_index``, the numbering of output items in wire
+order, tool-call slots keyed per backend, reasoning blocks with their opaque state, hosted
+tools, usage, and the one terminal.
 
-Output order of the final response: reasoning items and backend tool calls in the order
-they started, then exactly one trailing :class:`Assistant` holding the text (all text
-blocks concatenated as streamed, with no separator added, so ``collect`` over the deltas
-and the final response agree), the refusal and the tool calls in order of first appearance.
+It keeps no output of its own: every event it emits goes into its
+:class:`~trio_sampler.wire._fold.ResponseFold` (the one fold, also behind ``collect`` and
+the bridge), and the response of ``Completed`` or the ``partial`` of ``Failed`` is that
+fold's. So a stream's response and the fold of its events are equal by construction.
 """
 
 from __future__ import annotations
@@ -20,13 +21,11 @@ import attrs
 
 from ..types import (
     ApiBackend,
-    Assistant,
     BackendToolCall,
     BackendToolCallCompleted,
     BackendToolCallStarted,
     ChannelToken,
     Completed,
-    ConversationItem,
     ConversationResponse,
     Failed,
     FirstToken,
@@ -37,72 +36,54 @@ from ..types import (
     SamplingEvent,
     StopReason,
     ToolCall,
+    ToolCallCompleted,
     ToolCallDelta,
     Usage,
 )
+from ._fold import ResponseFold, arguments_complete
 
 __all__ = ["StreamAccumulator"]
 
 _TEXT = SamplingChannel.TEXT
 _REASONING = SamplingChannel.REASONING
+_REFUSAL = SamplingChannel.REFUSAL
 
 
 class _ToolSlot:
-    __slots__ = ("arguments", "final_arguments", "id", "index", "name")
+    __slots__ = ("final_arguments", "id", "index", "name")
 
     def __init__(self, index: int, call_id: str | None, name: str | None) -> None:
         self.index = index
         self.id = call_id
         self.name = name
-        self.arguments: list[str] = []
         self.final_arguments: str | None = None
-
-    def to_call(self) -> ToolCall:
-        args = self.final_arguments
-        if args is None:
-            args = "".join(self.arguments)
-        return ToolCall(id=self.id or f"call_{self.index}", name=self.name or "", arguments=args)
-
-
-class _ReasoningSlot:
-    __slots__ = ("done", "item", "summary", "text")
-
-    def __init__(self) -> None:
-        self.text: list[str] = []
-        self.summary: dict[int, list[str]] = {}
-        self.item: Reasoning | None = None
-        self.done = False
-
-    def to_item(self, origin: ApiBackend) -> Reasoning:
-        if self.item is not None:
-            return self.item
-        summary = tuple("".join(parts) for _, parts in sorted(self.summary.items()))
-        return Reasoning(text="".join(self.text), summary=summary, origin=origin)
 
 
 class StreamAccumulator:
     """Per-attempt state shared by the three transforms.
 
-    Every method appends the events it produces to ``out``. After :meth:`complete` or
-    :meth:`fail` the accumulator is finished and every method becomes a no-op, which
-    makes "exactly one terminal" hold by construction.
+    Every method appends the events it produces to ``out`` and folds them. After
+    :meth:`complete` or :meth:`fail` the accumulator is finished and every method becomes
+    a no-op, which makes "exactly one terminal" hold by construction.
     """
 
     def __init__(self, request_id: str, origin: ApiBackend) -> None:
         self.request_id = request_id
         self.origin = origin
+        self.fold = ResponseFold()
         self.finished = False
         self.first_token_sent = False
         self.chunk_index = 0
-        self.text_chunks = 0
-        self._text: list[str] = []
-        self._refusal: list[str] | None = None
+        # Output items in wire order: the next index, and the open run of text (-1: none).
+        self._next_item = 0
+        self._text_item = -1
         self._tools: dict[Hashable, _ToolSlot] = {}
         self._tool_order: list[_ToolSlot] = []
-        # Reasoning blocks and backend tool calls share one ordered list of output slots.
-        self._outputs: list[_ReasoningSlot | BackendToolCall] = []
-        self._reasoning: dict[Hashable, _ReasoningSlot] = {}
+        self._reasoning: dict[Hashable, int] = {}
+        self._reasoning_done: dict[int, Reasoning] = {}
         self._backend_index: dict[str, int] = {}
+        # Hosted calls amended since their last event (sent at the end of the stream).
+        self._backend_pending: dict[str, BackendToolCall] = {}
         self.usage: Usage | None = None
         self.cost_usd_ticks: int | None = None
         self.stop_reason: StopReason | None = None
@@ -111,10 +92,12 @@ class StreamAccumulator:
         self.model: str | None = None
         self.response_id: str | None = None
         self.message_id: str | None = None
-        #: Set by transforms that receive the server's complete response (Responses).
-        self.server_items: list[ConversationItem] | None = None
         #: Doom-loop trigger labels reported by the server (deduplicated, first-seen order).
         self.doom_loop_signals: list[str] = []
+
+    @property
+    def text_chunks(self) -> int:
+        return self.fold.text_chunks
 
     # -- content ---------------------------------------------------------------------
 
@@ -122,27 +105,47 @@ class StreamAccumulator:
         self.first_token_sent = True
         out.append(FirstToken(self.request_id))
 
+    def _open_item(self) -> int:
+        index = self._next_item
+        self._next_item = index + 1
+        self._text_item = -1
+        return index
+
     def text(self, delta: str, out: list[SamplingEvent]) -> None:
         """A piece of answer text (empty deltas are ignored)."""
         if not delta or self.finished:
             return
         if not self.first_token_sent:
             self._first(out)
+        item = self._text_item
+        if item < 0:
+            item = self._open_item()
+            self._text_item = item
         self.chunk_index += 1
-        self.text_chunks += 1
-        self._text.append(delta)
-        out.append(ChannelToken(self.request_id, _TEXT, delta, self.chunk_index))
+        self.fold.text(item, delta)
+        out.append(ChannelToken(self.request_id, _TEXT, delta, self.chunk_index, item))
+
+    def streamed_text(self) -> str:
+        """All answer text streamed so far."""
+        return self.fold.build().text
 
     def refusal(self, delta: str, out: list[SamplingEvent]) -> None:
-        """A piece of refusal text: kept as the response's refusal, not as answer text."""
+        """A piece of refusal text: kept as the response's refusal, not as answer text.
+
+        An empty ``delta`` records that a refusal started (a refusal part before its text).
+        """
         if self.finished:
             return
-        if self._refusal is None:
-            self._refusal = []
-        if delta:
-            if not self.first_token_sent:
-                self._first(out)
-            self._refusal.append(delta)
+        if delta and not self.first_token_sent:
+            self._first(out)
+        self.fold.refusal(delta)
+        out.append(ChannelToken(self.request_id, _REFUSAL, delta, self.chunk_index))
+
+    def _reasoning_item(self, key: Hashable) -> int:
+        index = self._reasoning.get(key)
+        if index is None:
+            index = self._reasoning[key] = self._open_item()
+        return index
 
     def reasoning(
         self, key: Hashable, delta: str, out: list[SamplingEvent], *, summary_index: int = -1
@@ -150,15 +153,14 @@ class StreamAccumulator:
         """A piece of reasoning for block ``key``; ``summary_index >= 0`` marks summary text."""
         if not delta or self.finished:
             return
-        slot = self._reasoning_slot(key)
-        if summary_index >= 0:
-            slot.summary.setdefault(summary_index, []).append(delta)
-        else:
-            slot.text.append(delta)
+        item = self._reasoning_item(key)
         if not self.first_token_sent:
             self._first(out)
         self.chunk_index += 1
-        out.append(ChannelToken(self.request_id, _REASONING, delta, self.chunk_index))
+        self.fold.reasoning(item, delta, summary_index)
+        out.append(
+            ChannelToken(self.request_id, _REASONING, delta, self.chunk_index, item, summary_index)
+        )
 
     def begin_reasoning(self, key: Hashable, out: list[SamplingEvent], *, first: bool) -> None:
         """Open reasoning block ``key`` (keeps its place in the output order).
@@ -168,9 +170,12 @@ class StreamAccumulator:
         """
         if self.finished:
             return
-        self._reasoning_slot(key)
+        self._reasoning_item(key)
         if first and not self.first_token_sent:
             self._first(out)
+
+    def has_reasoning(self, key: Hashable) -> bool:
+        return key in self._reasoning
 
     def finish_reasoning(
         self,
@@ -183,38 +188,38 @@ class StreamAccumulator:
         redacted_data: str | None = None,
         text: str | None = None,
         summary: tuple[str, ...] | None = None,
+        replace: bool = False,
     ) -> Reasoning | None:
         """Close block ``key`` with its round-trip state; emits ``ReasoningCompleted``.
 
         ``text`` / ``summary`` given by the server replace what was streamed (the server's
-        final item is authoritative); otherwise the streamed pieces are used.
+        final item is authoritative); otherwise the streamed pieces are used. A block is
+        completed once, unless ``replace`` (a server's final output amending it).
         """
         if self.finished:
             return None
-        slot = self._reasoning_slot(key)
-        if slot.done:
-            return slot.item
-        streamed = slot.to_item(self.origin)
+        index = self._reasoning_item(key)
+        done = self._reasoning_done.get(index)
+        if done is not None and not replace:
+            return done
+        streamed = done or self.fold.streamed_reasoning(index)
         item = Reasoning(
             text=text if text is not None else streamed.text,
             summary=summary if summary is not None else streamed.summary,
-            id=item_id,
-            encrypted_content=encrypted_content,
+            id=item_id if item_id is not None or done is None else done.id,
+            encrypted_content=encrypted_content
+            if encrypted_content is not None or done is None
+            else done.encrypted_content,
             signature=signature,
             redacted_data=redacted_data,
             origin=self.origin,
         )
-        slot.item = item
-        slot.done = True
-        out.append(ReasoningCompleted(self.request_id, item))
+        if item == done:
+            return done
+        self._reasoning_done[index] = item
+        self.fold.reasoning_completed(index, item)
+        out.append(ReasoningCompleted(self.request_id, item, index))
         return item
-
-    def _reasoning_slot(self, key: Hashable) -> _ReasoningSlot:
-        slot = self._reasoning.get(key)
-        if slot is None:
-            slot = self._reasoning[key] = _ReasoningSlot()
-            self._outputs.append(slot)
-        return slot
 
     # -- local tool calls ------------------------------------------------------------
 
@@ -231,6 +236,7 @@ class StreamAccumulator:
             self._tools[key] = slot
             self._tool_order.append(slot)
             if not self.finished:
+                self.fold.tool_delta(slot.index, call_id, name, "")
                 out.append(ToolCallDelta(self.request_id, slot.index, call_id, name, ""))
             return slot.index
         new_id = call_id if call_id and call_id != slot.id else None
@@ -240,6 +246,7 @@ class StreamAccumulator:
         if new_name:
             slot.name = new_name
         if (new_id or new_name) and not self.finished:
+            self.fold.tool_delta(slot.index, new_id, new_name, "")
             out.append(ToolCallDelta(self.request_id, slot.index, new_id, new_name, ""))
         return slot.index
 
@@ -251,7 +258,7 @@ class StreamAccumulator:
         if slot is None:
             self.tool_start(key, None, None, out)
             slot = self._tools[key]
-        slot.arguments.append(delta)
+        self.fold.tool_delta(slot.index, None, None, delta)
         out.append(ToolCallDelta(self.request_id, slot.index, None, None, delta))
 
     def tool_finish(self, key: Hashable, arguments: str | None) -> None:
@@ -265,77 +272,95 @@ class StreamAccumulator:
     def backend_tool_started(self, call_id: str, name: str, out: list[SamplingEvent]) -> None:
         if self.finished or call_id in self._backend_index:
             return
-        self._backend_index[call_id] = len(self._outputs)
-        self._outputs.append(BackendToolCall(id=call_id, name=name, origin=self.origin))
-        out.append(BackendToolCallStarted(self.request_id, call_id, name))
+        index = self._backend_index[call_id] = self._open_item()
+        self.fold.backend_started(index, call_id, name)
+        out.append(BackendToolCallStarted(self.request_id, call_id, name, index))
 
     def backend_tool_completed(self, call: BackendToolCall, out: list[SamplingEvent]) -> None:
         if self.finished:
             return
-        position = self._backend_index.get(call.id)
-        if position is None:
+        index = self._backend_index.get(call.id)
+        if index is None:
             self.backend_tool_started(call.id, call.name, out)
-            position = self._backend_index[call.id]
-        self._outputs[position] = call
-        out.append(BackendToolCallCompleted(self.request_id, call.id, call.name, call.result))
+            index = self._backend_index[call.id]
+        self._backend_pending.pop(call.id, None)
+        if self.fold.backend_call(index) == call:
+            return  # the same call again (a final output repeating it): nothing new
+        self.fold.backend_completed(index, call)
+        out.append(
+            BackendToolCallCompleted(self.request_id, call.id, call.name, call.result, index, call)
+        )
+
+    def backend_tool(self, call_id: str) -> BackendToolCall | None:
+        """The hosted call ``call_id`` as it stands (amendments included)."""
+        pending = self._backend_pending.get(call_id)
+        if pending is not None:
+            return pending
+        index = self._backend_index.get(call_id)
+        return None if index is None else self.fold.backend_call(index)
 
     def update_backend_tool(self, call_id: str, **changes: Any) -> BackendToolCall | None:
-        """Amend a hosted-tool call already started (e.g. attach its result block)."""
-        position = self._backend_index.get(call_id)
-        if position is None:
+        """Amend a hosted-tool call already started (e.g. attach its assembled input).
+
+        The amended call reaches the consumer with its ``BackendToolCallCompleted``, or at
+        the end of the stream if no result follows.
+        """
+        current = self.backend_tool(call_id)
+        if current is None:
             return None
-        current = self._outputs[position]
-        assert isinstance(current, BackendToolCall)
         updated = attrs.evolve(current, **changes)
-        self._outputs[position] = updated
+        self._backend_pending[call_id] = updated
         return updated
+
+    def _flush_backend(self, out: list[SamplingEvent]) -> None:
+        for call in list(self._backend_pending.values()):
+            self.backend_tool_completed(call, out)
 
     # -- the terminal ----------------------------------------------------------------
 
     def has_content(self) -> bool:
-        return bool(self._text or self._tool_order or self._outputs or self._refusal)
+        return self.fold.has_content()
 
     def build_response(self) -> ConversationResponse:
-        """The response as accumulated so far (also used as ``partial`` on failure)."""
-        items: list[ConversationItem]
-        if self.server_items is not None:
-            items = list(self.server_items)
-        else:
-            items = []
-            for output in self._outputs:
-                if isinstance(output, _ReasoningSlot):
-                    reasoning = output.to_item(self.origin)
-                    if reasoning.text or reasoning.summary or reasoning.is_opaque:
-                        items.append(reasoning)
-                else:
-                    items.append(output)
-            refusal = None if self._refusal is None else "".join(self._refusal)
-            items.append(
-                Assistant(
-                    content="".join(self._text),
-                    tool_calls=tuple(slot.to_call() for slot in self._tool_order),
-                    refusal=refusal,
-                    model=self.model,
-                    id=self.message_id,
-                )
-            )
-        return ConversationResponse(
-            items=items,
+        """The response as folded so far (also the ``partial`` on failure)."""
+        return self.fold.build(
             stop_reason=self.stop_reason,
             raw_stop_reason=self.raw_stop_reason,
             usage=self.usage,
             cost_usd_ticks=self.cost_usd_ticks,
             model=self.model,
             response_id=self.response_id,
-            chunk_count=self.text_chunks,
+            message_id=self.message_id,
             stop_sequence=self.stop_sequence,
             doom_loop_signals=tuple(self.doom_loop_signals),
         )
 
+    def _complete_tools(self, out: list[SamplingEvent]) -> None:
+        """``ToolCallCompleted`` for each local call: the server's final arguments win."""
+        for slot in self._tool_order:
+            arguments = slot.final_arguments
+            if arguments is None:
+                arguments = self.fold.tool_arguments(slot.index)
+            call = ToolCall(
+                id=slot.id or f"call_{slot.index}",
+                name=slot.name or "",
+                arguments=arguments,
+                arguments_complete=arguments_complete(arguments),
+            )
+            self.fold.tool_completed(slot.index, call)
+            out.append(ToolCallCompleted(self.request_id, slot.index, call))
+
     def complete(self, out: list[SamplingEvent]) -> None:
-        """Emit ``Completed`` (once)."""
+        """Emit ``Completed`` (once), after closing every reasoning block still open."""
         if self.finished:
             return
+        for key, index in list(self._reasoning.items()):
+            if index not in self._reasoning_done:
+                streamed = self.fold.streamed_reasoning(index)
+                if streamed.text or streamed.summary:
+                    self.finish_reasoning(key, out)
+        self._flush_backend(out)
+        self._complete_tools(out)
         response = self.build_response()
         self.finished = True
         out.append(Completed(self.request_id, response))
@@ -344,6 +369,7 @@ class StreamAccumulator:
         """Emit ``Failed`` (once), with what was received so far as ``partial``."""
         if self.finished:
             return
+        self._flush_backend(out)
         partial = self.build_response() if self.has_content() or self.usage else None
         self.finished = True
         out.append(Failed(self.request_id, error, partial))

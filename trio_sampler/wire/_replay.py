@@ -8,26 +8,12 @@ from collections.abc import Iterable, Mapping
 
 from ..types import (
     ApiBackend,
-    Assistant,
-    BackendToolCall,
-    BackendToolCallCompleted,
-    BackendToolCallStarted,
-    Cancelled,
-    ChannelToken,
-    Completed,
-    ConversationItem,
     ConversationResponse,
-    Failed,
-    Reasoning,
-    ReasoningCompleted,
-    Retrying,
-    SamplingChannel,
     SamplingErrorInfo,
     SamplingErrorKind,
     SamplingEvent,
-    ToolCall,
-    ToolCallDelta,
 )
+from ._fold import ResponseFold
 from ._registry import new_transform
 from .sse import DEFAULT_MAX_EVENT_BYTES, SSEDecodeError, SSEDecoder
 
@@ -77,95 +63,19 @@ def replay(
     return events
 
 
-class _DeltaAssembly:
-    """Rebuilds a response from deltas (when no terminal carries one)."""
-
-    def __init__(self) -> None:
-        self.text: list[str] = []
-        self.reasoning: list[str] = []
-        self.reasoning_items: list[Reasoning] = []
-        self.backend: dict[str, BackendToolCall] = {}
-        self.tools: dict[int, list[str | None]] = {}
-        self.tool_args: dict[int, list[str]] = {}
-        self.chunks = 0
-
-    def add(self, event: SamplingEvent) -> None:
-        if isinstance(event, ChannelToken):
-            if event.channel is SamplingChannel.TEXT:
-                self.text.append(event.text)
-                self.chunks += 1
-            else:
-                self.reasoning.append(event.text)
-        elif isinstance(event, ToolCallDelta):
-            slot = self.tools.setdefault(event.tool_index, [None, None])
-            if event.id:
-                slot[0] = event.id
-            if event.name:
-                slot[1] = event.name
-            if event.arguments_delta:
-                self.tool_args.setdefault(event.tool_index, []).append(event.arguments_delta)
-        elif isinstance(event, ReasoningCompleted):
-            self.reasoning_items.append(event.item)
-        elif isinstance(event, BackendToolCallStarted):
-            self.backend.setdefault(event.call_id, BackendToolCall(event.call_id, event.name))
-        elif isinstance(event, BackendToolCallCompleted):
-            self.backend[event.call_id] = BackendToolCall(
-                event.call_id, event.name, result=event.result
-            )
-
-    def response(self) -> ConversationResponse:
-        items: list[ConversationItem] = []
-        if self.reasoning_items:
-            items.extend(self.reasoning_items)
-        elif self.reasoning:
-            items.append(Reasoning(text="".join(self.reasoning)))
-        items.extend(self.backend.values())
-        calls = tuple(
-            ToolCall(
-                id=slot[0] or f"call_{index}",
-                name=slot[1] or "",
-                arguments="".join(self.tool_args.get(index, ())),
-            )
-            for index, slot in sorted(self.tools.items())
-        )
-        items.append(Assistant(content="".join(self.text), tool_calls=calls))
-        return ConversationResponse(items=items, chunk_count=self.chunks)
-
-
 def collect(events: Iterable[SamplingEvent]) -> ConversationResponse:
     """Fold a request's events into its :class:`ConversationResponse`.
 
-    The terminal's own response is preferred: ``Completed.response`` (which, on the
-    Responses backend, is the server's complete response), else the ``partial`` of
-    ``Failed`` / ``Cancelled``. Without a terminal carrying one, the response is
-    assembled from the deltas. A ``Retrying(discard_partial=True)`` resets the assembly,
-    so only the last attempt counts.
+    The fold is :class:`~trio_sampler.wire.ResponseFold`, the one the transforms build
+    their responses with, so the result is the terminal's own response
+    (``Completed.response``, else the ``partial`` of ``Failed`` / ``Cancelled``) when one
+    arrives, and the same fold of the deltas when none does. A
+    ``Retrying(discard_partial=True)`` starts over, so only the last attempt counts.
     """
-    # The deltas are only folded when no terminal carries a response, which is rare: one
-    # cheap type check per event, and the (much costlier) assembly only when needed.
-    pending: list[SamplingEvent] = []
-    keep = pending.append
+    fold = ResponseFold()
+    add = fold.add
     for event in events:
-        if not isinstance(event, _CONTROL):
-            keep(event)
-        elif isinstance(event, Completed):
-            return event.response
-        elif isinstance(event, Retrying):
-            if event.discard_partial:
-                pending.clear()
-        elif event.partial is not None:  # Failed | Cancelled
-            return event.partial
-        else:
+        add(event)
+        if fold.terminal is not None:
             break
-    return _assemble(pending)
-
-
-#: Events that steer ``collect`` rather than carry output.
-_CONTROL = (Completed, Failed, Cancelled, Retrying)
-
-
-def _assemble(events: list[SamplingEvent]) -> ConversationResponse:
-    assembly = _DeltaAssembly()
-    for event in events:
-        assembly.add(event)
-    return assembly.response()
+    return fold.response()

@@ -11,8 +11,9 @@ routed by its ``item_id`` (through the key its ``output_item.added`` registered)
 ``output_index``.
 
 The terminal ``response.completed`` carries the server's complete response; its ``output``
-is preferred for the final items (``acc.server_items``), falling back to what was streamed
-where the final output lacks something (some providers send an empty ``output``).
+amends what was streamed through the same events (items not streamed are added, final
+state replaces streamed state), so the fold of the events is the response; an empty final
+``output`` (some providers) leaves what was streamed.
 """
 
 from __future__ import annotations
@@ -25,15 +26,11 @@ import orjson
 
 from ...types import (
     ApiBackend,
-    Assistant,
     BackendToolCall,
-    ConversationItem,
-    Reasoning,
     SamplingErrorInfo,
     SamplingErrorKind,
     SamplingEvent,
     StopReason,
-    ToolCall,
     Usage,
 )
 from .._transform import ProviderDataError, StreamTransform, truncated_stream_error
@@ -216,8 +213,6 @@ class ResponsesTransform(StreamTransform):
         self.malformed_doom_loop_events = 0
         # item id → the state key registered by its ``output_item.added``.
         self._keys: dict[str, Hashable] = {}
-        # Finished reasoning items by item id (the fallback for a thin final output).
-        self._reasoning_done: dict[str, Reasoning] = {}
         handlers: dict[str, _Handler] = {
             "response.output_text.delta": self._on_text_delta,
             "response.refusal.delta": self._on_refusal_delta,
@@ -377,7 +372,7 @@ class ResponsesTransform(StreamTransform):
             # encrypted_content from .done: the one on .added differs and is not replayable.
             summary = _texts(item.get("summary"), "summary_text")
             text = _texts(item.get("content"), "reasoning_text")
-            reasoning = self.acc.finish_reasoning(
+            self.acc.finish_reasoning(
                 key,
                 out,
                 item_id=_str(item.get("id")),
@@ -385,8 +380,6 @@ class ResponsesTransform(StreamTransform):
                 summary=tuple(summary) if summary else None,
                 text="".join(text) if text else None,
             )
-            if reasoning is not None and reasoning.id is not None:
-                self._reasoning_done[reasoning.id] = reasoning
         elif item_type == "message":
             self.acc.message_id = _str(item.get("id")) or self.acc.message_id
         elif isinstance(item_type, str) and item_type in HOSTED_TOOL_ITEMS:
@@ -458,16 +451,12 @@ class ResponsesTransform(StreamTransform):
         raw: str,
         out: list[SamplingEvent],
     ) -> None:
-        """Terminal: final items from ``response.output``, the stop reason, ``Completed``."""
+        """Terminal: the final output amends the stream, then the stop reason, ``Completed``."""
         acc = self.acc
-        streamed = acc.build_response()
         output = response.get("output")
-        if isinstance(output, list) and output:
-            acc.server_items = self._server_items(output, streamed.items)
-            final = acc.server_items[-1]
-        else:
-            final = streamed.items[-1]  # an empty final output: what was streamed stands
-        assert isinstance(final, Assistant)
+        if isinstance(output, list):
+            self._amend(output, out)
+        final = acc.build_response()
         if stop is StopReason.STOP:
             if final.tool_calls:
                 stop = StopReason.TOOL_CALLS  # no finish reason on the wire: inferred
@@ -477,68 +466,54 @@ class ResponsesTransform(StreamTransform):
         acc.raw_stop_reason = raw
         acc.complete(out)
 
-    def _server_items(
-        self, output: list[Any], streamed: tuple[ConversationItem, ...]
-    ) -> list[ConversationItem]:
-        """``response.output`` in order as conversation items (see the module docstring)."""
-        items: list[ConversationItem] = []
+    def _amend(self, output: list[Any], out: list[SamplingEvent]) -> None:
+        """``response.output`` amends what was streamed, through the same events (so the
+        fold of the events is the response): items that were not streamed are added in
+        their order, and the final state of the others (encrypted reasoning, a call's
+        arguments, a hosted result) replaces the streamed state. The answer text is the
+        streamed text, or the final text when none was streamed."""
+        acc = self.acc
         text: list[str] = []
         refusal: list[str] | None = None
-        calls: list[ToolCall] = []
-        message_id: str | None = None
-        for item in output:
+        for index, item in enumerate(output):
             if not isinstance(item, dict):
                 continue
             item_type = item.get("type")
+            position = {"output_index": index}
             if item_type == "message":
-                message_id = _str(item.get("id")) or message_id
+                acc.message_id = _str(item.get("id")) or acc.message_id
                 content = item.get("content")
                 text.extend(_texts(content, "output_text"))
                 refusals = _texts(content, "refusal", "refusal")
                 if refusals:
                     refusal = (refusal or []) + refusals
             elif item_type == "function_call":
-                calls.append(
-                    ToolCall(
-                        id=_str(item.get("call_id")) or _str(item.get("id")) or "",
-                        name=_str(item.get("name")) or "",
-                        arguments=_str(item.get("arguments")) or "",
-                    )
-                )
+                key = self._item_key(position, item)
+                call_id = _str(item.get("call_id")) or _str(item.get("id"))
+                acc.tool_start(key, call_id, _str(item.get("name")), out)
+                acc.tool_finish(key, _str(item.get("arguments")))
             elif item_type == "reasoning":
-                items.append(self._final_reasoning(item))
+                key = self._item_key(position, item)
+                summary = _texts(item.get("summary"), "summary_text")
+                reasoning_text = _texts(item.get("content"), "reasoning_text")
+                acc.finish_reasoning(
+                    key,
+                    out,
+                    item_id=_str(item.get("id")),
+                    encrypted_content=_str(item.get("encrypted_content")),
+                    summary=tuple(summary) if summary else None,
+                    text="".join(reasoning_text) if reasoning_text else None,
+                    replace=True,
+                )
             elif isinstance(item_type, str) and item_type in HOSTED_TOOL_ITEMS:
-                items.append(backend_tool_call(item, item_type))
-        fallback = streamed[-1]
-        assert isinstance(fallback, Assistant)
-        items.append(
-            Assistant(
-                content="".join(text) or fallback.content,
-                tool_calls=tuple(calls) or fallback.tool_calls,
-                refusal="".join(refusal) if refusal is not None else fallback.refusal,
-                model=self.acc.model,
-                id=message_id or fallback.id,
-            )
-        )
-        return items
-
-    def _final_reasoning(self, item: Mapping[str, Any]) -> Reasoning:
-        item_id = _str(item.get("id"))
-        summary = tuple(_texts(item.get("summary"), "summary_text"))
-        text = "".join(_texts(item.get("content"), "reasoning_text"))
-        encrypted = _str(item.get("encrypted_content"))
-        streamed = self._reasoning_done.get(item_id) if item_id else None
-        if streamed is not None:
-            summary = summary or streamed.summary
-            text = text or streamed.text
-            encrypted = encrypted or streamed.encrypted_content
-        return Reasoning(
-            text=text,
-            summary=summary,
-            id=item_id,
-            encrypted_content=encrypted,
-            origin=ApiBackend.RESPONSES,
-        )
+                acc.backend_tool_completed(backend_tool_call(item, item_type), out)
+        if text or refusal is not None:
+            streamed = acc.build_response()
+            final_text = "".join(text)
+            if final_text.startswith(streamed.text):
+                acc.text(final_text[len(streamed.text) :], out)
+            if refusal is not None and streamed.refusal is None:
+                acc.refusal("".join(refusal), out)
 
     # -- doom loop --------------------------------------------------------------------
 

@@ -1,0 +1,134 @@
+"""Every real capture gives the same response through every path, per capture.
+
+The paths: ``collect(replay(...))``; the actor, with the capture served over loopback
+HTTP; the bridge over the same server; and the fold of the stream's deltas alone (no
+terminal), which must rebuild the terminal's items exactly: one fold, so the response of
+a stream and the fold of its events cannot disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from benchmarks import corpus
+from trio_sampler import (
+    ApiBackend,
+    Assistant,
+    Cancelled,
+    Completed,
+    ConversationRequest,
+    ConversationResponse,
+    Failed,
+    SamplerConfig,
+    User,
+    open_sampler,
+)
+from trio_sampler.bridge import TurnCancelled, run_turn_via_sampler
+from trio_sampler.config import RetryPolicy, Timeouts
+from trio_sampler.doom_loop import DoomLoopPolicy
+from trio_sampler.models import ModelCatalog
+from trio_sampler.wire import collect, replay
+
+pytestmark = pytest.mark.real_streams
+
+CAPTURES = corpus.manifest()
+
+
+def _content(response: ConversationResponse) -> tuple[Any, ...]:
+    """The items without the per-turn metadata (model, message id) only a terminal has."""
+    return tuple(
+        attrs.evolve(item, model=None, id=None) if isinstance(item, Assistant) else item
+        for item in response.items
+    )
+
+
+def _terminal_response(events: list[Any]) -> ConversationResponse | None:
+    end = events[-1]
+    if isinstance(end, Completed):
+        return end.response
+    assert isinstance(end, Failed | Cancelled)
+    return end.partial
+
+
+async def _serve_once(body: bytes, content_type: str, task_status: Any) -> None:
+    """A loopback HTTP/1.1 server that answers every request with the capture's bytes,
+    in reads of a few KiB, then closes the connection."""
+
+    async def handler(stream: trio.SocketStream) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = await stream.receive_some(65536)
+            if not chunk:
+                return
+            data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value.strip())
+        while len(rest) < length:
+            rest += await stream.receive_some(65536)
+        await stream.send_all(
+            b"HTTP/1.1 200 OK\r\ncontent-type: "
+            + content_type.encode()
+            + b"\r\nconnection: close\r\n\r\n"
+        )
+        for start in range(0, len(body), 4096):
+            await stream.send_all(body[start : start + 4096])
+        await stream.aclose()
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[1])
+    await trio.serve_listeners(handler, listeners)
+
+
+@pytest.mark.parametrize("capture", CAPTURES, ids=[c["file"] for c in CAPTURES])
+async def test_every_path_gives_the_same_response(capture: dict[str, Any]) -> None:
+    backend = ApiBackend(capture["backend"])
+    body = corpus.path(capture["file"]).read_bytes()
+
+    # 1. The wire layer alone.
+    events = replay(backend, body)
+    by_replay = collect(events)
+    own = _terminal_response(events)
+    # A failure before any output carries no partial: collect folds the (no) deltas.
+    assert by_replay == (own if own is not None else ConversationResponse(items=[Assistant()]))
+
+    # 2. One fold: the deltas alone rebuild the terminal's items (and chunk count).
+    deltas = collect(e for e in events if not isinstance(e, Completed | Failed | Cancelled))
+    assert _content(deltas) == _content(by_replay)
+    assert deltas.chunk_count == by_replay.chunk_count
+
+    # 3. The actor and 4. the bridge, over loopback HTTP.
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(
+            _serve_once, body, capture["content_type"] or "text/event-stream"
+        )
+        config = SamplerConfig(
+            base_url=f"http://127.0.0.1:{port}/v1",
+            backend=backend,
+            model=capture.get("model") or "model",
+            api_key="sk-corpus-test-0123456789",
+            retry=RetryPolicy(max_retries=0),
+            timeouts=Timeouts(first_token=30.0, idle=30.0, response_headers=30.0),
+        )
+        request = ConversationRequest(items=[User("replay")])
+        with trio.fail_after(60):
+            async with open_sampler(
+                config, doom_loop=DoomLoopPolicy(enabled=False), models=ModelCatalog()
+            ) as sampler:
+                stream = await sampler.submit(request)
+                actor_events = [event async for event in stream]
+                outcome = await run_turn_via_sampler(sampler, request)
+        nursery.cancel_scope.cancel()
+
+    by_actor = collect(actor_events)
+    assert by_actor == by_replay
+    assert not isinstance(outcome, TurnCancelled)
+    by_bridge = getattr(outcome, "response", None) or getattr(outcome, "partial", None)
+    assert by_bridge == by_replay
