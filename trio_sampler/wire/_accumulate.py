@@ -77,6 +77,7 @@ class StreamAccumulator:
         # Output items in wire order: the next index, and the open run of text (-1: none).
         self._next_item = 0
         self._text_item = -1
+        self._text_parts: list[str] = []
         self._tools: dict[Hashable, _ToolSlot] = {}
         self._tool_order: list[_ToolSlot] = []
         self._reasoning: dict[Hashable, int] = {}
@@ -121,8 +122,11 @@ class StreamAccumulator:
         if item < 0:
             item = self._open_item()
             self._text_item = item
+            self._text_parts = self.fold.text_parts(item)
         self.chunk_index += 1
-        self.fold.text(item, delta)
+        # ResponseFold.text, inlined for the per-token path.
+        self._text_parts.append(delta)
+        self.fold.text_chunks += 1
         out.append(ChannelToken(self.request_id, _TEXT, delta, self.chunk_index, item))
 
     def streamed_text(self) -> str:

@@ -140,11 +140,16 @@ class ResponseFold:
         return None
 
     def text(self, index: int, delta: str) -> None:
+        self.text_parts(index).append(delta)
+        self.text_chunks += 1
+
+    def text_parts(self, index: int) -> list[str]:
+        """The pieces of text item ``index`` (opened if new). The accumulator appends to
+        this list directly on its per-token path, counting ``text_chunks`` as it goes."""
         slot = self._slots[index] if index < len(self._slots) else self._slot(index)
         if type(slot) is not _Text:
             slot = self._slots[index] = _Text()
-        slot.parts.append(delta)
-        self.text_chunks += 1
+        return slot.parts
 
     def refusal(self, delta: str) -> None:
         if self._refusal is None:
