@@ -230,6 +230,13 @@ class StreamAccumulator:
     def has_tool(self, key: Hashable) -> bool:
         return key in self._tools
 
+    def tool_so_far(self, key: Hashable) -> tuple[str | None, str]:
+        """Tool call ``key``'s name and its arguments streamed so far."""
+        slot = self._tools.get(key)
+        if slot is None:
+            return None, ""
+        return slot.name, self.fold.tool_arguments(slot.index)
+
     def tool_start(
         self, key: Hashable, call_id: str | None, name: str | None, out: list[SamplingEvent]
     ) -> int:

@@ -21,6 +21,7 @@ from ...types import (
     StopReason,
     Usage,
 )
+from .._fold import arguments_complete
 from .._transform import ProviderDataError, StreamTransform, truncated_stream_error
 
 __all__ = ["ChatCompletionsTransform"]
@@ -308,9 +309,7 @@ class ChatCompletionsTransform(StreamTransform):
             if type(arguments) is not str:
                 arguments = None
         current = self._tool_latest if index is None else self._tool_at.get(index)
-        if current is None or (
-            call_id is not None and current[1] is not None and current[1] != call_id
-        ):
+        if current is None or self._starts_new_call(current, call_id, name):
             key = self._tool_count
             self._tool_count += 1
             current = [key, call_id]
@@ -326,6 +325,22 @@ class ChatCompletionsTransform(StreamTransform):
                 acc.tool_start(key, call_id, name, out)
         if arguments:
             acc.tool_arguments(key, arguments, out)
+
+    def _starts_new_call(self, current: list[Any], call_id: str | None, name: str | None) -> bool:
+        """Whether a fragment opens a new call rather than continuing ``current``.
+
+        A different id always does (servers that reuse index 0 for every parallel call,
+        or send several whole calls in one chunk without an index). Without a usable id
+        (``id: ""``, Gemini), a fragment that names a tool when the current call already
+        has a name and complete JSON arguments is the next call: a continuation never
+        restarts a finished call.
+        """
+        if call_id is not None:
+            return current[1] is not None and current[1] != call_id
+        if name is None or current[1] is not None:
+            return False
+        current_name, arguments = self.acc.tool_so_far(current[0])
+        return bool(current_name and arguments.strip()) and arguments_complete(arguments)
 
     # -- hosted tools (Groq compound) ------------------------------------------------
 

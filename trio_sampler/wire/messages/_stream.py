@@ -196,6 +196,14 @@ class MessagesTransform(StreamTransform):
         model = message.get("model")
         if isinstance(model, str):
             acc.model = model
+        content = message.get("content")
+        if isinstance(content, list) and content:
+            # The whole answer already inside message_start (programmatic tool-calling
+            # continuations): each block as if it had been streamed, start then stop.
+            for index, block in enumerate(content):
+                self._on_block_start({"index": index, "content_block": block}, out)
+                self._on_block_stop({"index": index}, out)
+        self._take_stop(message, out)
         usage = message.get("usage")
         if isinstance(usage, dict):
             self._input = _count(usage.get("input_tokens")) or 0
@@ -206,23 +214,11 @@ class MessagesTransform(StreamTransform):
             self._set_usage()
 
     def _on_message_delta(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
-        acc = self.acc
         # message_delta comes after every block: close any the server never stopped.
         self._close_open_blocks(out)
         delta = payload.get("delta")
         if isinstance(delta, dict):
-            raw = delta.get("stop_reason")
-            if isinstance(raw, str):
-                self._stop_seen = True
-                acc.raw_stop_reason = raw
-                acc.stop_reason = STOP_REASONS.get(raw, StopReason.STOP)
-                sequence = delta.get("stop_sequence")
-                acc.stop_sequence = sequence if isinstance(sequence, str) else None
-                details = delta.get("stop_details")
-                if raw == "refusal" and isinstance(details, dict):
-                    explanation = details.get("explanation")
-                    if isinstance(explanation, str) and explanation:
-                        acc.refusal(explanation, out)
+            self._take_stop(delta, out)
         usage = payload.get("usage")
         if isinstance(usage, dict):
             # Cumulative totals: overwrite what is present and non-null, never add.
@@ -240,6 +236,24 @@ class MessagesTransform(StreamTransform):
                 self._cache_write = value
             self._apply_usage_extras(usage)
             self._set_usage()
+
+    def _take_stop(self, fields: dict[str, Any], out: list[SamplingEvent]) -> None:
+        """A ``stop_reason`` (of ``message_delta.delta``, or of ``message_start.message``
+        when the whole answer came in it), with its stop sequence and refusal details."""
+        raw = fields.get("stop_reason")
+        if not isinstance(raw, str):
+            return
+        acc = self.acc
+        self._stop_seen = True
+        acc.raw_stop_reason = raw
+        acc.stop_reason = STOP_REASONS.get(raw, StopReason.STOP)
+        sequence = fields.get("stop_sequence")
+        acc.stop_sequence = sequence if isinstance(sequence, str) else None
+        details = fields.get("stop_details")
+        if raw == "refusal" and isinstance(details, dict):
+            explanation = details.get("explanation")
+            if isinstance(explanation, str) and explanation:
+                acc.refusal(explanation, out)
 
     def _on_message_stop(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
         self._finish(out)
