@@ -444,7 +444,10 @@ def test_reasoning_string_fields(field: str) -> None:
     assert [r.text for r in reasoning_items(resp)] == ["thinking"]
     assert resp.assistant.content == "answer"
     assert isinstance(resp.items[-1], Assistant)
-    assert not any(isinstance(e, ReasoningCompleted) for e in events)  # nothing opaque
+    # Nothing opaque, but the block still completes (once, before Completed) with its origin.
+    (done,) = [e for e in events if isinstance(e, ReasoningCompleted)]
+    assert done.item.text == "thinking" and not done.item.is_opaque
+    assert events.index(done) == len(events) - 2
 
 
 def test_reasoning_and_reasoning_details_are_not_emitted_twice() -> None:
@@ -527,7 +530,8 @@ def test_encrypted_reasoning_details_and_summary() -> None:
         Reasoning(summary=("Thought.",), origin=origin),
         Reasoning(redacted_data="REDACTED", origin=origin),
     ]
-    assert sum(isinstance(e, ReasoningCompleted) for e in events) == 2
+    # the two opaque blocks, then the plain summary block as the stream completes
+    assert sum(isinstance(e, ReasoningCompleted) for e in events) == 3
     assert text_of(events, SamplingChannel.REASONING) == "Thought."
 
 
