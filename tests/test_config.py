@@ -266,6 +266,8 @@ def test_profiles_table() -> None:
         "groq",
         "ollama",
         "vllm",
+        "llamacpp",
+        "azure",
         "openai_compatible",
         "emulator",
     }

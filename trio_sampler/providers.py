@@ -1,8 +1,10 @@
 """Provider profiles: where a provider lives, how it authenticates, and its wire quirks.
 
-Pure data. :meth:`trio_sampler.config.SamplerConfig.for_provider` starts from a profile;
-request builders and stream transforms look quirks up with :func:`get_profile` (by the
-``provider`` name carried in :class:`~trio_sampler.wire._request.BuildOptions`).
+Pure data, and the only home of provider quirks: no other module compares a provider's
+name. :meth:`trio_sampler.config.SamplerConfig.for_provider` starts from a profile; the
+request builders read the profile of :attr:`~trio_sampler.wire.BuildOptions.profile`, the
+stream transforms the one they are constructed with, the actor and telemetry the config's.
+Without a provider, :data:`NO_PROVIDER` gives the behaviour: the field defaults below.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ import attrs
 from .types import ApiBackend
 
 __all__ = [
+    "NO_PROVIDER",
     "PROFILES",
     "AuthScheme",
     "ProviderProfile",
     "get_profile",
+    "profile_for",
 ]
 
 
@@ -50,19 +54,42 @@ class ProviderProfile:
     requires_api_key: bool = True
     #: Model used when neither the config nor the request names one.
     default_model: str | None = None
-    #: Chat Completions field for the output-token cap (``max_tokens`` is the older name,
-    #: which OpenAI's reasoning models reject; most compatible servers only know it).
-    max_tokens_field: str = "max_tokens"
-    #: Assistant turns must carry their ``reasoning_content`` back (DeepSeek thinking mode
-    #: with tool calls).
+    #: Chat Completions field for the output-token cap: ``max_completion_tokens`` (OpenAI's
+    #: name; its reasoning models reject the older one) or ``max_tokens`` (the older name,
+    #: which most compatible servers and DeepSeek only know).
+    max_tokens_field: str = "max_completion_tokens"
+    #: Chat Completions: the server understands the ``developer`` role (else ``system``).
+    developer_role: bool = True
+    #: Assistant turns must carry their reasoning back in Chat Completions (DeepSeek
+    #: thinking mode with tool calls), in the field :attr:`reasoning_field`.
     reasoning_content_replay: bool = False
-    #: Chat usage reports reasoning tokens outside ``completion_tokens`` (xAI): add them back.
+    #: Chat usage reports reasoning tokens outside ``completion_tokens`` (xAI): add them back
+    #: (when ``total_tokens`` does not settle it).
     reasoning_tokens_outside_completion: bool = False
     #: The server understands ``stream_options: {"include_usage": true}``. Strict servers
     #: reject unknown fields, so the generic profile leaves it off.
     supports_stream_usage: bool = True
-    #: Field that carries reasoning text in Chat deltas (``reasoning_content`` or ``reasoning``).
+    #: Field that carries reasoning text in Chat messages sent back (``reasoning_content`` or
+    #: ``reasoning``). Streams are read from either field, whatever the provider.
     reasoning_field: str = "reasoning_content"
+    #: Response headers with the model's context window and output cap (xAI).
+    context_window_header: str | None = None
+    max_output_tokens_header: str | None = None
+    #: Request header that opts into the server-side doom-loop check on Responses (xAI).
+    doom_loop_header: str | None = None
+    #: The OpenTelemetry GenAI ``gen_ai.provider.name`` (``None``: the profile's name).
+    otel_name: str | None = None
+
+    @property
+    def telemetry_name(self) -> str:
+        return self.otel_name or self.name
+
+
+#: The behaviour without a provider profile: every quirk at its default.
+NO_PROVIDER = ProviderProfile(name="", base_url=None, backend=ApiBackend.CHAT_COMPLETIONS)
+
+_XAI_CONTEXT_HEADER = "x-grok-context-window"
+_XAI_MAX_OUTPUT_HEADER = "x-grok-max-completion-tokens"
 
 
 PROFILES: dict[str, ProviderProfile] = {
@@ -75,7 +102,6 @@ PROFILES: dict[str, ProviderProfile] = {
             backend=ApiBackend.RESPONSES,
             api_key_env="OPENAI_API_KEY",
             default_model="gpt-5-mini",
-            max_tokens_field="max_completion_tokens",
         ),
         ProviderProfile(
             name="anthropic",
@@ -84,6 +110,7 @@ PROFILES: dict[str, ProviderProfile] = {
             auth_scheme=AuthScheme.X_API_KEY,
             api_key_env="ANTHROPIC_API_KEY",
             default_model="claude-sonnet-4-5",
+            developer_role=False,
         ),
         ProviderProfile(
             name="xai",
@@ -92,14 +119,20 @@ PROFILES: dict[str, ProviderProfile] = {
             backend=ApiBackend.RESPONSES,
             api_key_env="XAI_API_KEY",
             default_model="grok-4",
-            max_tokens_field="max_completion_tokens",
+            developer_role=False,
             reasoning_tokens_outside_completion=True,
+            context_window_header=_XAI_CONTEXT_HEADER,
+            max_output_tokens_header=_XAI_MAX_OUTPUT_HEADER,
+            doom_loop_header="x-grok-doom-loop-check",
+            otel_name="x_ai",
         ),
         ProviderProfile(
             name="openrouter",
             base_url="https://openrouter.ai/api/v1",
             backend=ApiBackend.CHAT_COMPLETIONS,
             api_key_env="OPENROUTER_API_KEY",
+            max_tokens_field="max_tokens",
+            developer_role=False,
             reasoning_field="reasoning",
         ),
         ProviderProfile(
@@ -108,6 +141,8 @@ PROFILES: dict[str, ProviderProfile] = {
             backend=ApiBackend.CHAT_COMPLETIONS,
             api_key_env="DEEPSEEK_API_KEY",
             default_model="deepseek-chat",
+            max_tokens_field="max_tokens",
+            developer_role=False,
             reasoning_content_replay=True,
         ),
         ProviderProfile(
@@ -115,7 +150,7 @@ PROFILES: dict[str, ProviderProfile] = {
             base_url="https://api.groq.com/openai/v1",
             backend=ApiBackend.CHAT_COMPLETIONS,
             api_key_env="GROQ_API_KEY",
-            max_tokens_field="max_completion_tokens",
+            developer_role=False,
             reasoning_field="reasoning",
         ),
         ProviderProfile(
@@ -123,19 +158,41 @@ PROFILES: dict[str, ProviderProfile] = {
             base_url="http://localhost:11434/v1",
             backend=ApiBackend.CHAT_COMPLETIONS,
             requires_api_key=False,
+            max_tokens_field="max_tokens",
+            developer_role=False,
             reasoning_field="reasoning",
+        ),
+        ProviderProfile(
+            name="llamacpp",
+            base_url="http://localhost:8080/v1",
+            backend=ApiBackend.CHAT_COMPLETIONS,
+            requires_api_key=False,
+            max_tokens_field="max_tokens",
+            developer_role=False,
         ),
         ProviderProfile(
             name="vllm",
             base_url="http://localhost:8000/v1",
             backend=ApiBackend.CHAT_COMPLETIONS,
             requires_api_key=False,
+            max_tokens_field="max_tokens",
+            developer_role=False,
+        ),
+        ProviderProfile(
+            name="azure",
+            # The resource's own endpoint: https://<resource>.openai.azure.com/openai/v1
+            base_url=None,
+            backend=ApiBackend.CHAT_COMPLETIONS,
+            api_key_env="AZURE_OPENAI_API_KEY",
+            otel_name="azure.ai.openai",
         ),
         ProviderProfile(
             name="openai_compatible",
             base_url=None,
             backend=ApiBackend.CHAT_COMPLETIONS,
             requires_api_key=False,
+            max_tokens_field="max_tokens",
+            developer_role=False,
             supports_stream_usage=False,
         ),
         ProviderProfile(
@@ -144,7 +201,7 @@ PROFILES: dict[str, ProviderProfile] = {
             backend=ApiBackend.CHAT_COMPLETIONS,
             requires_api_key=False,
             default_model="emulator-1",
-            max_tokens_field="max_completion_tokens",
+            developer_role=False,
         ),
     )
 }
@@ -155,7 +212,7 @@ def get_profile(name: str) -> ProviderProfile:
 
     Raises :class:`ValueError` listing the known names when there is none.
     """
-    key = name.strip().lower().replace("-", "_")
+    key = name.strip().lower().replace("-", "_").replace(".", "")
     try:
         return PROFILES[key]
     except KeyError:
@@ -164,3 +221,8 @@ def get_profile(name: str) -> ProviderProfile:
             f"unknown provider {name!r}; known providers: {known} "
             "(use 'openai_compatible' with a base_url for any other OpenAI-style server)"
         ) from None
+
+
+def profile_for(name: str | None) -> ProviderProfile:
+    """The profile called ``name``, or :data:`NO_PROVIDER` for ``None``."""
+    return NO_PROVIDER if name is None else get_profile(name)

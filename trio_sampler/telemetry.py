@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -67,15 +67,6 @@ INSTALL_HINT = "pip install 'trio-sampler[otel]'"
 
 _INSTRUMENTATION_NAME = "trio_sampler"
 _OPERATION = "chat"
-
-# Our provider profile names → the semantic conventions' well-known provider names.
-_PROVIDER_NAMES: Mapping[str, str] = {
-    "openai": "openai",
-    "anthropic": "anthropic",
-    "xai": "x_ai",
-    "deepseek": "deepseek",
-    "groq": "groq",
-}
 
 # Bucket boundaries advised by the semantic conventions for these two histograms.
 _TOKEN_BUCKETS: Sequence[float] = [4.0**n for n in range(14)]  # 1, 4, 16, ... 67108864
@@ -169,7 +160,8 @@ class GenAITelemetry:
 
     def _provider_for(self, config: SamplerConfig | None) -> str | None:
         if config is not None and config.provider is not None:
-            return _PROVIDER_NAMES.get(config.provider, config.provider)
+            profile = config.profile
+            return profile.telemetry_name if profile is not None else config.provider
         return self.provider_name
 
     def start_request(

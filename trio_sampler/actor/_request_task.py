@@ -23,7 +23,7 @@ import trio
 
 from ..client import SamplingClient, SamplingClientError
 from ..config import RetryPolicy, SamplerConfig
-from ..doom_loop import DOOM_LOOP_HEADER, DoomLoopPolicy, TailRepetitionDetector, parse_trigger
+from ..doom_loop import DoomLoopPolicy, TailRepetitionDetector, parse_trigger
 from ..models import ModelCatalog
 from ..retry import RetryAction, RetryBudget, classify
 from ..types import (
@@ -325,9 +325,10 @@ class RequestRunner:
                     code="invalid_request",
                 )
             )
-        if armed and config.backend is ApiBackend.RESPONSES and config.provider == "xai":
+        doom_header = config.profile.doom_loop_header if config.profile is not None else None
+        if armed and doom_header and config.backend is ApiBackend.RESPONSES:
             wire = attrs.evolve(
-                wire, headers=(*wire.headers, (DOOM_LOOP_HEADER, str(self._doom.window_tokens)))
+                wire, headers=(*wire.headers, (doom_header, str(self._doom.window_tokens)))
             )
         transform = new_transform(config.backend, state.request_id, provider=config.provider)
         detector = TailRepetitionDetector(self._doom) if armed else None

@@ -9,6 +9,8 @@ from typing import Any
 
 import attrs
 
+from ..providers import ProviderProfile, get_profile, profile_for
+
 __all__ = [
     "BuildOptions",
     "ConversionAction",
@@ -56,8 +58,9 @@ class BuildOptions:
     #: Model used when the request does not name one.
     model: str | None = None
     #: Provider profile name (``"openai"``, ``"anthropic"``, ``"xai"``, ``"deepseek"``, ...);
-    #: selects per-provider quirks such as DeepSeek's ``reasoning_content`` replay.
-    provider: str | None = None
+    #: selects per-provider quirks (:attr:`profile`) such as DeepSeek's ``reasoning_content``
+    #: replay. An unknown name fails here, listing the known ones.
+    provider: str | None = attrs.field(default=None)
     #: Stream the answer (``"stream": true``).
     stream: bool = True
     #: Messages requires ``max_tokens``; this is sent when the request gives none.
@@ -71,6 +74,16 @@ class BuildOptions:
     replay_reasoning_content: bool | None = None
     #: Extra top-level JSON fields merged into the body last (provider-specific knobs).
     extra_body: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @provider.validator
+    def _known_provider(self, attribute: Any, value: str | None) -> None:
+        if value is not None:
+            get_profile(value)
+
+    @property
+    def profile(self) -> ProviderProfile:
+        """The provider's quirks (:data:`~trio_sampler.providers.NO_PROVIDER` without one)."""
+        return profile_for(self.provider)
 
 
 class ConversionAction(enum.Enum):

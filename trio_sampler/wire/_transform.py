@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 import orjson
 
+from ..providers import profile_for
 from ..types import (
     ApiBackend,
     ConversationResponse,
@@ -54,6 +55,12 @@ def truncated_stream_error(what: str) -> SamplingErrorInfo:
         SamplingErrorKind.TRANSPORT,
         f"the stream ended before {what} (connection closed early?)",
     )
+
+
+# The model-limit headers read when the profile names none: xAI's, the only ones in use
+# (any server may send them; reading them costs nothing when absent).
+_CONTEXT_HEADER = "x-grok-context-window"
+_MAX_OUTPUT_HEADER = "x-grok-max-completion-tokens"
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -87,6 +94,8 @@ class StreamTransform(abc.ABC):
     def __init__(self, request_id: str = "stream", *, provider: str | None = None) -> None:
         self.request_id = request_id
         self.provider = provider
+        #: The provider's quirks (validated: an unknown name raises ``ValueError`` here).
+        self.profile = profile_for(provider)
         self.acc = StreamAccumulator(request_id, self.backend)
         #: Events of types this transform does not know (ignored: forward compatibility).
         self.unknown_events = 0
@@ -107,9 +116,10 @@ class StreamTransform(abc.ABC):
             return []
         self._started = True
         out: list[SamplingEvent] = [StreamStarted(self.request_id, attempt)]
+        profile = self.profile
         if headers:
-            window = _int_header(headers, "x-grok-context-window")
-            max_out = _int_header(headers, "x-grok-max-completion-tokens")
+            window = _int_header(headers, profile.context_window_header or _CONTEXT_HEADER)
+            max_out = _int_header(headers, profile.max_output_tokens_header or _MAX_OUTPUT_HEADER)
             model = _header(headers, "openai-model") or _header(headers, "x-model")
             if window is not None or max_out is not None or model is not None:
                 out.append(

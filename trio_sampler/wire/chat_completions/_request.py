@@ -58,14 +58,6 @@ __all__ = ["KNOWN_FIELDS", "PATH", "build_request", "parse_request", "unmodeled_
 PATH = "/chat/completions"
 BACKEND = ApiBackend.CHAT_COMPLETIONS
 
-#: Providers that still want the pre-o1 ``max_tokens`` name instead of
-#: ``max_completion_tokens`` (DeepSeek documents only ``max_tokens``; local servers such
-#: as llama.cpp and Ollama's compatibility layer too).
-LEGACY_MAX_TOKENS_PROVIDERS = frozenset({"deepseek", "ollama", "llama.cpp", "llamacpp"})
-#: Providers that understand the ``developer`` role; others get ``system`` (same meaning).
-DEVELOPER_ROLE_PROVIDERS = frozenset({"openai", "azure"})
-#: Providers that reject a tool-call turn without its ``reasoning_content``.
-REASONING_REPLAY_PROVIDERS = frozenset({"deepseek"})
 
 #: Top-level fields :func:`parse_request` understands.
 KNOWN_FIELDS = (
@@ -117,14 +109,14 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
 def _replays_reasoning(options: BuildOptions) -> bool:
     if options.replay_reasoning_content is not None:
         return options.replay_reasoning_content
-    return options.provider in REASONING_REPLAY_PROVIDERS
+    return options.profile.reasoning_content_replay
 
 
 def _messages(
     items: Sequence[ConversationItem], options: BuildOptions, report: ReportCollector
 ) -> list[JsonObject]:
     replay = _replays_reasoning(options)
-    developer_role = options.provider is None or options.provider in DEVELOPER_ROLE_PROVIDERS
+    developer_role = options.profile.developer_role
     messages: list[JsonObject] = []
     pending_reasoning: list[tuple[int, Reasoning]] = []
     pending_images: list[tuple[int, ToolResult]] = []
@@ -151,7 +143,9 @@ def _messages(
             )
             messages.append({"role": "assistant", "content": item.text_summary()})
         elif isinstance(item, Assistant):
-            messages.append(_assistant(item, pending_reasoning, replay, report))
+            messages.append(
+                _assistant(item, pending_reasoning, replay, report, options.profile.reasoning_field)
+            )
             pending_reasoning.clear()
         else:
             drop_reasoning("no assistant turn follows it before the next message")
@@ -225,6 +219,7 @@ def _assistant(
     reasoning: Sequence[tuple[int, Reasoning]],
     replay: bool,
     report: ReportCollector,
+    reasoning_field: str = "reasoning_content",
 ) -> JsonObject:
     # ``content: null`` with tool calls is what the official clients send.
     content = item.content if item.content or not (item.tool_calls or item.refusal) else None
@@ -250,7 +245,7 @@ def _assistant(
         if r.display_text:
             texts.append(r.display_text)
     if texts:
-        message["reasoning_content"] = "\n".join(texts)
+        message[reasoning_field] = "\n".join(texts)
     if item.refusal is not None:
         message["refusal"] = item.refusal
     if item.tool_calls:
@@ -314,8 +309,7 @@ def _render_sampling(
     if request.top_p is not None:
         data["top_p"] = request.top_p
     if request.max_output_tokens is not None:
-        legacy = options.provider in LEGACY_MAX_TOKENS_PROVIDERS
-        data["max_tokens" if legacy else "max_completion_tokens"] = request.max_output_tokens
+        data[options.profile.max_tokens_field] = request.max_output_tokens
     if request.reasoning_effort is not None:
         data["reasoning_effort"] = request.reasoning_effort.value
     if request.response_schema is not None:
@@ -336,7 +330,8 @@ def _render_sampling(
         )
     if options.stream:
         data["stream"] = True
-        data["stream_options"] = {"include_usage": True}
+        if options.profile.supports_stream_usage:
+            data["stream_options"] = {"include_usage": True}
 
 
 def _response_format(schema: ResponseSchema) -> JsonObject:

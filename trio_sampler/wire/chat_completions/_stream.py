@@ -427,8 +427,8 @@ class ChatCompletionsTransform(StreamTransform):
 
         ``total_tokens`` decides when it is sent (``prompt + completion + reasoning`` means
         outside, ``prompt + completion`` means inside, so OpenRouter-served Grok, already
-        normalized, is not counted twice); without it, the provider (``xai``) or a
-        ``grok*`` model name decides.
+        normalized, is not counted twice); without it, the provider profile
+        (``reasoning_tokens_outside_completion``) or a ``grok*`` model name decides.
         """
         total = usage.get("total_tokens")
         if type(total) is int:
@@ -436,7 +436,7 @@ class ChatCompletionsTransform(StreamTransform):
                 return True
             if total == prompt + completion:
                 return False
-        if self.provider is not None and self.provider.lower() == "xai":
+        if self.profile.reasoning_tokens_outside_completion:
             return True
         model = self.acc.model
         return model is not None and model.startswith("grok")

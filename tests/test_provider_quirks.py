@@ -1,0 +1,152 @@
+"""``ProviderProfile`` is the only home of provider quirks: one test per quirk, run for
+every profile (each asserts the behaviour its own declaration calls for), and no module
+but ``providers.py`` compares a provider's name."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import orjson
+import pytest
+
+import trio_sampler
+from trio_sampler import (
+    ApiBackend,
+    Assistant,
+    ConversationRequest,
+    ModelMetadata,
+    Reasoning,
+    System,
+    User,
+)
+from trio_sampler.providers import NO_PROVIDER, PROFILES, ProviderProfile
+from trio_sampler.wire import BuildOptions, build_request, new_transform, replay
+
+ALL = [None, *PROFILES]
+
+
+def profile(name: str | None) -> ProviderProfile:
+    return NO_PROVIDER if name is None else PROFILES[name]
+
+
+def chat_body(request: ConversationRequest, provider: str | None) -> dict[str, object]:
+    wire = build_request(ApiBackend.CHAT_COMPLETIONS, request, BuildOptions(provider=provider))
+    body: dict[str, object] = orjson.loads(wire.body)
+    return body
+
+
+@pytest.mark.parametrize("provider", ALL)
+def test_max_tokens_field(provider: str | None) -> None:
+    request = ConversationRequest(items=[User("hi")], model="m", max_output_tokens=77)
+    body = chat_body(request, provider)
+    field = profile(provider).max_tokens_field
+    other = {"max_tokens", "max_completion_tokens"} - {field}
+    assert body[field] == 77
+    assert not other & set(body)
+
+
+@pytest.mark.parametrize("provider", ALL)
+def test_stream_usage_option(provider: str | None) -> None:
+    body = chat_body(ConversationRequest(items=[User("hi")], model="m"), provider)
+    assert ("stream_options" in body) is profile(provider).supports_stream_usage
+
+
+@pytest.mark.parametrize("provider", ALL)
+def test_developer_role(provider: str | None) -> None:
+    request = ConversationRequest(items=[System("rules", developer=True), User("hi")], model="m")
+    messages = chat_body(request, provider)["messages"]
+    assert isinstance(messages, list)
+    expected = "developer" if profile(provider).developer_role else "system"
+    assert messages[0]["role"] == expected
+
+
+@pytest.mark.parametrize("provider", ALL)
+def test_reasoning_content_replay(provider: str | None) -> None:
+    request = ConversationRequest(
+        items=[User("hi"), Reasoning(text="because"), Assistant("ok"), User("again")], model="m"
+    )
+    messages = chat_body(request, provider)["messages"]
+    assert isinstance(messages, list)
+    assistant = messages[1]
+    quirks = profile(provider)
+    if quirks.reasoning_content_replay:
+        assert assistant[quirks.reasoning_field] == "because"
+    else:
+        assert "reasoning_content" not in assistant and "reasoning" not in assistant
+
+
+@pytest.mark.parametrize("provider", ALL)
+def test_reasoning_tokens_outside_completion(provider: str | None) -> None:
+    # No total_tokens: only the profile can say where the reasoning tokens are.
+    usage = {"prompt_tokens": 10, "completion_tokens": 5, "reasoning_tokens": 20}
+    chunk = {"id": "c", "model": "m", "choices": [], "usage": usage}
+    done = {
+        "id": "c",
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "stop"}],
+    }
+    body = (
+        b"data: "
+        + orjson.dumps(done)
+        + b"\n\ndata: "
+        + orjson.dumps(chunk)
+        + b"\n\ndata: [DONE]\n\n"
+    )
+    events = replay(ApiBackend.CHAT_COMPLETIONS, body, provider=provider)
+    response = events[-1].response  # type: ignore[union-attr]
+    assert response.usage is not None
+    outside = profile(provider).reasoning_tokens_outside_completion
+    assert response.usage.output_tokens == (25 if outside else 5)
+
+
+@pytest.mark.parametrize("provider", ALL)
+def test_model_limit_headers(provider: str | None) -> None:
+    quirks = profile(provider)
+    window = quirks.context_window_header or "x-grok-context-window"
+    cap = quirks.max_output_tokens_header or "x-grok-max-completion-tokens"
+    transform = new_transform(ApiBackend.RESPONSES, provider=provider)
+    events = transform.start({window: "131072", cap: "8192"})
+    metadata = [e for e in events if isinstance(e, ModelMetadata)]
+    assert [(m.context_window, m.max_completion_tokens) for m in metadata] == [(131072, 8192)]
+
+
+@pytest.mark.parametrize("provider", ALL)
+def test_telemetry_name(provider: str | None) -> None:
+    quirks = profile(provider)
+    assert quirks.telemetry_name == (quirks.otel_name or quirks.name)
+
+
+def test_an_unknown_provider_fails_at_construction_with_the_known_names() -> None:
+    with pytest.raises(ValueError, match=r"known providers: .*deepseek"):
+        BuildOptions(provider="not-a-provider")
+
+
+def test_the_generic_profile_agrees_with_what_the_builder_sends() -> None:
+    # It used to declare max_tokens while the builder sent max_completion_tokens.
+    request = ConversationRequest(items=[User("hi")], model="m", max_output_tokens=5)
+    body = chat_body(request, "openai_compatible")
+    assert body["max_tokens"] == 5 and "max_completion_tokens" not in body
+    assert "stream_options" not in body
+
+
+def _names_compared(tree: ast.AST) -> set[str]:
+    """String constants naming a profile in ``==`` / ``!=`` / ``in`` comparisons."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for operand in [node.left, *node.comparators]:
+                for sub in ast.walk(operand):
+                    if isinstance(sub, ast.Constant) and sub.value in PROFILES:
+                        names.add(sub.value)
+    return names
+
+
+def test_no_module_but_providers_compares_a_provider_name() -> None:
+    package = Path(trio_sampler.__file__).parent
+    offenders = {
+        str(path.relative_to(package)): found
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "providers.py" and (found := _names_compared(ast.parse(path.read_text())))
+    }
+    assert offenders == {}
