@@ -348,7 +348,7 @@ def test_mcp_servers_entries_messages_cannot_model_stay_unmodeled() -> None:
         (lambda: ProviderTool(ApiBackend.RESPONSES, {}), "JSON object"),
         (lambda: WebSearch(max_uses=0), "positive integer"),
         (lambda: WebFetch(max_content_tokens=-1), "positive integer"),
-        (lambda: WebFetch(allowed_domains="example.com"), "write \\['example.com'\\]"),  # type: ignore[arg-type]
+        (lambda: WebFetch(allowed_domains="example.com"), "write \\['example.com'\\]"),
         (lambda: CodeExecution(version="2025-08-25"), "date suffix"),
     ],
 )
