@@ -355,3 +355,10 @@ def test_mcp_servers_entries_messages_cannot_model_stay_unmodeled() -> None:
 def test_bad_arguments_fail_at_construction(make: Any, message: str) -> None:
     with pytest.raises((ValueError, TypeError), match=message):
         make()
+
+
+def test_hosted_tools_takes_only_the_family() -> None:
+    with pytest.raises(TypeError, match="a local function tool is a ToolSpec in tools"):
+        ConversationRequest(items=[User("hi")], hosted_tools=[ToolSpec("f")])
+    with pytest.raises(TypeError, match="ProviderTool"):
+        ConversationRequest(items=[User("hi")], hosted_tools=[{"type": "web_search"}])

@@ -471,6 +471,19 @@ class ResponseSchema:
     description: str | None = None
 
 
+_HOSTED_CLASSES = (WebSearch, WebFetch, CodeExecution, FileSearch, MCPServer, ProviderTool)
+
+
+def _hosted_tools(_instance: Any, _attribute: Any, value: tuple[Any, ...]) -> None:
+    for tool in value:
+        if not isinstance(tool, _HOSTED_CLASSES):
+            names = ", ".join(c.__name__ for c in _HOSTED_CLASSES)
+            raise TypeError(
+                f"hosted_tools takes {names}; got {tool!r} (a local function tool is a "
+                "ToolSpec in tools; any other provider tool is ProviderTool(backend, {...}))"
+            )
+
+
 @attrs.frozen
 class ConversationRequest:
     """One sampling call, said in neutral terms.
@@ -482,7 +495,9 @@ class ConversationRequest:
 
     items: tuple[ConversationItem, ...] = attrs.field(converter=_tuple)
     tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=_tuple)
-    hosted_tools: tuple[HostedTool, ...] = attrs.field(default=(), converter=_tuple)
+    hosted_tools: tuple[HostedTool, ...] = attrs.field(
+        default=(), converter=_tuple, validator=_hosted_tools
+    )
     tool_choice: ToolChoiceSpec | None = None
     parallel_tool_calls: bool | None = None
     model: str | None = None
