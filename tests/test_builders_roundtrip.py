@@ -111,3 +111,53 @@ def test_request_round_trip(path: Path) -> None:
 def test_fixtures_are_present() -> None:
     assert len(CASES) >= 40
     assert {p.parent.name for p in CASES} == set(MODULES)
+
+
+#: The conversation and its tools: what must survive without any help from extra_body.
+CONVERSATION_AND_TOOLS = (
+    "messages",
+    "input",
+    "system",
+    "instructions",
+    "tools",
+    "mcp_servers",
+    "tool_choice",
+    "parallel_tool_calls",
+)
+
+
+def _leaves(value: Any, path: tuple[Any, ...]) -> set[tuple[tuple[Any, ...], Any]]:
+    """Every scalar in ``value`` with the path of keys and indices that leads to it."""
+    if isinstance(value, dict):
+        return {leaf for k, v in value.items() for leaf in _leaves(v, (*path, k))}
+    if isinstance(value, list):
+        return {leaf for i, v in enumerate(value) for leaf in _leaves(v, (*path, i))}
+    return {(path, value)}
+
+
+def _conversation_and_tool_leaves(body: dict[str, Any]) -> set[tuple[tuple[Any, ...], Any]]:
+    return {
+        leaf for key in CONVERSATION_AND_TOOLS if key in body for leaf in _leaves(body[key], (key,))
+    }
+
+
+@pytest.mark.parametrize("path", CASES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_request_keeps_its_conversation_and_tools(path: Path) -> None:
+    """The neutral model alone carries every message and every tool of a real body.
+
+    Only fields outside the conversation and its tools may go through ``extra_body``;
+    every leaf of the conversation, the tools (hosted and provider tools included) and
+    the tool controls must come back from ``parse_request`` → ``build_request``.
+    """
+    backend = path.parent.name
+    module = MODULES[backend]
+    original = orjson.loads(path.read_bytes())
+    unmodeled = module.unmodeled_request_fields(original)
+    assert not set(unmodeled) & set(CONVERSATION_AND_TOOLS)
+    options = BuildOptions(
+        stream=bool(original.get("stream")), cache_breakpoints=False, extra_body=unmodeled
+    )
+    rebuilt = module.build_request(module.parse_request(original), options)
+    wanted = _conversation_and_tool_leaves(normalize(backend, original))
+    got = _conversation_and_tool_leaves(normalize(backend, orjson.loads(rebuilt.body)))
+    assert wanted - got == set()

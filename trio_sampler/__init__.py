@@ -43,18 +43,22 @@ from .types import BackendToolCallCompleted as BackendToolCallCompleted
 from .types import BackendToolCallStarted as BackendToolCallStarted
 from .types import Cancelled as Cancelled
 from .types import ChannelToken as ChannelToken
+from .types import CodeExecution as CodeExecution
 from .types import Completed as Completed
 from .types import ContentPart as ContentPart
 from .types import ConversationItem as ConversationItem
 from .types import ConversationRequest as ConversationRequest
 from .types import ConversationResponse as ConversationResponse
 from .types import Failed as Failed
+from .types import FileSearch as FileSearch
 from .types import FirstToken as FirstToken
 from .types import HostedTool as HostedTool
 from .types import ImagePart as ImagePart
 from .types import ImagesStripped as ImagesStripped
+from .types import MCPServer as MCPServer
 from .types import ModelMetadata as ModelMetadata
 from .types import NamedToolChoice as NamedToolChoice
+from .types import ProviderTool as ProviderTool
 from .types import Reasoning as Reasoning
 from .types import ReasoningCompleted as ReasoningCompleted
 from .types import ReasoningEffort as ReasoningEffort
@@ -82,6 +86,7 @@ from .types import ToolResult as ToolResult
 from .types import ToolSpec as ToolSpec
 from .types import Usage as Usage
 from .types import User as User
+from .types import WebFetch as WebFetch
 from .types import WebSearch as WebSearch
 from .wire import collect as collect
 from .wire import replay as replay
@@ -104,6 +109,7 @@ __all__ = [
     "BackendToolCallStarted",
     "Cancelled",
     "ChannelToken",
+    "CodeExecution",
     "Completed",
     "ContentPart",
     "ConversationItem",
@@ -112,14 +118,17 @@ __all__ = [
     "DoomLoopPolicy",
     "DuplicateRequestError",
     "Failed",
+    "FileSearch",
     "FirstToken",
     "HostedTool",
     "ImagePart",
     "ImagesStripped",
+    "MCPServer",
     "ModelCatalog",
     "ModelMetadata",
     "NamedToolChoice",
     "ProviderProfile",
+    "ProviderTool",
     "Reasoning",
     "ReasoningCompleted",
     "ReasoningEffort",
@@ -163,6 +172,7 @@ __all__ = [
     "TurnResponse",
     "Usage",
     "User",
+    "WebFetch",
     "WebSearch",
     "builtin_tools",
     "collect",

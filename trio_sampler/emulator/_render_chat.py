@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import orjson
+
 from ._reply import Reply, ReplyUsage, RequestView, chunk_text
 from ._sse import argument_chunks, data_frame
 from ._validate import ApiError
@@ -74,6 +76,28 @@ def chat_usage(usage: ReplyUsage) -> dict[str, Any]:
     }
 
 
+def _executed_search(reply: Reply) -> list[dict[str, Any]]:
+    """A hosted web search the way Groq's compound models stream it: ``executed_tools``
+    first with the arguments and no results, then again with the output and the results
+    (Chat Completions has no other hosted-tool shape; the other tools are not sent)."""
+    assert reply.hosted is not None
+    query = reply.hosted.query
+    started = {
+        "index": 0,
+        "type": "search",
+        "arguments": orjson.dumps({"query": query}).decode(),
+        "search_results": {"results": []},
+    }
+    result = {
+        "title": f"Emulated result for {query}",
+        "url": "https://example.com/emulated-search-result",
+        "content": f"Emulated page content about {query}.",
+        "score": 0.97,
+    }
+    output = f"Title: {result['title']}\nURL: {result['url']}\nContent: {result['content']}"
+    return [started, {**started, "output": output, "search_results": {"results": [result]}}]
+
+
 class ChatRenderer:
     """The Chat Completions renderer."""
 
@@ -101,6 +125,8 @@ class ChatRenderer:
 
         content: str | None = "" if reply.text or reply.reasoning or not reply.tool_calls else None
         frames = [chunk({"role": "assistant", "content": content, "refusal": None})]
+        if reply.hosted is not None and reply.hosted.name == "web_search":
+            frames += [chunk({"executed_tools": [tool]}) for tool in _executed_search(reply)]
         frames += [
             chunk({"reasoning_content": piece})
             for piece in chunk_text(reply.reasoning, reply.chunk_chars)
@@ -133,6 +159,8 @@ class ChatRenderer:
         }
         if reply.reasoning:
             message["reasoning_content"] = reply.reasoning
+        if reply.hosted is not None and reply.hosted.name == "web_search":
+            message["executed_tools"] = _executed_search(reply)[-1:]
         if reply.tool_calls:
             message["tool_calls"] = [
                 {

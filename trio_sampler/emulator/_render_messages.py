@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from ._reply import Reply, RequestView, chunk_text
+from ._script import HostedToolScript
 from ._sse import argument_chunks, event_frame
 from ._validate import ApiError
 
@@ -64,7 +65,7 @@ def _usage(reply: Reply, *, final: bool) -> dict[str, Any]:
         }
     fields["output_tokens"] = usage.output_tokens if final else min(1, usage.output_tokens)
     if reply.hosted is not None:
-        fields["server_tool_use"] = {"web_search_requests": 1}
+        fields["server_tool_use"] = _server_tool_use(reply.hosted)
     if not final:
         fields["service_tier"] = "standard"
     return fields
@@ -87,29 +88,7 @@ def _blocks(reply: Reply) -> list[tuple[dict[str, Any], dict[str, Any], list[dic
         final = {"type": "thinking", "thinking": reply.reasoning, "signature": signature}
         blocks.append(({"type": "thinking", "thinking": "", "signature": ""}, final, deltas))
     if reply.hosted is not None:
-        tool_id = "srvtoolu_01" + seed[:22]
-        query = {"query": reply.hosted.query}
-        start = {"type": "server_tool_use", "id": tool_id, "name": "web_search", "input": {}}
-        deltas = [{"type": "input_json_delta", "partial_json": ""}]
-        deltas += [
-            {"type": "input_json_delta", "partial_json": piece}
-            for piece in argument_chunks(_json(query), reply.chunk_chars)
-        ]
-        blocks.append((start, {**start, "input": query}, deltas))
-        result = {
-            "type": "web_search_tool_result",
-            "tool_use_id": tool_id,
-            "content": [
-                {
-                    "type": "web_search_result",
-                    "title": f"Emulated result for {reply.hosted.query}",
-                    "url": "https://example.com/emulated-search-result",
-                    "encrypted_content": "EqgfCioIARgBIiQ" + seed[:24],
-                    "page_age": None,
-                }
-            ],
-        }
-        blocks.append((result, result, []))
+        blocks += _hosted_blocks(reply.hosted, seed, reply.chunk_chars)
     if reply.text:
         deltas = [
             {"type": "text_delta", "text": piece}
@@ -130,6 +109,104 @@ def _blocks(reply: Reply) -> list[tuple[dict[str, Any], dict[str, Any], list[dic
         ]
         blocks.append((start, {**start, "input": _loads(call.arguments)}, deltas))
     return blocks
+
+
+_Block = tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]
+
+
+def _server_tool_use(script: HostedToolScript) -> dict[str, int]:
+    """``usage.server_tool_use``: the counts real streams carry (MCP and code execution
+    are not counted there)."""
+    return {
+        "web_search_requests": int(script.name == "web_search"),
+        "web_fetch_requests": int(script.name == "web_fetch"),
+    }
+
+
+def _tool_use(start: dict[str, Any], arguments: Any, chunk_chars: int | None) -> _Block:
+    """A tool-use block that streams its input as ``input_json_delta`` s, ``""`` first."""
+    deltas = [{"type": "input_json_delta", "partial_json": ""}]
+    deltas += [
+        {"type": "input_json_delta", "partial_json": piece}
+        for piece in argument_chunks(_json(arguments), chunk_chars)
+    ]
+    return start, {**start, "input": arguments}, deltas
+
+
+def _hosted_blocks(script: HostedToolScript, seed: str, chunk_chars: int | None) -> list[_Block]:
+    """The scripted hosted tool as real Messages streams send it: its call block, then its
+    result block complete in ``content_block_start``. File search has no Messages form."""
+    tool_id = "srvtoolu_01" + seed[:22]
+    result: dict[str, Any]
+    if script.name == "web_search":
+        call = {"type": "server_tool_use", "id": tool_id, "name": "web_search", "input": {}}
+        arguments: Any = {"query": script.query}
+        result = {
+            "type": "web_search_tool_result",
+            "tool_use_id": tool_id,
+            "content": [
+                {
+                    "type": "web_search_result",
+                    "title": f"Emulated result for {script.query}",
+                    "url": "https://example.com/emulated-search-result",
+                    "encrypted_content": "EqgfCioIARgBIiQ" + seed[:24],
+                    "page_age": None,
+                }
+            ],
+        }
+    elif script.name == "web_fetch":
+        call = {"type": "server_tool_use", "id": tool_id, "name": "web_fetch", "input": {}}
+        arguments = {"url": script.url}
+        page = {"type": "text", "media_type": "text/plain", "data": f"Emulated page {script.url}"}
+        result = {
+            "type": "web_fetch_tool_result",
+            "tool_use_id": tool_id,
+            "content": {
+                "type": "web_fetch_result",
+                "url": script.url,
+                "retrieved_at": "2026-01-01T00:00:00.000000+00:00",
+                "content": {"type": "document", "source": page, "title": "Emulated page"},
+            },
+        }
+    elif script.name == "code_execution":
+        call = {
+            "type": "server_tool_use",
+            "id": tool_id,
+            "name": "bash_code_execution",
+            "input": {},
+        }
+        arguments = {"command": script.code}
+        result = {
+            "type": "bash_code_execution_tool_result",
+            "tool_use_id": tool_id,
+            "content": {
+                "type": "bash_code_execution_result",
+                "stdout": "2\n",
+                "stderr": "",
+                "return_code": 0,
+                "content": [],
+            },
+        }
+    elif script.name == "mcp":
+        tool_id = "mcptoolu_01" + seed[:22]
+        call = {
+            "type": "mcp_tool_use",
+            "id": tool_id,
+            "name": script.tool,
+            "input": {},
+            "server_name": script.server,
+        }
+        arguments = dict(script.arguments)
+        text = f"Emulated result of {script.tool} on {script.server}."
+        result = {
+            "type": "mcp_tool_result",
+            "tool_use_id": tool_id,
+            "is_error": False,
+            "content": [{"type": "text", "text": text}],
+        }
+    else:
+        return []
+    return [_tool_use(call, arguments, chunk_chars), (result, result, [])]
 
 
 def _json(value: Any) -> str:
@@ -181,7 +258,13 @@ class MessagesRenderer:
             frames.append(
                 event_frame("content_block_stop", {"type": "content_block_stop", "index": index})
             )
-        delta = {"stop_reason": _STOP[reply.stop], "stop_sequence": None}
+        delta: dict[str, Any] = {"stop_reason": _STOP[reply.stop], "stop_sequence": None}
+        if reply.hosted is not None and reply.hosted.name == "code_execution":
+            # Code execution runs in a container; the stream names it here (real captures).
+            delta["container"] = {
+                "id": "container_011C" + reply.id_seed[:20],
+                "expires_at": "2026-01-01T01:00:00.000000Z",
+            }
         frames.append(
             event_frame(
                 "message_delta",

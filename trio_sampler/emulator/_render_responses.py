@@ -14,12 +14,20 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import orjson
+
 from ._render_chat import openai_error_body
 from ._reply import Reply, RequestView, chunk_text
+from ._script import HostedToolScript
 from ._sse import argument_chunks, event_frame
 from ._validate import ApiError
 
 __all__ = ["ResponsesRenderer"]
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
 
 _RESPONSE_DEFAULTS: dict[str, Any] = {
     "background": False,
@@ -69,7 +77,8 @@ class _Builder:
         self.output: list[dict[str, Any]] = []
         seed = reply.id_seed
         self.response_id = "resp_" + seed[:48]
-        self.ids = {kind: f"{kind}_{seed[8:56]}" for kind in ("msg", "rs", "fc", "ws")}
+        kinds = ("msg", "rs", "fc", "ws", "fs", "ci", "mcpl", "mcp", "cntr")
+        self.ids = {kind: f"{kind}_{seed[8:56]}" for kind in kinds}
         self.created_at = int(time.time())
 
     def add(self, kind: str, **fields: Any) -> None:
@@ -123,6 +132,99 @@ class _Builder:
         done = {**opening, "summary": [part]}
         if self.view.include_encrypted:
             done["encrypted_content"] = "gAAAAAB-emulated-" + reply.id_seed[32:64]
+        self.item({**opening, "_done": done}, events)
+
+    def hosted(self, script: HostedToolScript) -> None:
+        """The scripted hosted tool's output items, in the shapes of real captures;
+        ``web_fetch`` has none on Responses and adds nothing."""
+        if script.name == "web_search":
+            self.web_search(script.query)
+        elif script.name == "file_search":
+            self.file_search(script.query)
+        elif script.name == "code_execution":
+            self.code_interpreter(script.code)
+        elif script.name == "mcp":
+            self.mcp(script.server, script.tool, _json(script.arguments))
+
+    def file_search(self, query: str) -> None:
+        item_id = self.ids["fs"]
+        opening: dict[str, Any] = {
+            "id": item_id,
+            "type": "file_search_call",
+            "status": "in_progress",
+            "queries": [],
+            "results": None,
+        }
+        events = [
+            (f"response.file_search_call.{step}", {"item_id": item_id})
+            for step in ("in_progress", "searching", "completed")
+        ]
+        done = {**opening, "status": "completed", "queries": [query]}
+        self.item({**opening, "_done": done}, events)
+
+    def code_interpreter(self, code: str) -> None:
+        item_id = self.ids["ci"]
+        opening: dict[str, Any] = {
+            "id": item_id,
+            "type": "code_interpreter_call",
+            "status": "in_progress",
+            "code": "",
+            "container_id": self.ids["cntr"],
+            "outputs": None,
+        }
+        events: list[tuple[str, dict[str, Any]]] = [
+            ("response.code_interpreter_call.in_progress", {"item_id": item_id})
+        ]
+        events += [
+            ("response.code_interpreter_call_code.delta", {"item_id": item_id, "delta": piece})
+            for piece in argument_chunks(code, self.reply.chunk_chars)
+        ]
+        events += [
+            ("response.code_interpreter_call_code.done", {"item_id": item_id, "code": code}),
+            ("response.code_interpreter_call.interpreting", {"item_id": item_id}),
+            ("response.code_interpreter_call.completed", {"item_id": item_id}),
+        ]
+        done = {**opening, "status": "completed", "code": code}
+        self.item({**opening, "_done": done}, events)
+
+    def mcp(self, server: str, tool: str, arguments: str) -> None:
+        listing = {"id": self.ids["mcpl"], "type": "mcp_list_tools", "server_label": server}
+        offered = {
+            "annotations": {"read_only": False},
+            "description": "An emulated MCP tool.",
+            "input_schema": {"type": "object", "properties": {}},
+            "name": tool,
+        }
+        steps = [
+            (f"response.mcp_list_tools.{step}", {"item_id": self.ids["mcpl"]})
+            for step in ("in_progress", "completed")
+        ]
+        self.item({**listing, "tools": [], "_done": {**listing, "tools": [offered]}}, steps)
+        item_id = self.ids["mcp"]
+        opening: dict[str, Any] = {
+            "id": item_id,
+            "type": "mcp_call",
+            "status": "in_progress",
+            "approval_request_id": None,
+            "arguments": "",
+            "error": None,
+            "name": tool,
+            "output": None,
+            "server_label": server,
+        }
+        events: list[tuple[str, dict[str, Any]]] = [
+            ("response.mcp_call.in_progress", {"item_id": item_id})
+        ]
+        events += [
+            ("response.mcp_call_arguments.delta", {"item_id": item_id, "delta": piece})
+            for piece in argument_chunks(arguments, self.reply.chunk_chars)
+        ]
+        events += [
+            ("response.mcp_call_arguments.done", {"item_id": item_id, "arguments": arguments}),
+            ("response.mcp_call.completed", {"item_id": item_id}),
+        ]
+        output = f"Emulated result of {tool} on {server}."
+        done = {**opening, "status": "completed", "arguments": arguments, "output": output}
         self.item({**opening, "_done": done}, events)
 
     def web_search(self, query: str) -> None:
@@ -191,7 +293,7 @@ class _Builder:
         if reply.reasoning:
             self.reasoning()
         if reply.hosted is not None:
-            self.web_search(reply.hosted.query)
+            self.hosted(reply.hosted)
         incomplete = reply.stop in ("length", "content_filter")
         if reply.text or (incomplete and not (self.output or reply.tool_calls)):
             self.message("incomplete" if incomplete else "completed")

@@ -16,6 +16,7 @@ import attrs
 import orjson
 
 __all__ = [
+    "HOSTED_TOOL_INPUTS",
     "STOP_VALUES",
     "USAGE_KEYS",
     "DropFault",
@@ -69,10 +70,33 @@ class AfterToolResult:
 
 @attrs.frozen
 class HostedToolScript:
-    """A server-side (hosted) tool the reply runs before its text."""
+    """A server-side (hosted) tool the reply runs before its text.
+
+    ``name`` is one of :data:`HOSTED_TOOL_INPUTS`; the other fields are its input (unused
+    ones keep their defaults).
+    """
 
     name: str
-    query: str
+    #: ``web_search``, ``file_search``: what is searched for.
+    query: str = ""
+    #: ``web_fetch``: the page fetched.
+    url: str = "https://example.com/"
+    #: ``code_execution``: the program run.
+    code: str = "print(1 + 1)"
+    #: ``mcp``: the server label, the tool called and its arguments.
+    server: str = "emulated"
+    tool: str = "lookup"
+    arguments: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+#: Each scriptable hosted tool and the input keys it takes (with their JSON types).
+HOSTED_TOOL_INPUTS: Mapping[str, Mapping[str, type]] = {
+    "web_search": {"query": str},
+    "web_fetch": {"url": str},
+    "code_execution": {"code": str},
+    "file_search": {"query": str},
+    "mcp": {"server": str, "tool": str, "arguments": dict},
+}
 
 
 @attrs.frozen
@@ -326,14 +350,25 @@ def _tool_calls(value: Any) -> tuple[ScriptToolCall, ...] | None:
 def _hosted_tool(value: Any) -> HostedToolScript | None:
     if value is None:
         return None
-    if not isinstance(value, dict) or set(value) - {"name", "query"}:
-        raise ScriptError("x-emulator-script: hosted_tool must be {'name': ..., 'query': ...}")
-    if value.get("name") != "web_search":
-        raise ScriptError("x-emulator-script: hosted_tool.name must be 'web_search'")
-    query = value.get("query", "")
-    if not isinstance(query, str):
-        raise ScriptError("x-emulator-script: hosted_tool.query must be a string")
-    return HostedToolScript("web_search", query)
+    names = ", ".join(HOSTED_TOOL_INPUTS)
+    if not isinstance(value, dict) or value.get("name") not in HOSTED_TOOL_INPUTS:
+        raise ScriptError(
+            f"x-emulator-script: hosted_tool must be an object whose name is one of {names}"
+        )
+    name = value["name"]
+    inputs = HOSTED_TOOL_INPUTS[name]
+    extra = set(value) - {"name", *inputs}
+    if extra:
+        raise ScriptError(
+            f"x-emulator-script: hosted_tool {name!r} takes {', '.join(inputs)}; "
+            f"remove {', '.join(sorted(extra))}"
+        )
+    for key, kind in inputs.items():
+        if key in value and not isinstance(value[key], kind):
+            what = "an object" if kind is dict else "a string"
+            raise ScriptError(f"x-emulator-script: hosted_tool.{key} must be {what}")
+    fields = {k: v for k, v in value.items() if k != "name"}
+    return HostedToolScript(name, **fields)
 
 
 def _usage(value: Any) -> dict[str, int]:

@@ -206,6 +206,8 @@ def _chat_tools(tools: Any) -> tuple[ToolOffer, ...]:
         raise ApiError("Invalid type for 'tools': expected an array.", param="tools")
     offers = []
     for index, tool in enumerate(tools):
+        if isinstance(tool, Mapping) and tool.get("type", "function") != "function":
+            continue  # a server's own tool (openrouter:web_search, ...): accepted, not offered
         function = tool.get("function") if isinstance(tool, Mapping) else None
         if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
             raise ApiError(

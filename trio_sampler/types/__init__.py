@@ -4,13 +4,17 @@ from ._conversation import IMAGE_STRIP_PLACEHOLDER as IMAGE_STRIP_PLACEHOLDER
 from ._conversation import ApiBackend as ApiBackend
 from ._conversation import Assistant as Assistant
 from ._conversation import BackendToolCall as BackendToolCall
+from ._conversation import CodeExecution as CodeExecution
 from ._conversation import ContentPart as ContentPart
 from ._conversation import ConversationItem as ConversationItem
 from ._conversation import ConversationRequest as ConversationRequest
 from ._conversation import ConversationResponse as ConversationResponse
+from ._conversation import FileSearch as FileSearch
 from ._conversation import HostedTool as HostedTool
 from ._conversation import ImagePart as ImagePart
+from ._conversation import MCPServer as MCPServer
 from ._conversation import NamedToolChoice as NamedToolChoice
+from ._conversation import ProviderTool as ProviderTool
 from ._conversation import Reasoning as Reasoning
 from ._conversation import ReasoningEffort as ReasoningEffort
 from ._conversation import ResponseSchema as ResponseSchema
@@ -25,6 +29,7 @@ from ._conversation import ToolResult as ToolResult
 from ._conversation import ToolSpec as ToolSpec
 from ._conversation import Usage as Usage
 from ._conversation import User as User
+from ._conversation import WebFetch as WebFetch
 from ._conversation import WebSearch as WebSearch
 from ._events import AttemptRecord as AttemptRecord
 from ._events import BackendToolCallCompleted as BackendToolCallCompleted
@@ -61,18 +66,22 @@ __all__ = [
     "BackendToolCallStarted",
     "Cancelled",
     "ChannelToken",
+    "CodeExecution",
     "Completed",
     "ContentPart",
     "ConversationItem",
     "ConversationRequest",
     "ConversationResponse",
     "Failed",
+    "FileSearch",
     "FirstToken",
     "HostedTool",
     "ImagePart",
     "ImagesStripped",
+    "MCPServer",
     "ModelMetadata",
     "NamedToolChoice",
+    "ProviderTool",
     "Reasoning",
     "ReasoningCompleted",
     "ReasoningEffort",
@@ -100,6 +109,7 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "User",
+    "WebFetch",
     "WebSearch",
     "to_jsonable",
 ]

@@ -18,13 +18,17 @@ __all__ = [
     "ApiBackend",
     "Assistant",
     "BackendToolCall",
+    "CodeExecution",
     "ContentPart",
     "ConversationItem",
     "ConversationRequest",
     "ConversationResponse",
+    "FileSearch",
     "HostedTool",
     "ImagePart",
+    "MCPServer",
     "NamedToolChoice",
+    "ProviderTool",
     "Reasoning",
     "ReasoningEffort",
     "ResponseSchema",
@@ -39,6 +43,7 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "User",
+    "WebFetch",
     "WebSearch",
 ]
 
@@ -297,19 +302,148 @@ class ToolSpec:
     )
     #: Ask for strict schema adherence where the backend supports it (``None``: backend default).
     strict: bool | None = None
+    #: Send the definition only when a tool search finds it (Anthropic and OpenAI tool
+    #: search, ``defer_loading``); backends without tool search get the tool itself.
+    defer_loading: bool = False
+
+
+def _strings(value: Sequence[str] | None) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise TypeError(
+            f"expected a sequence of strings, got the string {value!r}; write [{value!r}]"
+        )
+    return () if value is None else tuple(value)
+
+
+def _optional_strings(value: Sequence[str] | None) -> tuple[str, ...] | None:
+    return None if value is None else _strings(value)
+
+
+def _positive(name: str) -> Any:
+    def check(_instance: Any, _attribute: Any, value: int | None) -> None:
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+
+    return check
+
+
+def _version(_instance: Any, _attribute: Any, value: str | None) -> None:
+    if value is not None and not (value.isdigit() and len(value) == 8):
+        raise ValueError(
+            f"version must be the date suffix of the provider's tool type, such as "
+            f"'20250910', or None for the newest this library knows; got {value!r}"
+        )
 
 
 @attrs.frozen
 class WebSearch:
-    """The server-hosted web search tool."""
+    """Server-hosted web search (OpenAI Responses ``web_search``, Anthropic
+    ``web_search_*``). Chat Completions has no hosted tools."""
 
-    max_uses: int | None = None
-    allowed_domains: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+    max_uses: int | None = attrs.field(default=None, validator=_positive("max_uses"))
+    allowed_domains: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     #: ``"low" | "medium" | "high"`` on OpenAI.
     search_context_size: str | None = None
+    #: Anthropic tool version (the date in ``web_search_20250305``); ``None``: the default.
+    version: str | None = attrs.field(default=None, validator=_version)
 
 
-HostedTool: TypeAlias = WebSearch
+@attrs.frozen
+class WebFetch:
+    """Server-hosted fetching of whole pages by URL (Anthropic ``web_fetch_*``)."""
+
+    max_uses: int | None = attrs.field(default=None, validator=_positive("max_uses"))
+    allowed_domains: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    blocked_domains: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    #: Ask for citations of the fetched pages (``citations: {"enabled": ...}``).
+    citations: bool | None = None
+    #: A cap on the tokens of fetched content put in the context.
+    max_content_tokens: int | None = attrs.field(
+        default=None, validator=_positive("max_content_tokens")
+    )
+    #: Anthropic tool version (the date in ``web_fetch_20250910``); ``None``: the default.
+    version: str | None = attrs.field(default=None, validator=_version)
+
+
+@attrs.frozen
+class CodeExecution:
+    """Server-hosted code execution in a sandbox (OpenAI Responses ``code_interpreter``,
+    Anthropic ``code_execution_*``)."""
+
+    #: Responses: the id of an existing container (``None``: an automatic one).
+    container: str | None = None
+    #: Responses: files to put in the automatic container.
+    file_ids: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    #: Anthropic tool version (the date in ``code_execution_20250825``); ``None``: the default.
+    version: str | None = attrs.field(default=None, validator=_version)
+
+
+@attrs.frozen
+class FileSearch:
+    """Server-hosted search over uploaded files (OpenAI Responses ``file_search``)."""
+
+    vector_store_ids: tuple[str, ...] = attrs.field(converter=_strings)
+    max_num_results: int | None = attrs.field(default=None, validator=_positive("max_num_results"))
+
+    def __attrs_post_init__(self) -> None:
+        if not self.vector_store_ids:
+            raise ValueError("FileSearch needs a vector store id: FileSearch(['vs_...'])")
+
+
+@attrs.frozen
+class MCPServer:
+    """A remote MCP server whose tools the provider calls itself (OpenAI Responses ``mcp``
+    tool, Anthropic ``mcp_servers``). The calls come back as :class:`BackendToolCall` s."""
+
+    #: The server's label (Responses ``server_label``, Anthropic ``name``).
+    name: str
+    url: str
+    #: Only these of the server's tools (``None``: all of them).
+    allowed_tools: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_strings)
+    #: Sent to the MCP server as its bearer token; never shown in ``repr``.
+    authorization: str | None = attrs.field(default=None, repr=False)
+    #: Responses ``require_approval`` (``"never"`` or ``"always"``; ``None``: the provider's
+    #: default). This runtime does not answer approval requests: use ``"never"``.
+    require_approval: str | None = None
+    #: Responses ``server_description``.
+    description: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("MCPServer needs a name (its label), e.g. MCPServer('deepwiki', url)")
+        if not self.url.startswith(("https://", "http://")):
+            raise ValueError(f"MCPServer url must be an http(s) URL, got {self.url!r}")
+
+
+@attrs.frozen
+class ProviderTool:
+    """A provider tool this library does not model, sent verbatim to one backend.
+
+    ``tool`` is the raw JSON object as that backend's ``tools`` array takes it (e.g.
+    ``{"type": "image_generation"}`` on Responses, ``{"type": "tool_search_tool_bm25_20251119",
+    "name": "tool_search_tool_bm25"}`` on Messages). Other backends drop it and say so in
+    the conversion report. ``parse_request`` keeps every tool it cannot model this way.
+    """
+
+    backend: ApiBackend
+    tool: Mapping[str, Any]
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.backend, ApiBackend):
+            raise TypeError(
+                "ProviderTool.backend must be an ApiBackend, e.g. ApiBackend.RESPONSES; "
+                f"got {self.backend!r}"
+            )
+        if not isinstance(self.tool, Mapping) or not self.tool:
+            raise ValueError(
+                "ProviderTool.tool must be the tool's JSON object, e.g. {'type': 'mcp', ...}"
+            )
+
+
+#: Every tool the server runs itself, plus the verbatim passthrough.
+HostedTool: TypeAlias = WebSearch | WebFetch | CodeExecution | FileSearch | MCPServer | ProviderTool
 
 
 class ToolChoice(enum.Enum):
@@ -340,6 +474,19 @@ class ResponseSchema:
     description: str | None = None
 
 
+_HOSTED_CLASSES = (WebSearch, WebFetch, CodeExecution, FileSearch, MCPServer, ProviderTool)
+
+
+def _hosted_tools(_instance: Any, _attribute: Any, value: tuple[Any, ...]) -> None:
+    for tool in value:
+        if not isinstance(tool, _HOSTED_CLASSES):
+            names = ", ".join(c.__name__ for c in _HOSTED_CLASSES)
+            raise TypeError(
+                f"hosted_tools takes {names}; got {tool!r} (a local function tool is a "
+                "ToolSpec in tools; any other provider tool is ProviderTool(backend, {...}))"
+            )
+
+
 @attrs.frozen
 class ConversationRequest:
     """One sampling call, said in neutral terms.
@@ -351,7 +498,9 @@ class ConversationRequest:
 
     items: tuple[ConversationItem, ...] = attrs.field(converter=_tuple)
     tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=_tuple)
-    hosted_tools: tuple[HostedTool, ...] = attrs.field(default=(), converter=_tuple)
+    hosted_tools: tuple[HostedTool, ...] = attrs.field(
+        default=(), converter=_tuple, validator=_hosted_tools
+    )
     tool_choice: ToolChoiceSpec | None = None
     parallel_tool_calls: bool | None = None
     model: str | None = None

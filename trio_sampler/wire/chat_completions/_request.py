@@ -17,8 +17,10 @@ from ...types._conversation import (
     ContentPart,
     ConversationItem,
     ConversationRequest,
+    HostedTool,
     ImagePart,
     NamedToolChoice,
+    ProviderTool,
     Reasoning,
     ResponseSchema,
     System,
@@ -30,6 +32,7 @@ from ...types._conversation import (
     ToolSpec,
     User,
 )
+from .._hosted import drop, passthrough
 from .._render import (
     JsonObject,
     ReportCollector,
@@ -264,14 +267,18 @@ def _tool_call(call: ToolCall) -> JsonObject:
 
 
 def _render_tools(data: JsonObject, request: ConversationRequest, report: ReportCollector) -> None:
-    tools = [_function_tool(spec) for spec in request.tools]
+    tools = [_function_tool(spec, report) for spec in request.tools]
     for hosted in request.hosted_tools:
-        report.note(
-            None,
-            f"hosted tool {type(hosted).__name__}",
-            ConversionAction.DROPPED,
-            "Chat Completions has no hosted tools",
-        )
+        if isinstance(hosted, ProviderTool):
+            if (wire := passthrough(hosted, BACKEND, report)) is not None:
+                tools.append(wire)
+        else:
+            drop(
+                report,
+                hosted,
+                "Chat Completions has no hosted tools (a server's own, such as OpenRouter's "
+                "openrouter:web_search, goes in a ProviderTool)",
+            )
     if tools:
         data["tools"] = tools
     if not gate_tool_controls(request, bool(tools), report):
@@ -282,7 +289,14 @@ def _render_tools(data: JsonObject, request: ConversationRequest, report: Report
         data["parallel_tool_calls"] = request.parallel_tool_calls
 
 
-def _function_tool(spec: ToolSpec) -> JsonObject:
+def _function_tool(spec: ToolSpec, report: ReportCollector) -> JsonObject:
+    if spec.defer_loading:
+        report.note(
+            None,
+            f"tool {spec.name!r} defer_loading",
+            ConversionAction.DROPPED,
+            "Chat Completions has no tool search; the tool is sent whole",
+        )
     function: JsonObject = {"name": spec.name}
     if spec.description is not None:
         function["description"] = spec.description
@@ -363,7 +377,7 @@ def parse_request(body: bytes | Mapping[str, Any]) -> ConversationRequest:
     items: list[ConversationItem] = []
     for n, raw in enumerate(as_list(data["messages"], "messages")):
         items.extend(_parse_message(as_object(raw, f"messages[{n}]"), f"messages[{n}]"))
-    tools, tool_choice = _parse_tools(data)
+    tools, hosted, tool_choice = _parse_tools(data)
     max_tokens = opt_int(data, "max_completion_tokens", "body")
     if max_tokens is None:
         max_tokens = opt_int(data, "max_tokens", "body")
@@ -371,6 +385,7 @@ def parse_request(body: bytes | Mapping[str, Any]) -> ConversationRequest:
     return ConversationRequest(
         items=items,
         tools=tools,
+        hosted_tools=hosted,
         tool_choice=tool_choice,
         parallel_tool_calls=opt_bool(data, "parallel_tool_calls", "body"),
         model=opt_str(data, "model", "body"),
@@ -402,13 +417,19 @@ def unmodeled_request_fields(body: bytes | Mapping[str, Any]) -> JsonObject:
 
 
 def _tools_modelable(tools: Any) -> bool:
-    return all(
-        isinstance(t, Mapping)
-        and t.get("type") == "function"
-        and set(t) <= {"type", "function"}
-        and isinstance(t.get("function"), Mapping)
-        and set(t["function"]) <= {"name", "description", "parameters", "strict"}
-        for t in tools
+    return all(_tool_modelable(t) for t in tools)
+
+
+def _tool_modelable(tool: Any) -> bool:
+    if not isinstance(tool, Mapping):
+        return False
+    if tool.get("type") != "function":
+        return True  # kept verbatim as a ProviderTool
+    function = tool.get("function")
+    return (
+        set(tool) <= {"type", "function"}
+        and isinstance(function, Mapping)
+        and set(function) <= {"name", "description", "parameters", "strict"}
     )
 
 
@@ -506,12 +527,18 @@ def _parse_assistant(msg: Mapping[str, Any], where: str) -> list[ConversationIte
     return out
 
 
-def _parse_tools(data: Mapping[str, Any]) -> tuple[list[ToolSpec], ToolChoiceSpec | None]:
+def _parse_tools(
+    data: Mapping[str, Any],
+) -> tuple[list[ToolSpec], list[HostedTool], ToolChoiceSpec | None]:
+    """Function tools as :class:`ToolSpec` s; any other (a server's own, such as
+    ``openrouter:web_search``) kept verbatim as a :class:`ProviderTool`."""
     tools: list[ToolSpec] = []
+    hosted: list[HostedTool] = []
     for n, raw in enumerate(as_list(data.get("tools") or [], "tools")):
         tool = as_object(raw, f"tools[{n}]")
         if tool.get("type") != "function":
-            continue  # provider-specific tools: see unmodeled_request_fields
+            hosted.append(ProviderTool(BACKEND, dict(tool)))
+            continue
         function = as_object(tool.get("function"), f"tools[{n}].function")
         w = f"tools[{n}].function"
         tools.append(
@@ -525,7 +552,7 @@ def _parse_tools(data: Mapping[str, Any]) -> tuple[list[ToolSpec], ToolChoiceSpe
                 strict=opt_bool(function, "strict", w),
             )
         )
-    return tools, _parse_tool_choice(data.get("tool_choice"))
+    return tools, hosted, _parse_tool_choice(data.get("tool_choice"))
 
 
 def _parse_tool_choice(value: Any) -> ToolChoiceSpec | None:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from ...types import ApiBackend
 
-__all__ = ["BACKEND", "KNOWN_FIELDS", "WEB_SEARCH_TYPE"]
+__all__ = ["BACKEND", "KNOWN_FIELDS"]
 
 BACKEND = ApiBackend.MESSAGES
-WEB_SEARCH_TYPE = "web_search_20250305"
 
 #: Top-level body fields the neutral model expresses.
 KNOWN_FIELDS = (
@@ -16,6 +15,7 @@ KNOWN_FIELDS = (
     "system",
     "messages",
     "tools",
+    "mcp_servers",
     "tool_choice",
     "thinking",
     "temperature",

@@ -14,7 +14,9 @@ from ...types._conversation import (
     ContentPart,
     ConversationItem,
     ConversationRequest,
+    HostedTool,
     ImagePart,
+    MCPServer,
     NamedToolChoice,
     Reasoning,
     ResponseSchema,
@@ -26,7 +28,6 @@ from ...types._conversation import (
     ToolResult,
     ToolSpec,
     User,
-    WebSearch,
 )
 from .._render import (
     JsonObject,
@@ -43,7 +44,8 @@ from .._render import (
     req_str,
     unmodeled_fields,
 )
-from ._fields import BACKEND, KNOWN_FIELDS, WEB_SEARCH_TYPE
+from ._fields import BACKEND, KNOWN_FIELDS
+from ._tools import parse_hosted_tool, parse_mcp_server
 
 __all__ = ["parse_request", "unmodeled_request_fields"]
 
@@ -77,6 +79,7 @@ def parse_request(body: bytes | Mapping[str, Any]) -> ConversationRequest:
         else:
             raise ValueError(f"{where}.role must be user or assistant")
     tools, hosted = _parse_tools(data.get("tools"))
+    hosted.extend(_parse_mcp_servers(data.get("mcp_servers")))
     choice, parallel = _parse_tool_choice(data.get("tool_choice"))
     thinking = as_object(data.get("thinking") or {}, "thinking")
     metadata = as_object(data.get("metadata") or {}, "metadata")
@@ -109,6 +112,7 @@ def unmodeled_request_fields(body: bytes | Mapping[str, Any]) -> JsonObject:
         KNOWN_FIELDS,
         {
             "tools": lambda tools: all(_tool_modelable(t) for t in tools),
+            "mcp_servers": _mcp_servers_modelable,
             "thinking": lambda t: (
                 isinstance(t, Mapping)
                 and t.get("type") in ("enabled", "disabled")
@@ -124,12 +128,15 @@ def _tool_modelable(tool: Any) -> bool:
     if not isinstance(tool, Mapping):
         return False
     keys = {k for k, v in tool.items() if v is not None}
-    kind = tool.get("type", "custom")
-    if kind == "custom":
-        return keys <= {"type", "name", "description", "input_schema", "strict"}
-    if kind == WEB_SEARCH_TYPE:
-        return keys <= {"type", "name", "max_uses", "allowed_domains"}
-    return False
+    if tool.get("type", "custom") == "custom":
+        return keys <= {"type", "name", "description", "input_schema", "strict", "defer_loading"}
+    return True  # every server tool is kept, modeled or verbatim (ProviderTool)
+
+
+def _mcp_servers_modelable(servers: Any) -> bool:
+    return isinstance(servers, list) and all(
+        isinstance(s, Mapping) and parse_mcp_server(s, "mcp_servers") is not None for s in servers
+    )
 
 
 def _system_texts(value: Any) -> list[str]:
@@ -280,31 +287,37 @@ def _parse_other_assistant_block(
     raise ValueError(f"{where}.type {kind!r} is not supported in an assistant turn")
 
 
-def _parse_tools(value: Any) -> tuple[list[ToolSpec], list[WebSearch]]:
+def _parse_tools(value: Any) -> tuple[list[ToolSpec], list[HostedTool]]:
+    """Custom tools as :class:`ToolSpec` s; every server tool kept (see ``_hosted``)."""
     tools: list[ToolSpec] = []
-    hosted: list[WebSearch] = []
+    hosted: list[HostedTool] = []
     for n, raw in enumerate(as_list(value or [], "tools")):
         w = f"tools[{n}]"
         tool = as_object(raw, w)
-        kind = tool.get("type", "custom")
-        if kind == "custom":
-            tools.append(
-                ToolSpec(
-                    name=req_str(tool, "name", w),
-                    description=opt_str(tool, "description", w),
-                    parameters=as_object(tool.get("input_schema"), f"{w}.input_schema"),
-                    strict=opt_bool(tool, "strict", w),
-                )
+        if tool.get("type", "custom") != "custom":
+            hosted.append(parse_hosted_tool(tool, w))
+            continue
+        tools.append(
+            ToolSpec(
+                name=req_str(tool, "name", w),
+                description=opt_str(tool, "description", w),
+                parameters=as_object(tool.get("input_schema"), f"{w}.input_schema"),
+                strict=opt_bool(tool, "strict", w),
+                defer_loading=bool(opt_bool(tool, "defer_loading", w)),
             )
-        elif kind == WEB_SEARCH_TYPE:
-            domains = as_list(tool.get("allowed_domains") or [], f"{w}.allowed_domains")
-            hosted.append(
-                WebSearch(
-                    max_uses=opt_int(tool, "max_uses", w),
-                    allowed_domains=[str(d) for d in domains],
-                )
-            )
+        )
     return tools, hosted
+
+
+def _parse_mcp_servers(value: Any) -> list[MCPServer]:
+    """The ``mcp_servers`` entries :class:`MCPServer` can hold (the others stay in
+    :func:`unmodeled_request_fields`)."""
+    servers = []
+    for n, raw in enumerate(as_list(value or [], "mcp_servers")):
+        server = parse_mcp_server(as_object(raw, f"mcp_servers[{n}]"), f"mcp_servers[{n}]")
+        if server is not None:
+            servers.append(server)
+    return servers
 
 
 def _parse_tool_choice(value: Any) -> tuple[ToolChoiceSpec | None, bool | None]:

@@ -17,6 +17,7 @@ from ...types._conversation import (
     ContentPart,
     ConversationItem,
     ConversationRequest,
+    MCPServer,
     NamedToolChoice,
     Reasoning,
     ReasoningEffort,
@@ -27,7 +28,6 @@ from ...types._conversation import (
     ToolResult,
     ToolSpec,
     User,
-    WebSearch,
 )
 from .._render import (
     JsonObject,
@@ -42,9 +42,10 @@ from .._render import (
     split_data_uri,
 )
 from .._request import BuildOptions, ConversionAction, WireRequest
-from ._fields import BACKEND, KNOWN_FIELDS, WEB_SEARCH_TYPE
+from ._fields import BACKEND, KNOWN_FIELDS
 from ._parse import parse_request as parse_request
 from ._parse import unmodeled_request_fields as unmodeled_request_fields
+from ._tools import MCP_BETA, render_hosted_tool, render_mcp_server
 
 __all__ = [
     "EFFORT_THINKING_BUDGET",
@@ -120,7 +121,8 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
     if budget is not None:
         data["thinking"] = {"type": "enabled", "budget_tokens": budget}
     _render_sampling(data, request, options, report, thinking=budget is not None)
-    return finish_request(PATH, data, options, report)
+    beta = (("anthropic-beta", MCP_BETA),) if "mcp_servers" in data else ()
+    return finish_request(PATH, data, options, report, beta)
 
 
 def _messages(
@@ -339,10 +341,17 @@ def _render_tools(
     data: JsonObject, request: ConversationRequest, report: ReportCollector, *, thinking: bool
 ) -> None:
     tools: list[JsonObject] = [_custom_tool(spec) for spec in request.tools]
-    tools.extend(_web_search(tool, report) for tool in request.hosted_tools)
+    servers: list[JsonObject] = []
+    for hosted in request.hosted_tools:
+        if isinstance(hosted, MCPServer):
+            servers.append(render_mcp_server(hosted, report))
+        elif (wire := render_hosted_tool(hosted, report)) is not None:
+            tools.append(wire)
     if tools:
         data["tools"] = tools
-    if not gate_tool_controls(request, bool(tools), report):
+    if servers:
+        data["mcp_servers"] = servers
+    if not gate_tool_controls(request, bool(tools or servers), report):
         return
     choice = _tool_choice(request.tool_choice) if request.tool_choice is not None else None
     if thinking and choice is not None and choice["type"] in ("any", "tool"):
@@ -368,23 +377,9 @@ def _custom_tool(spec: ToolSpec) -> JsonObject:
     tool["input_schema"] = dict(spec.parameters)
     if spec.strict is not None:
         tool["strict"] = spec.strict
+    if spec.defer_loading:
+        tool["defer_loading"] = True
     return tool
-
-
-def _web_search(tool: WebSearch, report: ReportCollector) -> JsonObject:
-    wire: JsonObject = {"type": WEB_SEARCH_TYPE, "name": "web_search"}
-    if tool.max_uses is not None:
-        wire["max_uses"] = tool.max_uses
-    if tool.allowed_domains:
-        wire["allowed_domains"] = list(tool.allowed_domains)
-    if tool.search_context_size is not None:
-        report.note(
-            None,
-            "web search context size",
-            ConversionAction.DROPPED,
-            "Anthropic web search has no context size",
-        )
-    return wire
 
 
 def _tool_choice(choice: ToolChoiceSpec) -> JsonObject:

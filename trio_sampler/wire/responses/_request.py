@@ -20,6 +20,7 @@ from ...types._conversation import (
     ContentPart,
     ConversationItem,
     ConversationRequest,
+    HostedTool,
     ImagePart,
     NamedToolChoice,
     Reasoning,
@@ -33,7 +34,6 @@ from ...types._conversation import (
     ToolResult,
     ToolSpec,
     User,
-    WebSearch,
 )
 from .._render import (
     JsonObject,
@@ -56,6 +56,7 @@ from .._render import (
     unmodeled_fields,
 )
 from .._request import BuildOptions, ConversionAction, WireRequest
+from ._tools import parse_hosted_tool, render_hosted_tool
 
 __all__ = ["KNOWN_FIELDS", "PATH", "build_request", "parse_request", "unmodeled_request_fields"]
 
@@ -264,7 +265,10 @@ def _reasoning(item: Reasoning) -> JsonObject:
 
 def _render_tools(data: JsonObject, request: ConversationRequest, report: ReportCollector) -> None:
     tools: list[JsonObject] = [_function_tool(spec) for spec in request.tools]
-    tools.extend(_web_search(tool, report) for tool in request.hosted_tools)
+    for hosted in request.hosted_tools:
+        wire = render_hosted_tool(hosted, report)
+        if wire is not None:
+            tools.append(wire)
     if tools:
         data["tools"] = tools
     if not gate_tool_controls(request, bool(tools), report):
@@ -283,23 +287,9 @@ def _function_tool(spec: ToolSpec) -> JsonObject:
     # Omitted strict means strict=true on Responses: say it whenever the caller did.
     if spec.strict is not None:
         tool["strict"] = spec.strict
+    if spec.defer_loading:
+        tool["defer_loading"] = True
     return tool
-
-
-def _web_search(tool: WebSearch, report: ReportCollector) -> JsonObject:
-    wire: JsonObject = {"type": "web_search"}
-    if tool.allowed_domains:
-        wire["filters"] = {"allowed_domains": list(tool.allowed_domains)}
-    if tool.search_context_size is not None:
-        wire["search_context_size"] = tool.search_context_size
-    if tool.max_uses is not None:
-        report.note(
-            None,
-            "web search max_uses",
-            ConversionAction.DROPPED,
-            "OpenAI web search has no use limit",
-        )
-    return wire
 
 
 def _tool_choice(choice: ToolChoiceSpec) -> Any:
@@ -385,10 +375,11 @@ def parse_request(body: bytes | Mapping[str, Any]) -> ConversationRequest:
         items.extend(_parse_input(as_list(raw_input, "input")))
     reasoning = as_object(data.get("reasoning") or {}, "reasoning")
     text = as_object(data.get("text") or {}, "text")
+    tools, hosted = _parse_tools(data)
     return ConversationRequest(
         items=items,
-        tools=_parse_function_tools(data),
-        hosted_tools=_parse_web_search(data),
+        tools=tools,
+        hosted_tools=hosted,
         tool_choice=_parse_tool_choice(data.get("tool_choice")),
         parallel_tool_calls=opt_bool(data, "parallel_tool_calls", "body"),
         model=opt_str(data, "model", "body"),
@@ -429,13 +420,8 @@ def _tool_modelable(tool: Any) -> bool:
         return False
     keys = {k for k, v in tool.items() if v is not None}
     if tool.get("type") == "function":
-        return keys <= {"type", "name", "description", "parameters", "strict"}
-    if tool.get("type") == "web_search":
-        filters = tool.get("filters") or {}
-        return keys <= {"type", "filters", "search_context_size"} and set(filters) <= {
-            "allowed_domains"
-        }
-    return False
+        return keys <= {"type", "name", "description", "parameters", "strict", "defer_loading"}
+    return True  # every other tool is kept, modeled or verbatim (ProviderTool)
 
 
 def _parse_input(raw_items: list[Any]) -> list[ConversationItem]:
@@ -566,12 +552,15 @@ def _parse_hosted_call(kind: str, item: Mapping[str, Any]) -> BackendToolCall:
     )
 
 
-def _parse_function_tools(data: Mapping[str, Any]) -> list[ToolSpec]:
+def _parse_tools(data: Mapping[str, Any]) -> tuple[list[ToolSpec], list[HostedTool]]:
+    """Function tools as :class:`ToolSpec` s; every other tool kept (see ``_hosted``)."""
     tools: list[ToolSpec] = []
+    hosted: list[HostedTool] = []
     for n, raw in enumerate(as_list(data.get("tools") or [], "tools")):
         w = f"tools[{n}]"
         tool = as_object(raw, w)
         if tool.get("type") != "function":
+            hosted.append(parse_hosted_tool(tool, w))
             continue
         tools.append(
             ToolSpec(
@@ -582,27 +571,10 @@ def _parse_function_tools(data: Mapping[str, Any]) -> list[ToolSpec]:
                     f"{w}.parameters",
                 ),
                 strict=opt_bool(tool, "strict", w),
+                defer_loading=bool(opt_bool(tool, "defer_loading", w)),
             )
         )
-    return tools
-
-
-def _parse_web_search(data: Mapping[str, Any]) -> list[WebSearch]:
-    out: list[WebSearch] = []
-    for n, raw in enumerate(as_list(data.get("tools") or [], "tools")):
-        w = f"tools[{n}]"
-        tool = as_object(raw, w)
-        if tool.get("type") not in ("web_search", "web_search_2025_08_26"):
-            continue
-        filters = as_object(tool.get("filters") or {}, f"{w}.filters")
-        domains = as_list(filters.get("allowed_domains") or [], f"{w}.filters.allowed_domains")
-        out.append(
-            WebSearch(
-                allowed_domains=[str(d) for d in domains],
-                search_context_size=opt_str(tool, "search_context_size", w),
-            )
-        )
-    return out
+    return tools, hosted
 
 
 def _parse_tool_choice(value: Any) -> ToolChoiceSpec | None:
