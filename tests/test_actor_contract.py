@@ -244,9 +244,13 @@ async def test_result_outcome_for_cancel(autojump_clock: trio.testing.MockClock)
 async def test_duplicate_request_id_rejected(autojump_clock: trio.testing.MockClock) -> None:
     transport = ScriptedTransport([Reply(delay_headers=math.inf)])
     async with open_sampler(make_config(), transport=transport) as sampler:
-        await sampler.submit(REQUEST, request_id="same")
+        first = await sampler.submit(REQUEST, request_id="same")  # kept: dropping cancels
         with pytest.raises(DuplicateRequestError, match="'same' is already running"):
             await sampler.submit(REQUEST, request_id="same")
+        first.cancel()
+        # Once the first has ended, its id is free again.
+        second = await sampler.submit(REQUEST, request_id="same")
+        second.cancel()
 
 
 async def test_retry_then_success_discards_partial(autojump_clock: trio.testing.MockClock) -> None:
@@ -418,3 +422,85 @@ async def test_outer_cancel_while_inside_the_block(autojump_clock: trio.testing.
     assert scope.cancelled_caught
     terminal = one_terminal(await drain(stream))
     assert isinstance(terminal, Cancelled) and terminal.reason == "the sampler was shut down"
+
+
+async def test_total_timeout_covers_the_wait_for_a_slot(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Regression: a request queued behind ``max_concurrency`` waited outside its total
+    timeout (``total=5`` failed after 999.9 s)."""
+    transport = ScriptedTransport([Reply(chunks=[chat_chunk({"content": "a"})], then="stall")])
+    config = make_config(timeouts=Timeouts(total=5.0), retry=RetryPolicy(max_retries=0))
+    async with open_sampler(make_config(), transport=transport, max_concurrency=1) as sampler:
+        first = await sampler.submit(REQUEST)  # holds the only slot, forever
+        start = trio.current_time()
+        events = await drain(await sampler.submit(REQUEST, config=config))
+        assert trio.current_time() - start == pytest.approx(5.0)
+        first.cancel()
+    terminal = one_terminal(events)
+    assert isinstance(terminal, Failed) and terminal.error.error_code == "total_timeout"
+    assert len(transport.requests) == 1  # the second never reached the server
+
+
+async def test_total_timeout_covers_a_consumer_that_stops_reading(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    chunks: list[bytes | float] = [chat_chunk({"content": "x"}) for _ in range(50)]
+    transport = ScriptedTransport([Reply(chunks=[*chunks, *chat_stream()])])
+    config = make_config(timeouts=Timeouts(total=5.0))
+    async with open_sampler(config, transport=transport, max_buffered_batches=2) as sampler:
+        stream = await sampler.submit(REQUEST)
+        await trio.sleep(6)  # nobody reads; the request is stuck on backpressure
+        terminal = stream.terminal
+        assert isinstance(terminal, Failed) and terminal.error.error_code == "total_timeout"
+        assert terminal.partial is not None and terminal.partial.text.startswith("x")
+        assert not await sampler.is_active(stream.request_id)
+
+
+async def test_cancel_before_an_unread_retry_keeps_the_seen_partial(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Regression: ``Cancelled.partial`` was ``None`` although the consumer had been shown
+    the attempt's tokens (the attempt's output was dropped before its ``Retrying`` could be
+    handed over)."""
+    transport = ScriptedTransport(
+        [
+            Reply(chunks=[chat_chunk({"content": "seen"})], then="drop"),
+            Reply(chunks=chat_stream("second")),
+        ]
+    )
+    async with open_sampler(make_config(), transport=transport, max_buffered_batches=1) as sampler:
+        stream = await sampler.submit(REQUEST)
+        events: list[SamplingEvent] = []
+        async for event in stream:
+            events.append(event)
+            if isinstance(event, ChannelToken):
+                await trio.testing.wait_all_tasks_blocked()  # the Retrying is ready
+                stream.cancel()
+    terminal = one_terminal(events)
+    assert isinstance(terminal, Cancelled)
+    assert not any(isinstance(e, Retrying) for e in events)
+    assert terminal.partial is not None and terminal.partial.text == "seen"
+
+
+async def test_cancel_after_a_read_retry_has_the_new_attempts_partial(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    transport = ScriptedTransport(
+        [
+            Reply(chunks=[chat_chunk({"content": "lost"})], then="drop"),
+            Reply(chunks=[chat_chunk({"content": "new"})], then="stall"),
+        ]
+    )
+    async with open_sampler(make_config(), transport=transport) as sampler:
+        stream = await sampler.submit(REQUEST)
+        events: list[SamplingEvent] = []
+        async for event in stream:
+            events.append(event)
+            if isinstance(event, Retrying):
+                await trio.sleep(5)  # past the backoff: the second attempt's text arrives
+                stream.cancel()
+    terminal = one_terminal(events)
+    assert isinstance(terminal, Cancelled)
+    # The consumer was told to drop "lost"; the second attempt's "new" had arrived unread.
+    assert terminal.partial is not None and terminal.partial.text == "new"

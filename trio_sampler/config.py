@@ -202,6 +202,21 @@ def check_retry_budget(ratio: float, window: float) -> None:
     _positive("RetryPolicy.retry_budget_window_s", window)
 
 
+def _to_backend(value: ApiBackend | str) -> ApiBackend:
+    """An :class:`ApiBackend`, or its name: ``"chat_completions"``, ``"responses"``,
+    ``"messages"`` (any case)."""
+    if isinstance(value, str):
+        try:
+            return ApiBackend(value.strip().lower())
+        except ValueError:
+            pass
+        names = ", ".join(repr(b.value) for b in ApiBackend)
+        raise ValueError(
+            f"backend must be one of {names} (or an ApiBackend member), not {value!r}"
+        ) from None
+    return value
+
+
 def _validate_base_url(url: str) -> str:
     if not isinstance(url, str) or not url.strip():
         raise ValueError("base_url is required, e.g. 'https://api.openai.com/v1'")
@@ -245,7 +260,7 @@ class SamplerConfig:
     """
 
     base_url: str = attrs.field(converter=_validate_base_url)
-    backend: ApiBackend = ApiBackend.CHAT_COMPLETIONS
+    backend: ApiBackend = attrs.field(default=ApiBackend.CHAT_COMPLETIONS, converter=_to_backend)
     model: str | None = None
     api_key: Secret | None = attrs.field(default=None, converter=_to_secret)
     auth_scheme: AuthScheme = AuthScheme.BEARER
@@ -282,7 +297,10 @@ class SamplerConfig:
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.backend, ApiBackend):
-            raise TypeError(f"backend must be an ApiBackend, not {self.backend!r}")
+            raise TypeError(
+                'backend must be an ApiBackend or its name ("chat_completions", "responses", '
+                f'"messages"), not a {type(self.backend).__name__}'
+            )
         if not isinstance(self.auth_scheme, AuthScheme):
             raise TypeError(f"auth_scheme must be an AuthScheme, not {self.auth_scheme!r}")
         if self.model is not None and not self.model.strip():

@@ -1,10 +1,15 @@
-"""The SamplerActor: a task in the application's nursery that runs requests.
+"""The SamplerActor: runs sampling requests inside the application's structured concurrency.
 
-The actor owns a memory channel of commands (Submit, Cancel, UpdateConfig and two
-queries). Each accepted Submit gets a cancel scope at once (so a Cancel that races the
-request's start still wins) and a task in the actor's nursery that runs the request to
-its one terminal event. Requests never raise into the actor: a request's failure touches
-no other request.
+``open_sampler`` opens the sampler's nursery; every accepted request is a task in it, with
+a cancel scope created at once (so a cancel that races the request's start still wins) and
+a child nursery of its own for helper tasks. Requests never raise into the sampler: a
+request's failure touches no other request.
+
+Every operation on the sampler (submit, cancel, update_config, the queries) is a
+synchronous step in the caller's own task: Trio runs one task at a time, so the sampler's
+state needs no messages to stay consistent, and doing the step in place is what makes
+``submit`` atomic (the caller gets the stream, or nothing was started) and ``cancel``
+immediate (no round trip through another task's queue).
 
 Usage::
 
@@ -19,7 +24,8 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
 
 import attrs
 import httpx2
@@ -52,159 +58,80 @@ class DuplicateRequestError(ValueError):
     """A request with this id is still running."""
 
 
-# -- commands (private) ---------------------------------------------------------------
-
-
-@attrs.define(eq=False)
-class _Reply:
-    event: trio.Event = attrs.field(factory=trio.Event)
-    value: object = None
-
-    def set(self, value: object) -> None:
-        self.value = value
-        self.event.set()
-
-
-@attrs.frozen(eq=False)
-class _Submit:
-    request_id: str
-    request: ConversationRequest
-    config: SamplerConfig | None
-    reply: _Reply
-
-
-@attrs.frozen(eq=False)
-class _Cancel:
-    request_id: str
-    reason: str
-
-
-@attrs.frozen(eq=False)
-class _UpdateConfig:
-    config: SamplerConfig
-
-
-@attrs.frozen(eq=False)
-class _IsActive:
-    request_id: str
-    reply: _Reply
-
-
-@attrs.frozen(eq=False)
-class _ActiveCount:
-    reply: _Reply
-
-
-_Command = _Submit | _Cancel | _UpdateConfig | _IsActive | _ActiveCount
-
-
 class _SamplerActor:
+    """The sampler's state: the requests' nursery and the table of live requests."""
+
     def __init__(
         self,
         config: SamplerConfig,
         runner: RequestRunner,
+        nursery: trio.Nursery,
         *,
         max_buffered_batches: int,
     ) -> None:
         self.config = config
         self.runner = runner
+        self.nursery = nursery
         self.max_buffered_batches = max_buffered_batches
+        self.token = trio.lowlevel.current_trio_token()
+        #: Requests whose terminal is not recorded yet.
         self.live: dict[str, RequestState] = {}
         self.closed = False
-        self.loop_scope = trio.CancelScope()
-        self.commands_send, self.commands_receive = trio.open_memory_channel[_Command](64)
 
-    async def run(self, *, task_status: trio.TaskStatus[SamplerHandle]) -> None:
-        async with trio.open_nursery() as nursery:
-            task_status.started(SamplerHandle(self))
-            with self.loop_scope, self.commands_receive:
-                async for command in self.commands_receive:
-                    self.handle(command, nursery)
-                    # Take whatever else is already queued in the same scheduling round: a
-                    # burst of submits is handled at once, not one command per round.
-                    while True:
-                        try:
-                            command = self.commands_receive.receive_nowait()
-                        except trio.WouldBlock:
-                            break
-                        self.handle(command, nursery)
-            # Leaving: every request still running ends with Cancelled; the nursery
-            # waits for them (they finish within one scheduling round).
-            for state in list(self.live.values()):
-                state.cancel("the sampler was shut down")
-
-    def handle(self, command: _Command, nursery: trio.Nursery) -> None:
-        if isinstance(command, _Submit):
-            self.submit(command, nursery)
-        elif isinstance(command, _Cancel):
-            state = self.live.get(command.request_id)
-            if state is not None:
-                state.cancel(command.reason)
-        elif isinstance(command, _UpdateConfig):
-            self.config = command.config
-        elif isinstance(command, _IsActive):
-            command.reply.set(command.request_id in self.live)
-        else:
-            command.reply.set(len(self.live))
-
-    def submit(self, command: _Submit, nursery: trio.Nursery) -> None:
-        if command.request_id in self.live:
-            command.reply.set(
-                DuplicateRequestError(
-                    f"request id {command.request_id!r} is already running; use a unique id "
-                    "per request (or omit it to get a generated one)"
-                )
+    def submit(
+        self, request_id: str, request: ConversationRequest, config: SamplerConfig | None
+    ) -> RequestStream:
+        """Register the request and start its task. Synchronous: nothing between the
+        request starting and the caller holding its stream can be interrupted."""
+        if self.closed:
+            raise SamplerClosedError("the sampler is shut down; open a new one to submit")
+        if request_id in self.live:
+            raise DuplicateRequestError(
+                f"request id {request_id!r} is already running; use a unique id "
+                "per request (or omit it to get a generated one)"
             )
-            return
         send, receive, credits = open_request_channel(self.max_buffered_batches)
         state = RequestState(
-            request_id=command.request_id,
-            request=command.request,
-            config=command.config or self.config,  # a snapshot: later updates don't apply
+            request_id=request_id,
+            request=request,
+            config=config or self.config,  # a snapshot: later updates don't apply
             scope=trio.CancelScope(),
             send=send,
             credits=credits,
             submitted_at=trio.current_time(),
+            live=self.live,
         )
-        self.live[state.request_id] = state
-        command.reply.set(RequestStream(state, receive))
-        nursery.start_soon(self.serve, state, name=f"trio_sampler request {state.request_id}")
+        try:
+            self.nursery.start_soon(self.serve, state, name=f"trio_sampler request {request_id}")
+        except RuntimeError:  # the nursery has closed: the sampler is gone
+            send.close()
+            receive.close()
+            raise SamplerClosedError("the sampler is shut down; open a new one to submit") from None
+        self.live[request_id] = state
+        return RequestStream(state, receive, self.token)
 
     async def serve(self, state: RequestState) -> None:
         try:
             await self.runner.serve(state)
         finally:
-            self.live.pop(state.request_id, None)
+            state.task_done.set()
 
     def shutdown(self) -> None:
         """Synchronous: usable from a cancelled context (leaving ``open_sampler``)."""
         self.closed = True
         for state in list(self.live.values()):
             state.cancel("the sampler was shut down")
-        self.loop_scope.cancel(reason="the sampler was shut down")
 
 
 @attrs.frozen(eq=False)
 class SamplerHandle:
     """The way in to a running sampler: cheap to copy, safe to use from any task.
 
-    Every method sends a command to the actor task over a memory channel.
+    Each method is one synchronous step on the sampler's state plus a checkpoint, so
+    none of them can be left half done by a cancellation.
     """
 
     _actor: _SamplerActor
-
-    async def _send(self, command: _Command) -> None:
-        if self._actor.closed:
-            raise SamplerClosedError("the sampler is shut down; open a new one to submit")
-        try:
-            await self._actor.commands_send.send(command)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            raise SamplerClosedError("the sampler is shut down; open a new one to submit") from None
-
-    async def _ask(self, command: _Submit | _IsActive | _ActiveCount, reply: _Reply) -> object:
-        await self._send(command)
-        await reply.event.wait()
-        return reply.value
 
     async def submit(
         self,
@@ -217,15 +144,24 @@ class SamplerHandle:
 
         ``config`` overrides the sampler's configuration for this request only.
         Raises :class:`DuplicateRequestError` if ``request_id`` is still running, and
-        :class:`SamplerClosedError` after shutdown.
+        :class:`SamplerClosedError` once the sampler is shutting down.
+
+        Atomic: if the calling task is cancelled, ``submit`` raises ``trio.Cancelled`` and
+        no request was started; if it returns, the caller holds the stream (and dropping
+        the stream cancels the request).
         """
-        reply = _Reply()
-        request_id = request_id or f"req_{uuid.uuid4().hex[:16]}"
-        result = await self._ask(_Submit(request_id, request, config, reply), reply)
-        if isinstance(result, Exception):
-            raise result
-        assert isinstance(result, RequestStream)
-        return result
+        if not isinstance(request, ConversationRequest):
+            raise TypeError(
+                "submit() takes a ConversationRequest, e.g. "
+                f'ConversationRequest(items=[User("hello")]); got {type(request).__name__}'
+            )
+        if config is not None and not isinstance(config, SamplerConfig):
+            raise TypeError(
+                f"config must be a SamplerConfig (or None), not {type(config).__name__}"
+            )
+        # The one checkpoint comes first: a cancellation lands before anything started.
+        await trio.lowlevel.checkpoint()
+        return self._actor.submit(request_id or f"req_{uuid.uuid4().hex[:16]}", request, config)
 
     async def submit_and_collect(
         self, request: ConversationRequest, *, config: SamplerConfig | None = None
@@ -233,34 +169,44 @@ class SamplerHandle:
         """Run a request to its end and return the response.
 
         Raises :class:`SamplingError` (with the ``Failed`` info and partial output) or
-        :class:`RequestCancelledError`. Cancelling the awaiting task cancels the request.
+        :class:`RequestCancelledError`. Cancelling the awaiting task cancels the request,
+        and the call returns (raising ``trio.Cancelled``) only once the request is over.
         """
         stream = await self.submit(request, config=config)
-        async with stream:
+        async with stream:  # no checkpoint between submit returning and entering
             result = await stream.result()
         return result.unwrap()
 
     async def cancel(self, request_id: str, reason: str = "cancelled by the caller") -> None:
-        """Cancel a request; a no-op if it has finished or is unknown."""
-        await self._send(_Cancel(request_id, reason))
+        """Cancel a request; a no-op if it has finished, is unknown, or the sampler is
+        shut down. The cancel is done before the checkpoint, so it happens even when the
+        calling task is itself being cancelled."""
+        state = self._actor.live.get(request_id)
+        if state is not None:
+            state.cancel(reason)
+        await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def update_config(self, config: SamplerConfig) -> None:
         """Replace the default configuration for later submits (in-flight ones keep theirs)."""
-        await self._send(_UpdateConfig(config))
+        if not isinstance(config, SamplerConfig):
+            raise TypeError(f"update_config() takes a SamplerConfig, not {type(config).__name__}")
+        if self._actor.closed:
+            raise SamplerClosedError("the sampler is shut down; open a new one to submit")
+        self._actor.config = config
+        await trio.lowlevel.checkpoint()
 
     async def is_active(self, request_id: str) -> bool:
-        reply = _Reply()
-        return bool(await self._ask(_IsActive(request_id, reply), reply))
+        """Whether the request is running (its terminal is not recorded yet)."""
+        await trio.lowlevel.checkpoint()
+        return request_id in self._actor.live
 
     async def active_count(self) -> int:
-        reply = _Reply()
-        value = await self._ask(_ActiveCount(reply), reply)
-        assert isinstance(value, int)
-        return value
+        """How many requests are running (0 once the sampler is shut down)."""
+        await trio.lowlevel.checkpoint()
+        return len(self._actor.live)
 
 
-@asynccontextmanager
-async def open_sampler(
+def open_sampler(
     config: SamplerConfig,
     *,
     retry_policy: RetryPolicy | None = None,
@@ -270,19 +216,23 @@ async def open_sampler(
     transport: httpx2.AsyncBaseTransport | None = None,
     seed: int | None = None,
     models: ModelCatalog | None = None,
-) -> AsyncIterator[SamplerHandle]:
-    """Run a sampler actor for the duration of the block.
+) -> AbstractAsyncContextManager[SamplerHandle]:
+    """Run a sampler for the duration of the block: ``async with open_sampler(config) as
+    sampler:``.
 
-    The actor starts in a nursery of its own (via ``nursery.start``, so it is ready when
-    the block is entered). Leaving the block ends every in-flight request with
-    ``Cancelled`` and waits for them.
+    The sampler's nursery lives inside the block. Leaving the block (normally, by an
+    exception, or because the enclosing scope was cancelled) gives every in-flight request
+    its ``Cancelled`` terminal at once and waits for their tasks to finish; from then on
+    ``submit`` raises :class:`SamplerClosedError` and ``cancel`` is a no-op.
+
+    Bad arguments raise here, at the call, not when the block is entered.
 
     Args:
         config: the default configuration (see :class:`SamplerConfig`).
         retry_policy: overrides ``config.retry`` for every request.
         doom_loop: doom-loop detection and resampling (on by default).
         max_concurrency: at most this many requests talk to the server at once; the rest
-            wait their turn (cancellable). ``None``: no limit.
+            wait their turn (cancellable, inside ``Timeouts.total``). ``None``: no limit.
         max_buffered_batches: network reads a request may buffer for a slow consumer.
         transport: an ``httpx2`` transport replacing the network (tests, the emulator's
             in-memory transport).
@@ -290,10 +240,55 @@ async def open_sampler(
         models: prices used to compute a response's cost when the server reports none
             (default: the shipped ``default_models.json``).
     """
-    if max_buffered_batches < 1:
-        raise ValueError("max_buffered_batches must be at least 1")
-    if max_concurrency is not None and max_concurrency < 1:
-        raise ValueError("max_concurrency must be at least 1 (or None for no limit)")
+    _check_type("config", config, SamplerConfig, "SamplerConfig(base_url=..., model=...)")
+    _check_type("retry_policy", retry_policy, RetryPolicy | None, "RetryPolicy(max_retries=2)")
+    _check_type("doom_loop", doom_loop, DoomLoopPolicy | None, "DoomLoopPolicy()")
+    _check_count("max_buffered_batches", max_buffered_batches, "16")
+    if max_concurrency is not None:
+        _check_count("max_concurrency", max_concurrency, "100 (or None for no limit)")
+    _check_type(
+        "transport", transport, httpx2.AsyncBaseTransport | None, "an httpx2.AsyncBaseTransport"
+    )
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise TypeError(f"seed must be an int or None, not {seed!r}")
+    _check_type("models", models, ModelCatalog | None, "ModelCatalog.load()")
+    return _open_sampler(
+        config,
+        retry_policy=retry_policy,
+        doom_loop=doom_loop,
+        max_concurrency=max_concurrency,
+        max_buffered_batches=max_buffered_batches,
+        transport=transport,
+        seed=seed,
+        models=models,
+    )
+
+
+def _check_type(name: str, value: object, expected: Any, example: str) -> None:
+    if not isinstance(value, expected):
+        # The value itself is not shown: a config-like dict may hold a key.
+        raise TypeError(f"{name} must be {example}, not a {type(value).__name__}")
+
+
+def _check_count(name: str, value: object, example: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"{name} must be a whole number of at least 1, e.g. {name}={example}; got {value!r}"
+        )
+
+
+@asynccontextmanager
+async def _open_sampler(
+    config: SamplerConfig,
+    *,
+    retry_policy: RetryPolicy | None,
+    doom_loop: DoomLoopPolicy | None,
+    max_concurrency: int | None,
+    max_buffered_batches: int,
+    transport: httpx2.AsyncBaseTransport | None,
+    seed: int | None,
+    models: ModelCatalog | None,
+) -> AsyncIterator[SamplerHandle]:
     rng = random.Random(seed)
     limiter = trio.CapacityLimiter(max_concurrency) if max_concurrency else None
     async with SamplingClient(config, transport=transport) as client:
@@ -305,18 +300,21 @@ async def open_sampler(
             limiter=limiter,
             catalog=models if models is not None else ModelCatalog.load(),
         )
-        actor = _SamplerActor(config, runner, max_buffered_batches=max_buffered_batches)
         body_error: BaseException | None = None
         async with trio.open_nursery() as nursery:
-            handle: SamplerHandle = await nursery.start(actor.run)
+            actor = _SamplerActor(
+                config, runner, nursery, max_buffered_batches=max_buffered_batches
+            )
             try:
-                yield handle
+                yield SamplerHandle(actor)
             except BaseException as exc:
                 # Re-raised below, outside the nursery: the caller gets their own
                 # exception back, not wrapped in an ExceptionGroup by our nursery. (A
                 # Cancelled still surfaces at the nursery's exit, inside its scope.)
                 body_error = exc
             finally:
+                # Every request still running gets its Cancelled terminal now; the
+                # nursery then waits for their tasks to close their connections.
                 actor.shutdown()
         if body_error is not None:
             raise body_error

@@ -117,34 +117,67 @@ class RequestRunner:
 
     async def serve(self, state: RequestState) -> None:
         """The request task: exactly one terminal, whatever happens (see module doc)."""
-        metrics = MetricsRecorder(state.submitted_at)
         terminal: TerminalEvent | None = None
         try:
             with state.scope:
-                if self._limiter is not None:
-                    async with self._limiter:
-                        terminal = await self._attempts(state, metrics)
-                else:
-                    terminal = await self._attempts(state, metrics)
-        except Exception as exc:  # a bug of ours: still a typed terminal, never a crash
-            terminal = Failed(
-                state.request_id,
-                internal_error(exc, "running the request"),
-                self._partial(state),
-                metrics.build(None),
-            )
+                # The request's own nursery: helper tasks of this request live and die
+                # here, inside the request's cancel scope.
+                async with trio.open_nursery() as nursery:
+                    state.nursery = nursery
+                    try:
+                        terminal = await self._run(state)
+                    except Exception as exc:  # a bug of ours: a typed terminal, no crash
+                        terminal = self._internal_error(state, exc)
+        except Exception as exc:  # a helper task's bug, arriving as an ExceptionGroup
+            terminal = self._internal_error(state, exc)
         finally:
-            # Cancelled: by Cancel, a consumer leaving, or shutdown. Without a recorded
-            # reason the cancel came from a scope enclosing the sampler: a shutdown too.
+            # Cancelled: a cancel() recorded its terminal already (finish keeps the first).
+            # Without a recorded reason the cancel came from a scope enclosing the
+            # sampler: a shutdown too.
             if terminal is None:
-                partial = self._partial(state)
+                partial = state.partial()
                 terminal = Cancelled(
                     state.request_id,
                     state.cancel_reason or "the sampler was shut down",
                     partial,
-                    metrics.build(partial),
+                    state.metrics.build(partial),
                 )
+            state.nursery = None
             state.finish(terminal)
+
+    def _internal_error(self, state: RequestState, exc: Exception) -> Failed:
+        return Failed(
+            state.request_id,
+            internal_error(exc, "running the request"),
+            state.partial(),
+            state.metrics.build(None),
+        )
+
+    async def _run(self, state: RequestState) -> TerminalEvent:
+        """The slot wait and every attempt, under the one ``Timeouts.total`` deadline
+        counted from submit: waiting for a ``max_concurrency`` slot, backoff sleeps and a
+        consumer that stops reading all spend it."""
+        total = state.config.timeouts.total
+        deadline = state.submitted_at + total if total else math.inf
+        with trio.CancelScope(deadline=deadline) as total_scope:
+            if self._limiter is not None:
+                async with self._limiter:
+                    return await self._attempts(state, state.metrics)
+            return await self._attempts(state, state.metrics)
+        # Only reached when the total deadline fired.
+        assert total_scope.cancelled_caught
+        partial = state.partial() or state.last_partial
+        return Failed(
+            state.request_id,
+            _error(
+                SamplingErrorKind.IDLE_TIMEOUT,
+                f"the request did not finish within its total timeout of {total:g} s",
+                retryable=False,
+                code="total_timeout",
+            ),
+            partial,
+            state.metrics.build(partial),
+        )
 
     def _with_cost(
         self, response: ConversationResponse, config: SamplerConfig
@@ -155,11 +188,6 @@ class RequestRunner:
         model = response.model or config.model
         cost = self._catalog.cost_ticks(model, response.usage) if model else None
         return response if cost is None else attrs.evolve(response, cost_usd_ticks=cost)
-
-    @staticmethod
-    def _partial(state: RequestState) -> ConversationResponse | None:
-        transform = state.transform
-        return None if transform is None else transform.partial()
 
     async def _attempts(self, state: RequestState, metrics: MetricsRecorder) -> TerminalEvent:
         config = state.config
@@ -173,107 +201,84 @@ class RequestRunner:
         doom_max = self._doom.max_resamples
         if not self._doom.enabled or policy.max_retries == 0:
             doom_max = 0
-        total = config.timeouts.total
-        deadline = state.submitted_at + total if total else math.inf
         if budget is not None:
             budget.record_request(trio.current_time())
         last_partial: ConversationResponse | None = None
-        with trio.CancelScope(deadline=deadline) as total_scope:
-            while True:
-                armed = resamples < doom_max
-                metrics.start_attempt(trio.current_time())
-                result = await self._attempt(
-                    state, request, config, metrics, armed=armed, attempt=retries + resamples + 1
-                )
-                metrics.end_attempt(trio.current_time(), result.error)
-                if result.response is not None:
-                    response = self._with_cost(result.response, config)
-                    return Completed(state.request_id, response, metrics.build(response))
-                error = result.error
-                assert error is not None
-                last_partial = result.partial
-                if error.kind is SamplingErrorKind.DOOM_LOOP_DETECTED and armed:
-                    resamples += 1
-                    await self._emit_retry(
-                        state,
-                        resamples,
-                        doom_max,
-                        error,
-                        self._rng.uniform(0.0, 0.25),
-                        result.emitted_output,
-                        result.doom_triggers,
-                    )
-                    continue
-                if result.emitted_output and not policy.retry_mid_stream:
-                    return Failed(
-                        state.request_id, error, last_partial, metrics.build(last_partial)
-                    )
-                decision = classify(
-                    error,
-                    retries,
-                    policy,
-                    consecutive_rate_limits=consecutive_rate_limits,
-                    images_stripped=images_stripped,
-                    uniform=self._rng.random,
-                )
-                if decision.action is RetryAction.STRIP_IMAGES:
-                    request, urls = request.strip_images()
-                    images_stripped = True
-                    if not urls:
-                        return Failed(
-                            state.request_id, error, last_partial, metrics.build(last_partial)
-                        )
-                    reason = (
-                        StripReason.SERVER_REJECTED
-                        if (error.error_code or "") == "invalid_image" and error.status_code == 400
-                        else StripReason.PAYLOAD_HEURISTIC
-                    )
-                    await state.emit([ImagesStripped(state.request_id, urls, reason)])
-                    retries += 1
-                    await self._emit_retry(
-                        state, retries, policy.max_retries, error, 0.0, result.emitted_output, ()
-                    )
-                    continue
-                if decision.action is RetryAction.FAIL:
-                    return Failed(
-                        state.request_id, error, last_partial, metrics.build(last_partial)
-                    )
-                if budget is not None and not budget.try_spend(trio.current_time()):
-                    budget_error = attrs.evolve(
-                        error, message=f"{error.message} (not retried: the retry budget is spent)"
-                    )
-                    return Failed(
-                        state.request_id, budget_error, last_partial, metrics.build(last_partial)
-                    )
-                consecutive_rate_limits = (
-                    consecutive_rate_limits + 1
-                    if error.kind is SamplingErrorKind.RATE_LIMITED
-                    else 0
-                )
-                retries += 1
+        while True:
+            armed = resamples < doom_max
+            metrics.start_attempt(trio.current_time())
+            result = await self._attempt(
+                state, request, config, metrics, armed=armed, attempt=retries + resamples + 1
+            )
+            metrics.end_attempt(trio.current_time(), result.error)
+            if result.response is not None:
+                response = self._with_cost(result.response, config)
+                return Completed(state.request_id, response, metrics.build(response))
+            error = result.error
+            assert error is not None
+            last_partial = state.last_partial = result.partial
+            if error.kind is SamplingErrorKind.DOOM_LOOP_DETECTED and armed:
+                resamples += 1
                 await self._emit_retry(
                     state,
-                    retries,
-                    policy.max_retries,
+                    resamples,
+                    doom_max,
                     error,
-                    decision.delay,
+                    self._rng.uniform(0.0, 0.25),
                     result.emitted_output,
-                    (),
+                    result.doom_triggers,
                 )
-        # Only reached when the total deadline fired.
-        assert total_scope.cancelled_caught
-        partial = self._partial(state) or last_partial
-        return Failed(
-            state.request_id,
-            _error(
-                SamplingErrorKind.IDLE_TIMEOUT,
-                f"the request did not finish within its total timeout of {total:g} s",
-                retryable=False,
-                code="total_timeout",
-            ),
-            partial,
-            metrics.build(partial),
-        )
+                continue
+            if result.emitted_output and not policy.retry_mid_stream:
+                return Failed(state.request_id, error, last_partial, metrics.build(last_partial))
+            decision = classify(
+                error,
+                retries,
+                policy,
+                consecutive_rate_limits=consecutive_rate_limits,
+                images_stripped=images_stripped,
+                uniform=self._rng.random,
+            )
+            if decision.action is RetryAction.STRIP_IMAGES:
+                request, urls = request.strip_images()
+                images_stripped = True
+                if not urls:
+                    return Failed(
+                        state.request_id, error, last_partial, metrics.build(last_partial)
+                    )
+                reason = (
+                    StripReason.SERVER_REJECTED
+                    if (error.error_code or "") == "invalid_image" and error.status_code == 400
+                    else StripReason.PAYLOAD_HEURISTIC
+                )
+                await state.emit([ImagesStripped(state.request_id, urls, reason)])
+                retries += 1
+                await self._emit_retry(
+                    state, retries, policy.max_retries, error, 0.0, result.emitted_output, ()
+                )
+                continue
+            if decision.action is RetryAction.FAIL:
+                return Failed(state.request_id, error, last_partial, metrics.build(last_partial))
+            if budget is not None and not budget.try_spend(trio.current_time()):
+                budget_error = attrs.evolve(
+                    error, message=f"{error.message} (not retried: the retry budget is spent)"
+                )
+                return Failed(
+                    state.request_id, budget_error, last_partial, metrics.build(last_partial)
+                )
+            consecutive_rate_limits = (
+                consecutive_rate_limits + 1 if error.kind is SamplingErrorKind.RATE_LIMITED else 0
+            )
+            retries += 1
+            await self._emit_retry(
+                state,
+                retries,
+                policy.max_retries,
+                error,
+                decision.delay,
+                result.emitted_output,
+                (),
+            )
 
     async def _emit_retry(
         self,
@@ -285,8 +290,8 @@ class RequestRunner:
         discard: bool,
         triggers: tuple[str, ...],
     ) -> None:
-        state.transform = None  # the partial output is discarded from here on
-        await state.emit(
+        # The attempt's partial output is discarded once the Retrying is handed over.
+        await state.emit_retry(
             [
                 Retrying(
                     state.request_id,
@@ -390,9 +395,7 @@ class RequestRunner:
                 if not body_done and terminal and isinstance(terminal[0], Completed):
                     await self._drain(chunks)
         except SamplingClientError as exc:
-            return _AttemptResult(
-                error=exc.info, partial=self._partial(state), emitted_output=emitted
-            )
+            return _AttemptResult(error=exc.info, partial=state.partial(), emitted_output=emitted)
         return self._judge(terminal, emitted, armed, triggers)
 
     @staticmethod

@@ -11,6 +11,16 @@ Design (trio-notes A.2, A.5):
 * The terminal event needs no credit: it is handed over with ``send_nowait`` (which never
   blocks and is not a checkpoint, so it works from a cancelled context) and the send side
   is closed right after it. Consumers see end-of-stream right after the terminal.
+* A cancel records the ``Cancelled`` terminal **at once**, in the task that cancels
+  (``RequestState.cancel``): the request's scope is cancelled and the terminal is final
+  before ``cancel()`` returns, whatever the request task is waiting on. The consumer's
+  next read returns it (batches not yet read are dropped). The request task, unwinding,
+  finds the terminal already recorded and only closes its connection.
+* The consumer going away is a cancel in every form: ``aclose()``, leaving ``async with``
+  (both return only once the request's task has finished, shielded and bounded), and
+  dropping the stream object (its finalizer asks the run loop, via
+  ``TrioToken.run_sync_soon``, to cancel the request: a finalizer may run in the middle
+  of Trio's own bookkeeping, so it must not touch a cancel scope itself).
 """
 
 from __future__ import annotations
@@ -18,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import attrs
 import outcome
@@ -34,6 +44,7 @@ from ..types import (
     SamplingEvent,
     TerminalEvent,
 )
+from ._metrics import MetricsRecorder
 
 if TYPE_CHECKING:
     from ..config import SamplerConfig
@@ -42,6 +53,11 @@ if TYPE_CHECKING:
 __all__ = ["RequestCancelledError", "RequestStream"]
 
 _TERMINALS = (Completed, Failed, Cancelled)
+
+#: How long leaving ``async with stream`` (or ``aclose()``) waits, shielded, for the
+#: request's task to finish after the cancel. The task has nothing left to wait on but
+#: closing its connection, which the client bounds at 5 s; this is the backstop.
+EXIT_WAIT_S: Final = 10.0
 
 
 class RequestCancelledError(Exception):
@@ -67,27 +83,65 @@ def terminal_outcome(terminal: TerminalEvent) -> outcome.Outcome[ConversationRes
 
 @attrs.define(eq=False)
 class RequestState:
-    """Bookkeeping the actor and the stream share for one request."""
+    """Bookkeeping the actor, the request task and the stream share for one request."""
 
     request_id: str
     request: ConversationRequest
     config: SamplerConfig
-    #: Created when the Submit is accepted: a cancel that races the task's start still wins.
+    #: Created when the Submit is accepted: a cancel that races the task's start still
+    #: wins. It encloses the request's nursery, so cancelling it cancels the request and
+    #: every helper task it runs.
     scope: trio.CancelScope
     send: trio.MemorySendChannel[list[SamplingEvent]]
     credits: trio.Semaphore
     submitted_at: float
+    #: The sampler's table of requests without a terminal; ``finish`` removes this one.
+    live: dict[str, RequestState] = attrs.field(factory=dict, repr=False)
+    metrics: MetricsRecorder = attrs.field(
+        default=attrs.Factory(lambda self: MetricsRecorder(self.submitted_at), takes_self=True),
+        repr=False,
+    )
+    #: Set when the terminal is recorded.
     done: trio.Event = attrs.field(factory=trio.Event)
+    #: Set when the request's task has finished (its connection is closed).
+    task_done: trio.Event = attrs.field(factory=trio.Event)
     terminal: TerminalEvent | None = None
     cancel_reason: str | None = None
+    #: The request's own nursery (helper tasks of the request run there), once open.
+    nursery: trio.Nursery | None = None
     #: The transform of the attempt in progress (its accumulation is the partial output).
     transform: StreamTransform | None = None
+    #: Batches handed to the channel, and taken out of it by the consumer.
+    sent: int = 0
+    read: int = 0
+    #: The partial output of the last failed attempt (reported by a total timeout).
+    last_partial: ConversationResponse | None = None
+    #: ``(batch number of a Retrying, the transform it discarded)``: until the consumer
+    #: has read that ``Retrying``, the attempt it is looking at is the discarded one.
+    discards: list[tuple[int, StreamTransform | None]] = attrs.field(factory=list, repr=False)
 
     def cancel(self, reason: str) -> None:
-        """Cancel the request (idempotent; the first reason is kept)."""
-        if self.cancel_reason is None:
-            self.cancel_reason = reason
+        """Cancel the request and record its ``Cancelled`` terminal now (a no-op once it
+        has ended). Synchronous and never raises: usable from any task, a cancelled
+        context, or a ``run_sync_soon`` callback."""
+        if self.terminal is not None:
+            return
+        self.cancel_reason = reason
         self.scope.cancel(reason=reason)
+        partial = self.partial()
+        self.finish(Cancelled(self.request_id, reason, partial, self.metrics.build(partial)))
+
+    def partial(self) -> ConversationResponse | None:
+        """The output of the attempt the consumer is looking at: the current attempt's,
+        or, while a ``Retrying`` that discarded an earlier attempt is still unread, that
+        earlier attempt's (the consumer has seen its events and not yet been told to
+        drop them)."""
+        transform = self.transform
+        for number, discarded in self.discards:
+            if number > self.read:
+                transform = discarded
+                break
+        return partial_output(transform)
 
     async def emit(self, batch: list[SamplingEvent]) -> None:
         """Send one batch of non-terminal events, waiting for buffer credit (backpressure)."""
@@ -99,19 +153,40 @@ class RequestState:
             self.credits.release()
             self.cancel("the consumer closed the stream")
             await trio.lowlevel.checkpoint()
+        else:
+            self.sent += 1
+
+    async def emit_retry(self, retrying: list[SamplingEvent]) -> None:
+        """Hand over a ``Retrying`` (the end of an attempt) and forget that attempt's
+        output. The order matters: until the consumer can see the ``Retrying``, a cancel
+        reports the attempt it has seen as the partial output."""
+        discarded = self.transform
+        await self.emit(retrying)
+        self.discards.append((self.sent, discarded))
+        self.transform = None
 
     @trio.lowlevel.enable_ki_protection
     def finish(self, terminal: TerminalEvent) -> None:
-        """Deliver the terminal and close the stream. Synchronous: never awaits, so it
-        works from a cancelled context; called exactly once per request."""
+        """Record the terminal, deliver it and close the stream; the first call wins.
+
+        Synchronous: never awaits, so it works from a cancelled context."""
+        if self.terminal is not None:
+            return
         self.terminal = terminal
         self.transform = None
+        if self.live.get(self.request_id) is self:
+            del self.live[self.request_id]
         with self.send:
             try:
                 self.send.send_nowait([terminal])
             except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
                 pass  # the consumer is gone; ``result()`` still reads ``terminal``
         self.done.set()
+
+
+def partial_output(transform: StreamTransform | None) -> ConversationResponse | None:
+    """What ``transform`` has accumulated, or ``None`` if nothing (no content, no usage)."""
+    return None if transform is None else transform.partial()
 
 
 def open_request_channel(
@@ -130,23 +205,34 @@ class RequestStream:
 
     * ``async for event in stream`` yields every event and ends right after the terminal
       (``Completed``, ``Failed`` or ``Cancelled``), which is always last.
+    * :meth:`cancel` cancels the request from any task, synchronously: the ``Cancelled``
+      terminal is recorded before it returns (``stream.terminal``), and it is the next
+      event the iterator yields (events not yet read are dropped; ``partial`` keeps what
+      the attempt received).
     * ``async with stream:`` — leaving the block early cancels the request (so does
-      :meth:`aclose`); the request still ends with its ``Cancelled`` terminal.
+      :meth:`aclose`). Either returns only once the request is over: ``stream.terminal``
+      is set, the sampler no longer counts it as active, its task has finished, and the
+      iterator yields nothing more.
+    * Dropping the stream without closing it cancels the request too (when the object is
+      garbage collected), and so does a consumer that stops reading for longer than the
+      request's ``Timeouts.total``.
     * ``await stream.result()`` reads what is left of the stream and returns an
       :class:`outcome.Outcome`: ``Value(response)``, or ``Error(SamplingError)`` /
       ``Error(RequestCancelledError)`` carrying the partial output.
-    * :meth:`cancel` cancels the request from any task, synchronously.
     """
 
     def __init__(
         self,
         state: RequestState,
         receive: trio.MemoryReceiveChannel[list[SamplingEvent]],
+        token: trio.lowlevel.TrioToken,
     ) -> None:
         self._state = state
         self._receive = receive
+        self._token = token
         self._batch: list[SamplingEvent] = []
         self._position = 0
+        #: Nothing more will be received (the terminal was taken, or the stream closed).
         self._ended = False
 
     @property
@@ -159,30 +245,51 @@ class RequestStream:
         return self._state.terminal
 
     def cancel(self, reason: str = "cancelled by the caller") -> None:
-        """Cancel the request; a no-op once it has ended."""
-        if self._state.terminal is None:
-            self._state.cancel(reason)
+        """Cancel the request now; a no-op once it has ended."""
+        self._state.cancel(reason)
 
     def __aiter__(self) -> AsyncIterator[SamplingEvent]:
         return self
 
     async def __anext__(self) -> SamplingEvent:
-        if self._position < len(self._batch):
-            event = self._batch[self._position]
-            self._position += 1
-            return event
+        state = self._state
+        position = self._position
+        if position < len(self._batch):
+            if not self._ended and type(state.terminal) is Cancelled:
+                return self._take_cancelled()
+            self._position = position + 1
+            return self._batch[position]
         if self._ended:
             raise StopAsyncIteration
+        if type(state.terminal) is Cancelled:
+            return self._take_cancelled()
         try:
             batch = await self._receive.receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
             self._ended = True
             raise StopAsyncIteration from None
-        if not isinstance(batch[-1], _TERMINALS):
-            self._state.credits.release()
+        state.read += 1
+        if type(batch[-1]) in _TERMINALS:
+            self._ended = True
+        else:
+            state.credits.release()
+            if type(state.terminal) is Cancelled:  # cancelled while this batch waited
+                return self._take_cancelled()
         self._batch = batch
         self._position = 1
         return batch[0]
+
+    def _take_cancelled(self) -> SamplingEvent:
+        terminal = self._state.terminal
+        assert terminal is not None
+        self._end()
+        return terminal
+
+    def _end(self) -> None:
+        self._ended = True
+        self._batch = []
+        self._position = 0
+        self._receive.close()
 
     async def result(self) -> outcome.Outcome[ConversationResponse]:
         """Read the rest of the stream; return the request's outcome."""
@@ -193,11 +300,12 @@ class RequestStream:
         return terminal_outcome(self._state.terminal)
 
     async def aclose(self) -> None:
-        """Stop reading: cancels the request if it is still running."""
-        self.cancel("the consumer closed the stream")
-        self._ended = True
-        self._receive.close()
-        await trio.lowlevel.checkpoint()
+        """Stop reading: cancels the request if it is still running, and returns once it
+        has ended (``terminal`` is set, its task has finished)."""
+        self._state.cancel("the consumer closed the stream")
+        self._end()
+        if not await self._wait_for_task():
+            await trio.lowlevel.checkpoint()
 
     async def __aenter__(self) -> RequestStream:
         return self
@@ -208,8 +316,30 @@ class RequestStream:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        # Synchronous on purpose: this runs in cancelled contexts too.
-        if self._state.terminal is None:
-            self._state.cancel("the consumer left the stream")
-        self._ended = True
-        self._receive.close()
+        self._state.cancel("the consumer left the stream")
+        self._end()
+        await self._wait_for_task()
+
+    async def _wait_for_task(self) -> bool:
+        """Wait (shielded, bounded) for the request's task to finish; whether it waited.
+
+        The terminal is already recorded (a cancel records it at once); what is left is
+        the task unwinding and closing its connection, so the block the consumer leaves
+        really is the end of the request: no task of it outlives the block."""
+        finished = self._state.task_done
+        if finished.is_set():
+            return False
+        with trio.move_on_after(EXIT_WAIT_S, shield=True):
+            await finished.wait()
+        return True
+
+    def __del__(self) -> None:
+        # Dropped without being closed: the consumer is gone, so cancel the request. A
+        # finalizer can run anywhere, including inside Trio's scheduler, so it only asks
+        # the run loop to do it (run_sync_soon is safe from signal handlers and threads).
+        state = self._state
+        if state.terminal is None:
+            try:
+                self._token.run_sync_soon(state.cancel, "the consumer dropped the stream")
+            except trio.RunFinishedError:
+                pass

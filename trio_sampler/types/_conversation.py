@@ -8,7 +8,7 @@ once can be reused turn after turn without anyone mutating it underneath.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import attrs
@@ -147,7 +147,20 @@ ContentPart: TypeAlias = TextPart | ImagePart
 def _parts(value: str | Sequence[ContentPart]) -> tuple[ContentPart, ...]:
     if isinstance(value, str):
         return (TextPart(value),)
-    return tuple(value)
+    if isinstance(value, Mapping) or not isinstance(value, Sequence):
+        raise TypeError(
+            'User content is a str or a list of TextPart / ImagePart, e.g. User("hello") or '
+            f'User([TextPart("look"), ImagePart("https://...")]); got a {type(value).__name__}'
+        )
+    parts: list[ContentPart] = []
+    for index, part in enumerate(value):
+        if not isinstance(part, TextPart | ImagePart):
+            raise TypeError(
+                f'User content[{index}] is of type {type(part).__name__}; write TextPart("...") or '
+                'ImagePart("https://...") (a plain str is also fine for text-only content)'
+            )
+        parts.append(part)
+    return tuple(parts)
 
 
 @attrs.frozen
@@ -160,6 +173,13 @@ class System:
 
     content: str
     developer: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.content, str):
+            raise TypeError(
+                f'System content is a str, e.g. System("be brief"); got a '
+                f"{type(self.content).__name__}"
+            )
 
 
 @attrs.frozen
@@ -474,17 +494,87 @@ class ResponseSchema:
     description: str | None = None
 
 
+_ITEM_TYPES = (System, User, Assistant, ToolResult, BackendToolCall, Reasoning)
+#: What to write instead of an OpenAI-style ``{"role": ..., "content": ...}`` dict.
+_ROLE_HINTS = {
+    "system": 'System("...")',
+    "developer": 'System("...", developer=True)',
+    "user": 'User("...")',
+    "assistant": 'Assistant("...")',
+    "tool": 'ToolResult(call_id="...", content="...")',
+}
+
+
+def _items(value: Sequence[ConversationItem]) -> tuple[ConversationItem, ...]:
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        raise TypeError(
+            'items is a list of conversation items, e.g. items=[User("hello")]; '
+            f"got a {type(value).__name__}"
+        )
+    items = tuple(value)
+    for index, item in enumerate(items):
+        if not isinstance(item, _ITEM_TYPES):
+            raise TypeError(_item_hint(index, item))
+    return items
+
+
+def _item_hint(index: int, item: object) -> str:
+    kinds = "System, User, Assistant, ToolResult, BackendToolCall or Reasoning"
+    if isinstance(item, Mapping):
+        role = item.get("role")
+        hint = _ROLE_HINTS.get(role, 'User("...")') if isinstance(role, str) else 'User("...")'
+        return (
+            f"items[{index}] is a dict (a provider's message format?); write {hint} instead: "
+            f"items are {kinds}"
+        )
+    if isinstance(item, str):
+        return f'items[{index}] is a str; write User("...") (or System("...")): items are {kinds}'
+    return f"items[{index}] is of type {type(item).__name__}; items are {kinds}"
+
+
+def _checked_tuple(
+    name: str, value: Sequence[Any] | None, types: tuple[type, ...], example: str
+) -> tuple[Any, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        raise TypeError(f"{name} is a list, e.g. {name}={example}; got a {type(value).__name__}")
+    values = tuple(value)
+    for index, element in enumerate(values):
+        if not isinstance(element, types):
+            raise TypeError(
+                f"{name}[{index}] is of type {type(element).__name__}; e.g. {name}={example}"
+            )
+    return values
+
+
+def _tools(value: Sequence[ToolSpec] | None) -> tuple[ToolSpec, ...]:
+    return _checked_tuple("tools", value, (ToolSpec,), '[ToolSpec("lookup", "what it does")]')
+
+
 _HOSTED_CLASSES = (WebSearch, WebFetch, CodeExecution, FileSearch, MCPServer, ProviderTool)
 
 
-def _hosted_tools(_instance: Any, _attribute: Any, value: tuple[Any, ...]) -> None:
-    for tool in value:
+def _hosted_tools(value: Sequence[HostedTool] | None) -> tuple[HostedTool, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        raise TypeError(
+            f"hosted_tools is a list, e.g. hosted_tools=[WebSearch()]; got a {type(value).__name__}"
+        )
+    tools = tuple(value)
+    for index, tool in enumerate(tools):
         if not isinstance(tool, _HOSTED_CLASSES):
             names = ", ".join(c.__name__ for c in _HOSTED_CLASSES)
             raise TypeError(
-                f"hosted_tools takes {names}; got {tool!r} (a local function tool is a "
-                "ToolSpec in tools; any other provider tool is ProviderTool(backend, {...}))"
+                f"hosted_tools[{index}] takes {names}; got {tool!r} (a local function tool is "
+                "a ToolSpec in tools; any other provider tool is ProviderTool(backend, {...}))"
             )
+    return tools
+
+
+def _stop_sequences(value: Sequence[str] | None) -> tuple[str, ...]:
+    return _checked_tuple("stop_sequences", value, (str,), '["END"]')
 
 
 @attrs.frozen
@@ -496,11 +586,9 @@ class ConversationRequest:
     the configured model.
     """
 
-    items: tuple[ConversationItem, ...] = attrs.field(converter=_tuple)
-    tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=_tuple)
-    hosted_tools: tuple[HostedTool, ...] = attrs.field(
-        default=(), converter=_tuple, validator=_hosted_tools
-    )
+    items: tuple[ConversationItem, ...] = attrs.field(converter=_items)
+    tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=_tools)
+    hosted_tools: tuple[HostedTool, ...] = attrs.field(default=(), converter=_hosted_tools)
     tool_choice: ToolChoiceSpec | None = None
     parallel_tool_calls: bool | None = None
     model: str | None = None
@@ -511,7 +599,7 @@ class ConversationRequest:
     #: Anthropic extended-thinking budget; derived from the effort when ``None``.
     thinking_budget_tokens: int | None = None
     response_schema: ResponseSchema | None = None
-    stop_sequences: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+    stop_sequences: tuple[str, ...] = attrs.field(default=(), converter=_stop_sequences)
     prompt_cache_key: str | None = None
     #: End-user id for abuse monitoring (``user`` / ``safety_identifier`` / ``metadata.user_id``).
     user_id: str | None = None
