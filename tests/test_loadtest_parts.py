@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import itertools
+import math
 import random
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from trio_sampler.loadtest import (
     Uniform,
     parse_length,
 )
+from trio_sampler.loadtest._stats import counter_percentile
 
 
 @pytest.mark.parametrize(
@@ -221,3 +224,25 @@ def test_limits_need_a_stop() -> None:
         Limits(duration_s=None)
     with pytest.raises(ValueError, match="positive"):
         Limits(duration_s=0)
+
+
+def test_recorded_values_keep_three_significant_digits_and_an_exact_mean() -> None:
+    rng = random.Random(5)
+    values = [rng.randint(1, 5_000_000) for _ in range(5000)]
+    histogram = LatencyHistogram()
+    histogram.record_many(values)
+    ordered = sorted(values)
+    for p in (50.0, 90.0, 99.0):
+        exact = ordered[math.ceil(p / 100 * len(ordered)) - 1]
+        assert histogram.value_at(p) == pytest.approx(exact, rel=0.001)
+    assert histogram.summary(1.0)["mean"] == pytest.approx(sum(values) / len(values))
+
+
+def test_live_percentiles_agree_with_the_histogram() -> None:
+    rng = random.Random(6)
+    histogram = LatencyHistogram()
+    histogram.record_many([rng.randint(100, 900_000) for _ in range(3000)])
+    live = collections.Counter(histogram.unflushed())
+    for p in (50.0, 99.0, 100.0):
+        assert counter_percentile(live, p) == pytest.approx(histogram.value_at(p), rel=0.001)
+    assert counter_percentile(collections.Counter(), 50.0) is None

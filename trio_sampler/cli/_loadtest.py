@@ -259,7 +259,7 @@ def run_loadtest(args: argparse.Namespace) -> int:
                 result = run(test, on_progress=display.update)
     except LoadTestError as exc:
         return _fail(str(exc), 1)
-    Console().print(summary_table(result))
+    _stdout_console().print(summary_table(result))
     for stage in result.stages:
         if stage.client_bound:
             reasons = "; ".join(stage.summary["client"]["reasons"])
@@ -273,6 +273,14 @@ def run_loadtest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stdout_console() -> Any:
+    from rich.console import Console
+
+    console = Console()
+    # Piped or redirected: no terminal width to fit, so keep the table's columns whole.
+    return console if console.is_terminal else Console(width=200)
+
+
 def _read(path: Path) -> Any:
     from ..loadtest import LoadTestResult
 
@@ -283,7 +291,6 @@ def run_compare(args: argparse.Namespace) -> int:
     missing = _missing_extra()
     if missing is not None:
         return _fail(missing, 1)
-    from rich.console import Console
 
     from ..loadtest._display import compare_table
     from ..loadtest._report import write_report
@@ -293,7 +300,7 @@ def run_compare(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         return _fail(str(exc))
     names = (args.a.stem, args.b.stem)
-    Console().print(compare_table(a, b, names))
+    _stdout_console().print(compare_table(a, b, names))
     if args.html:
         write_report(args.html, [(names[0], a), (names[1], b)])
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Sequence
 
@@ -11,7 +12,7 @@ from rich.table import Table
 
 from ._results import LoadTestResult, StageResult
 from ._runner import Progress
-from ._stats import StageStats
+from ._stats import counter_percentile
 
 __all__ = ["LiveDisplay", "compare_table", "summary_table"]
 
@@ -60,18 +61,19 @@ class LiveDisplay:
         self._last = (now, finished)
         if self.live is None:
             return
-        merged = StageStats()
+        live: dict[str, collections.Counter[int]] = {
+            "ttft": collections.Counter(),
+            "itl": collections.Counter(),
+        }
         for progress in workers:
             if progress.stats is not None:
-                for name in ("ttft", "itl"):
-                    merged.histograms[name].merge(progress.stats.histograms[name])
+                for name, counts in live.items():
+                    counts.update(progress.stats.histograms[name].unflushed())
         table = Table(title=f"stage {stage + 1}/{len(self.stages)}: {self.stages[stage]}")
         for column in ("phase", "sent", "done", "failed", "in flight", "req/s", "out tok"):
             table.add_column(column, justify="right")
         for column in ("TTFT p50", "TTFT p99", "ITL p50", "ITL p99"):
             table.add_column(f"{column} ms", justify="right")
-        ttft = merged.histograms["ttft"].summary(0.001)
-        itl = merged.histograms["itl"].summary(0.001)
         table.add_row(
             "measuring" if any(p.measuring for p in workers) else "warm-up",
             f"{sent:,}",
@@ -80,16 +82,17 @@ class LiveDisplay:
             f"{sum(p.in_flight for p in workers):,}",
             f"{rate:,.1f}",
             f"{sum(p.output_tokens for p in workers):,}",
-            _ms(_f(ttft["p50"])),
-            _ms(_f(ttft["p99"])),
-            _ms(_f(itl["p50"])),
-            _ms(_f(itl["p99"])),
+            _live_ms(live["ttft"], 50),
+            _live_ms(live["ttft"], 99),
+            _live_ms(live["itl"], 50),
+            _live_ms(live["itl"], 99),
         )
         self.live.update(table, refresh=True)
 
 
-def _f(value: float | int | None) -> float | None:
-    return None if value is None else float(value)
+def _live_ms(counts: collections.Counter[int], percentile: float) -> str:
+    value = counter_percentile(counts, percentile)
+    return _ms(None if value is None else value / 1000)
 
 
 def _stage_cells(stage: StageResult) -> list[str]:

@@ -65,7 +65,14 @@ def summarize_stage(
         reasons.append(f"a worker used {busiest:.0%} of a core (bound: {cpu_bound:.0%})")
     lag_p99 = loop_lag.get("p99")
     if isinstance(lag_p99, float) and lag_p99 >= lag_bound_ms:
-        reasons.append(f"event-loop lag p99 {lag_p99:.1f} ms (bound: {lag_bound_ms:g} ms)")
+        reason = f"event-loop lag p99 {lag_p99:.1f} ms (bound: {lag_bound_ms:g} ms)"
+        if busiest < cpu_bound:
+            # Late wake-ups without a busy process: it was waiting for a CPU.
+            reason += (
+                f" while using only {busiest:.0%} of a core: the machine's CPUs are "
+                "oversubscribed (other processes, or the server itself)"
+            )
+        reasons.append(reason)
     send_p99 = send_lag.get("p99")
     if isinstance(send_p99, float) and send_p99 >= lag_bound_ms:
         reasons.append(f"arrivals sent late, p99 {send_p99:.1f} ms (bound: {lag_bound_ms:g} ms)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import multiprocessing
 import queue
 import traceback
@@ -15,7 +16,7 @@ import trio
 from ._plan import LoadTest
 from ._results import LoadTestResult, StageResult, summarize_stage
 from ._runner import Progress, run_stages
-from ._stats import StageStats
+from ._stats import LatencyHistogram, StageStats
 
 __all__ = ["LoadTestError", "run", "run_load_test"]
 
@@ -175,16 +176,18 @@ def _snapshot(progress: Progress) -> dict[str, Any]:
     }
 
 
-def _partial(stats: StageStats) -> dict[str, str]:
-    return {name: stats.histograms[name].encode() for name in ("ttft", "itl")}
+def _partial(stats: StageStats) -> dict[str, dict[int, int]]:
+    # The live values (a copy: the worker keeps recording), not the encoded histograms:
+    # encoding would flush them, which costs the worker's event loop milliseconds.
+    return {name: dict(stats.histograms[name].unflushed()) for name in ("ttft", "itl")}
 
 
-def _from_snapshot(snapshot: dict[str, Any], partial: dict[str, str] | None) -> Progress:
+def _from_snapshot(snapshot: dict[str, Any], partial: dict[str, dict[int, int]] | None) -> Progress:
     progress = Progress(**snapshot)
     if partial is not None:
         stats = StageStats()
-        for name, text in partial.items():
-            stats.histograms[name] = type(stats.histograms[name]).decode(text)
+        for name, counts in partial.items():
+            stats.histograms[name] = LatencyHistogram.from_counts(collections.Counter(counts))
         progress.stats = stats
     return progress
 
