@@ -294,6 +294,9 @@ class SamplerConfig:
     cache_breakpoints: bool = True
     #: Fail instead of converting what a backend cannot carry.
     strict_conversion: bool = False
+    #: Extra top-level JSON fields merged into every request body last, for server knobs
+    #: the request model does not name (vLLM's ``ignore_eos``, ``min_tokens``, ...).
+    extra_body: Mapping[str, Any] = attrs.field(factory=dict, converter=dict, hash=False)
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.backend, ApiBackend):
@@ -402,6 +405,7 @@ class SamplerConfig:
             default_max_output_tokens=self.default_max_output_tokens,
             cache_breakpoints=self.cache_breakpoints,
             strict=self.strict_conversion,
+            extra_body=self.extra_body,
         )
 
     def evolve(self, **changes: Any) -> SamplerConfig:

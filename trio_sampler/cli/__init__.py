@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _bench, _chat, _demo, _replay, _serve
+from . import _bench, _chat, _demo, _loadtest, _replay, _serve
 
 __all__ = ["main"]
 
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     _replay.add_parser(commands)
     _serve.add_parser(commands)
     _bench.add_parser(commands)
+    _loadtest.add_parser(commands)
     return parser
 
 

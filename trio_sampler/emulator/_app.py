@@ -27,9 +27,10 @@ from ._script import (
     ScriptError,
     StatusFault,
     StreamErrorFault,
+    TokenPacing,
     parse_script,
 )
-from ._sse import Renderer, dumps, retry_after_headers
+from ._sse import Renderer, dumps, is_token_frame, retry_after_headers
 from ._validate import ApiError, view_chat, view_messages, view_responses
 
 __all__ = ["EMULATOR_MODELS", "REDACTED", "EmulatorApp", "redact_headers"]
@@ -228,12 +229,14 @@ class EmulatorApp:
         send: Send,
         request_id: str,
     ) -> None:
+        read_at = trio.current_time()
         try:
             script = parse_script(headers.get("x-emulator-script"))
         except ScriptError as exc:
             raise ApiError(str(exc)) from None
+        pacing = TokenPacing.of(script, read_at)
         bench = (self.bench or headers.get("x-emulator-bench") == "1") and not (
-            script.faults or script.delay_ms
+            script.faults or script.delay_ms or pacing
         )
         if bench and await self._bench_hit(renderer, script, body, send):
             return
@@ -278,7 +281,9 @@ class EmulatorApp:
             await _send_start(send, 200, base + _SSE_HEADERS)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope)
-                await _emit(send, renderer, reply, view, frames, plan, script.delay_ms / 1000)
+                await _emit(
+                    send, renderer, reply, view, frames, plan, script.delay_ms / 1000, pacing
+                )
                 nursery.cancel_scope.cancel()
             return
         for stall in plan.stalls:
@@ -393,12 +398,17 @@ async def _emit(
     frames: list[bytes],
     plan: AttemptPlan,
     delay: float,
+    pacing: TokenPacing | None = None,
 ) -> None:
     """Send ``frames`` with the attempt's pacing and outcome faults applied.
 
     Events are counted over ``frames`` (keep-alives excluded). Without a delay, consecutive
-    frames are coalesced into one body message.
+    frames are coalesced into one body message. With token ``pacing``, the k-th content
+    delta (k from 0) is sent at ``read_at + first_token + k * interval`` on an absolute
+    schedule, so a late wake-up does not push every later token back; other events go out
+    right after the one before them.
     """
+    token_number = 0
     pending = bytearray()
 
     async def flush() -> None:
@@ -433,6 +443,10 @@ async def _emit(
         if delay and index:
             await flush()
             await trio.sleep(delay)
+        if pacing is not None and is_token_frame(frame):
+            await flush()
+            await trio.sleep_until(pacing.deadline(token_number))
+            token_number += 1
         pending += frame
     await flush()
     await send({"type": "http.response.body", "body": b"", "more_body": False})

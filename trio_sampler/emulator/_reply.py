@@ -270,8 +270,20 @@ def plan_reply(view: RequestView, script: Script, body: bytes) -> Reply:
         text = f"The tool returned {result[:400]}. " + _sentences(rng, rng.randint(6, 16))
     else:
         text = _sentences(rng, rng.randint(20, 60))
+    # A server told to ignore the end-of-sequence token generates until max_tokens: the
+    # default text is then exactly the remaining budget, and the stop is "length".
+    fill = (
+        script.ignore_eos
+        and view.max_tokens is not None
+        and script.text is None
+        and not tool_calls
+        and view.tool_result is None
+    )
     if cut:
         text = ""
+    elif fill:
+        text = _sentences(rng, budget)[: budget * CHARS_PER_TOKEN] if budget > 0 else ""
+        cut = True
     else:
         text, cut = _cut(text, budget)
     if cut:

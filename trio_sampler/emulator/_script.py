@@ -31,6 +31,7 @@ __all__ = [
     "StallFault",
     "StatusFault",
     "StreamErrorFault",
+    "TokenPacing",
     "parse_script",
 ]
 
@@ -180,6 +181,13 @@ class Script:
     hosted_tool: HostedToolScript | None = None
     chunk_chars: int | None = None
     delay_ms: float = 0
+    #: Token pacing: the first content delta is sent this long after the request was read
+    #: (``None``: no first-token pacing).
+    first_token_ms: float | None = None
+    #: Token pacing: each later content delta this long after the one before it.
+    token_interval_ms: float | None = None
+    #: Fill ``max_tokens`` exactly (stop ``length``), like vLLM's ``ignore_eos``.
+    ignore_eos: bool = False
     stop: Stop | None = None
     usage: Mapping[str, int] = attrs.field(factory=dict)
     scenario: str | None = None
@@ -191,6 +199,31 @@ class Script:
     source: str = ""
 
 
+@attrs.frozen
+class TokenPacing:
+    """When each content delta of a paced stream is due (``trio.current_time()`` values).
+
+    The k-th delta (k from 0) is due at ``read_at + first_token + k * interval``: an
+    absolute schedule, so the timing a load generator measures can be compared with the
+    programmed one to the millisecond.
+    """
+
+    read_at: float
+    first_token: float
+    interval: float
+
+    @classmethod
+    def of(cls, script: Script, read_at: float) -> TokenPacing | None:
+        """The pacing ``script`` asks for, from ``read_at``; ``None`` if it asks for none."""
+        if script.first_token_ms is None and script.token_interval_ms is None:
+            return None
+        first = (script.first_token_ms or 0) / 1000
+        return cls(read_at, first, (script.token_interval_ms or 0) / 1000)
+
+    def deadline(self, token_number: int) -> float:
+        return self.read_at + self.first_token + token_number * self.interval
+
+
 _SCRIPT_KEYS = frozenset(
     {
         "text",
@@ -199,6 +232,9 @@ _SCRIPT_KEYS = frozenset(
         "hosted_tool",
         "chunk_chars",
         "delay_ms",
+        "first_token_ms",
+        "token_interval_ms",
+        "ignore_eos",
         "stop",
         "usage",
         "scenario",
@@ -249,6 +285,13 @@ def parse_script(raw: str | bytes | None) -> Script:
         raise ScriptError(f"x-emulator-script: stop must be one of {', '.join(STOP_VALUES)}")
     chunk_chars = _opt_int(data, "chunk_chars", "script", minimum=1)
     delay_ms = _opt_number(data, "delay_ms", "script")
+    first_token_ms = _opt_number(data, "first_token_ms", "script")
+    token_interval_ms = _opt_number(data, "token_interval_ms", "script")
+    if delay_ms and (first_token_ms is not None or token_interval_ms is not None):
+        raise ScriptError(
+            "x-emulator-script: delay_ms paces every event and cannot be combined with "
+            "first_token_ms / token_interval_ms (token pacing); use one or the other"
+        )
     return Script(
         text=_opt(data, "text", str, "script"),
         reasoning=_opt(data, "reasoning", str, "script"),
@@ -256,6 +299,9 @@ def parse_script(raw: str | bytes | None) -> Script:
         hosted_tool=_hosted_tool(data.get("hosted_tool")),
         chunk_chars=chunk_chars,
         delay_ms=delay_ms or 0,
+        first_token_ms=first_token_ms,
+        token_interval_ms=token_interval_ms,
+        ignore_eos=bool(_opt(data, "ignore_eos", bool, "script")),
         stop=stop,  # checked against STOP_VALUES above
         usage=_usage(data.get("usage")),
         scenario=_opt(data, "scenario", str, "script"),

@@ -16,6 +16,7 @@ __all__ = [
     "data_frame",
     "dumps",
     "event_frame",
+    "is_token_frame",
     "retry_after_headers",
 ]
 
@@ -39,6 +40,34 @@ def argument_chunks(arguments: str, chunk_chars: int | None) -> list[str]:
     """Tool-call arguments split the way servers stream them (a few characters each)."""
     size = chunk_chars or 8
     return [arguments[i : i + size] for i in range(0, len(arguments), size)]
+
+
+def is_token_frame(frame: bytes) -> bool:
+    """Whether an SSE event carries generated output: a non-empty text, reasoning or
+    tool-argument delta, on any of the three backends (what token pacing paces)."""
+    start = frame.find(b"data: ")
+    if start < 0:
+        return False
+    try:
+        payload = orjson.loads(frame[start + 6 :])
+    except orjson.JSONDecodeError:
+        return False
+    if not isinstance(payload, dict):
+        return False
+    kind = payload.get("type")
+    if kind == "content_block_delta":  # Messages
+        delta = payload.get("delta") or {}
+        return any(delta.get(k) for k in ("text", "thinking", "partial_json"))
+    if isinstance(kind, str) and kind.endswith(".delta"):  # Responses
+        return bool(payload.get("delta"))
+    choices = payload.get("choices")  # Chat Completions
+    if not choices:
+        return False
+    delta = choices[0].get("delta") or {}
+    if delta.get("content") or delta.get("reasoning_content"):
+        return True
+    calls = delta.get("tool_calls") or ()
+    return any((call.get("function") or {}).get("arguments") for call in calls)
 
 
 def retry_after_headers(seconds: float | None) -> list[tuple[bytes, bytes]]:

@@ -1,0 +1,385 @@
+"""The load generator measured: its accuracy, and the load it drives per client core.
+
+**Accuracy.** The emulator runs in its own processes (``--server-procs``, one per core by
+default, sharing a port with ``SO_REUSEPORT``), paced to send the first token ``D`` ms
+after it read each request and then one token every ``I`` ms (``first_token_ms``,
+``token_interval_ms``, ``ignore_eos``). ``trio_sampler.loadtest`` runs a closed loop at
+each concurrency and reports TTFT and ITL; the error is the reported p50 and p99 minus
+``D`` and ``I``. Target: within 1 ms at p50 and 5 ms at p99 at 1, 100 and 1,000 streams.
+
+**Throughput.** Against the same emulator in bench mode (pre-rendered bodies, one write per
+response), streams of ``--tokens`` text deltas at ``C`` concurrent streams, side by side in
+one run: the load generator (one worker) and a loop over the official ``openai`` SDK
+(``AsyncOpenAI(max_retries=0).chat.completions.create(stream=True)`` in ``C`` asyncio
+tasks, each counting the chunks with content), each in its own process for the same
+duration. Events per client core = output events received / client CPU seconds
+(``time.process_time`` of the client process). Target: the load generator drives at least
+15x the events per core of the SDK loop.
+
+Run ``python benchmarks/bench_loadtest.py`` (``--quick`` for a short run). It prints a
+table and PASS/FAIL per target, writes JSON to ``benchmarks/results/bench_loadtest.json``,
+and exits 0 unless the benchmark itself cannot run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+DEFAULT_JSON = Path(__file__).parent / "results" / "bench_loadtest.json"
+MODEL = "bench-model"
+FIRST_TOKEN_MS = 250.0
+TOKEN_INTERVAL_MS = 100.0
+ACCURACY_TOKENS = 16
+ACCURACY_CONCURRENCY = (1, 100, 1000)
+QUICK_ACCURACY_CONCURRENCY = (1, 100)
+TARGET_P50_MS = 1.0
+TARGET_P99_MS = 5.0
+TARGET_VS_OPENAI = 15.0
+CHUNK_CHARS = 4
+
+
+class Server:
+    """``procs`` emulator processes on one port (``trio-sampler serve --reuse-port``)."""
+
+    def __init__(self, procs: int, bench: bool) -> None:
+        self.procs: list[subprocess.Popen[str]] = []
+        port = 0
+        try:
+            for _ in range(max(1, procs)):
+                command = [
+                    sys.executable, "-m", "trio_sampler.cli", "serve", "--reuse-port",
+                    "--port", str(port), "--backlog", "4096",
+                ]  # fmt: skip
+                if bench:
+                    command.append("--bench")
+                proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+                self.procs.append(proc)
+                assert proc.stdout is not None
+                line = proc.stdout.readline().strip()
+                if not line.startswith("listening on "):
+                    raise RuntimeError(f"the emulator did not start (first line {line!r})")
+                self.origin = line.removeprefix("listening on ")
+                port = int(self.origin.rsplit(":", 1)[1])
+        except BaseException:
+            self.close()
+            raise
+
+    def cpu_seconds(self) -> float:
+        total = 0
+        for proc in self.procs:
+            with open(f"/proc/{proc.pid}/stat", encoding="ascii") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        return total / os.sysconf("SC_CLK_TCK")
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _script(**fields: Any) -> str:
+    return json.dumps(fields, separators=(",", ":"))
+
+
+def _config(origin: str, script: str) -> Any:
+    from trio_sampler import SamplerConfig, Timeouts
+
+    return SamplerConfig(
+        base_url=origin + "/v1",
+        model=MODEL,
+        api_key="bench-key",
+        extra_headers={"x-emulator-script": script},
+        timeouts=Timeouts(connect=120.0, response_headers=300.0),
+    )
+
+
+# -- accuracy -------------------------------------------------------------------------------
+
+
+def accuracy_cell(origin: str, streams: int, duration: float, workers: int) -> dict[str, Any]:
+    from trio_sampler.loadtest import Concurrency, Fixed, Limits, LoadTest, SyntheticWorkload, run
+
+    script = _script(
+        ignore_eos=True,
+        chunk_chars=CHUNK_CHARS,
+        first_token_ms=FIRST_TOKEN_MS,
+        token_interval_ms=TOKEN_INTERVAL_MS,
+    )
+    request_s = (FIRST_TOKEN_MS + (ACCURACY_TOKENS - 1) * TOKEN_INTERVAL_MS) / 1000
+    test = LoadTest(
+        _config(origin, script),
+        [Concurrency(streams)],
+        SyntheticWorkload(Fixed(64), Fixed(ACCURACY_TOKENS)),
+        # One full round of requests as warm-up (every stream's connection is open).
+        Limits(duration_s=duration, warmup_s=request_s * 1.5, drain_timeout_s=120),
+        workers=min(workers, streams),
+    )
+    [stage] = run(test).stages
+    summary = stage.summary
+    latency = summary["latency_ms"]
+    return {
+        "streams": streams,
+        "workers": test.workers,
+        "completed": summary["requests"]["completed"],
+        "failed": summary["requests"]["failed"],
+        "ttft_p50_err_ms": latency["ttft"]["p50"] - FIRST_TOKEN_MS,
+        "ttft_p99_err_ms": latency["ttft"]["p99"] - FIRST_TOKEN_MS,
+        "itl_p50_err_ms": latency["itl"]["p50"] - TOKEN_INTERVAL_MS,
+        "itl_p99_err_ms": latency["itl"]["p99"] - TOKEN_INTERVAL_MS,
+        "client_bound": summary["client"]["client_bound"],
+        "client_reasons": summary["client"]["reasons"],
+        "client_cpu_fraction": [w["cpu_fraction"] for w in summary["client"]["workers"]],
+    }
+
+
+# -- throughput ---------------------------------------------------------------------------
+
+
+def _text(tokens: int) -> str:
+    prose = "The quick brown fox jumps over the lazy dog while the loader counts. "
+    needed = tokens * CHUNK_CHARS
+    return (prose * (needed // len(prose) + 1))[:needed]
+
+
+def ours_cell(origin: str, streams: int, tokens: int, duration: float) -> dict[str, Any]:
+    from trio_sampler.loadtest import Concurrency, Fixed, Limits, LoadTest, SyntheticWorkload, run
+
+    script = _script(text=_text(tokens), chunk_chars=CHUNK_CHARS)
+    test = LoadTest(
+        _config(origin, script),
+        [Concurrency(streams)],
+        SyntheticWorkload(Fixed(16), None),
+        Limits(duration_s=duration, drain_timeout_s=120),
+    )
+    [stage] = run(test).stages
+    summary = stage.summary
+    # Output events = one per request's first event + every gap after it.
+    events = summary["latency_ms"]["itl"]["count"] + summary["latency_ms"]["ttft"]["count"]
+    [client] = summary["client"]["workers"]
+    return {
+        "impl": "loadtest",
+        "events": events,
+        "cpu_s": client["cpu_s"],
+        "wall_s": client["wall_s"],
+        "failed": summary["requests"]["failed"],
+        "client_bound": summary["client"]["client_bound"],
+    }
+
+
+async def _openai_loop(origin: str, streams: int, tokens: int, duration: float) -> dict[str, Any]:
+    import httpx2
+    import openai
+
+    script = _script(text=_text(tokens), chunk_chars=CHUNK_CHARS)
+    events = 0
+    failed = 0
+    http = httpx2.AsyncClient(
+        limits=httpx2.Limits(max_connections=None, max_keepalive_connections=streams),
+        timeout=httpx2.Timeout(300.0, connect=120.0, pool=None),
+    )
+    async with openai.AsyncOpenAI(
+        base_url=origin + "/v1", api_key="bench-key", max_retries=0, http_client=http
+    ) as client:
+        stop_at = time.monotonic() + duration
+
+        async def stream_loop() -> None:
+            nonlocal events, failed
+            while time.monotonic() < stop_at:
+                try:
+                    response = await client.chat.completions.create(
+                        model=MODEL,
+                        messages=[{"role": "user", "content": "Tell me about the weather."}],
+                        stream=True,
+                        extra_headers={"x-emulator-script": script},
+                    )
+                    async for chunk in response:
+                        if chunk.choices and chunk.choices[0].delta.content:
+                            events += 1
+                except openai.APIError:
+                    failed += 1
+
+        cpu = time.process_time()
+        wall = time.monotonic()
+        await asyncio.gather(*(stream_loop() for _ in range(streams)))
+        return {
+            "impl": "openai",
+            "events": events,
+            "cpu_s": time.process_time() - cpu,
+            "wall_s": time.monotonic() - wall,
+            "failed": failed,
+            "client_bound": None,
+        }
+
+
+def run_in_process(kind: str, **spec: Any) -> dict[str, Any]:
+    """Run one cell in a fresh process (its own heap and GC state); returns its JSON."""
+    command = [sys.executable, __file__, "--_cell", json.dumps({"kind": kind, **spec})]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"{kind} cell failed:\n{done.stderr}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def cell_main(spec: dict[str, Any]) -> None:
+    kind = spec.pop("kind")
+    if kind == "accuracy":
+        result = accuracy_cell(**spec)
+    elif kind == "ours":
+        result = ours_cell(**spec)
+    else:
+        result = asyncio.run(_openai_loop(**spec))
+    print(json.dumps(result))
+
+
+# -- the report -----------------------------------------------------------------------------
+
+
+def _ok(value: bool) -> str:
+    return "PASS" if value else "FAIL"
+
+
+def print_report(results: dict[str, Any]) -> None:
+    print(f"\nAccuracy (D = {FIRST_TOKEN_MS:g} ms, I = {TOKEN_INTERVAL_MS:g} ms; errors in ms)")
+    header = (
+        f"{'C':>6} {'workers':>7} {'done':>7} {'fail':>5} {'TTFT p50':>9} {'TTFT p99':>9} "
+        f"{'ITL p50':>8} {'ITL p99':>8} {'client':>13}  target"
+    )
+    print(header)
+    for cell in results["accuracy"]:
+        print(
+            f"{cell['streams']:>6} {cell['workers']:>7} {cell['completed']:>7,} "
+            f"{cell['failed']:>5} {cell['ttft_p50_err_ms']:>+9.2f} "
+            f"{cell['ttft_p99_err_ms']:>+9.2f} "
+            f"{cell['itl_p50_err_ms']:>+8.2f} {cell['itl_p99_err_ms']:>+8.2f} "
+            f"{'client-bound' if cell['client_bound'] else 'ok':>13}  {_ok(cell['pass'])}"
+        )
+    print(f"\nThroughput (C = {results['throughput_streams']}, {results['tokens']} events/stream)")
+    columns = ("client", "events", "CPU s", "wall s", "events/core-s", "fail")
+    widths = (10, 10, 7, 7, 14, 5)
+    print(" ".join(f"{c:>{w}}" for c, w in zip(columns, widths, strict=True)))
+    for cell in results["throughput"]:
+        print(
+            f"{cell['impl']:>10} {cell['events']:>10,} {cell['cpu_s']:>7.2f} "
+            f"{cell['wall_s']:>7.2f} "
+            f"{cell['events_per_cpu_s']:>14,.0f} {cell['failed']:>5}"
+        )
+    ratio = results["ratio_vs_openai"]
+    print(
+        f"\nloadtest / openai events per core: {ratio:.1f}x "
+        f"(target >= {TARGET_VS_OPENAI:g}x): {_ok(ratio >= TARGET_VS_OPENAI)}"
+    )
+
+
+def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
+    concurrencies = QUICK_ACCURACY_CONCURRENCY if args.quick else ACCURACY_CONCURRENCY
+    duration = 4.0 if args.quick else args.duration
+    accuracy = []
+    server = Server(args.server_procs, bench=False)
+    try:
+        for streams in concurrencies:
+            cpu = server.cpu_seconds()
+            cell = run_in_process(
+                "accuracy", origin=server.origin, streams=streams, duration=duration,
+                workers=args.workers,
+            )  # fmt: skip
+            cell["server_cpu_s"] = server.cpu_seconds() - cpu
+            cell["pass"] = (
+                abs(cell["ttft_p50_err_ms"]) <= TARGET_P50_MS
+                and abs(cell["itl_p50_err_ms"]) <= TARGET_P50_MS
+                and abs(cell["ttft_p99_err_ms"]) <= TARGET_P99_MS
+                and abs(cell["itl_p99_err_ms"]) <= TARGET_P99_MS
+                and cell["failed"] == 0
+            )
+            accuracy.append(cell)
+            print(f"accuracy C={streams}: {cell}", flush=True)
+    finally:
+        server.close()
+    tokens = 500 if args.quick else args.tokens
+    streams = 50 if args.quick else args.streams
+    throughput = []
+    server = Server(args.server_procs, bench=True)
+    try:
+        for kind in ("ours", "openai"):
+            cell = run_in_process(
+                kind, origin=server.origin, streams=streams, tokens=tokens, duration=duration
+            )
+            cell["events_per_cpu_s"] = cell["events"] / cell["cpu_s"] if cell["cpu_s"] else 0.0
+            throughput.append(cell)
+            print(f"throughput {kind}: {cell}", flush=True)
+    finally:
+        server.close()
+    ours, theirs = throughput
+    return {
+        "benchmark": "bench_loadtest",
+        "quick": args.quick,
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpu_count": os.cpu_count(),
+            "load_average": list(os.getloadavg()),
+        },
+        "method": __doc__,
+        "first_token_ms": FIRST_TOKEN_MS,
+        "token_interval_ms": TOKEN_INTERVAL_MS,
+        "server_procs": args.server_procs,
+        "duration_s": duration,
+        "accuracy": accuracy,
+        "throughput_streams": streams,
+        "tokens": tokens,
+        "throughput": throughput,
+        "ratio_vs_openai": (
+            ours["events_per_cpu_s"] / theirs["events_per_cpu_s"]
+            if theirs["events_per_cpu_s"]
+            else 0.0
+        ),
+    }
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a short run")
+    parser.add_argument("--json", default=str(DEFAULT_JSON), help="where to write the results")
+    parser.add_argument("--duration", type=float, default=15.0, help="seconds per cell")
+    parser.add_argument("--server-procs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--workers", type=int, default=1, help="load-test worker processes")
+    parser.add_argument("--streams", type=int, default=200, help="throughput concurrency")
+    parser.add_argument("--tokens", type=int, default=2000, help="events per throughput stream")
+    parser.add_argument("--_cell", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args._cell is not None:
+        cell_main(json.loads(args._cell))
+        return 0
+    results = orchestrate(args)
+    print_report(results)
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2) + b"\n")
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Token pacing (first_token_ms, token_interval_ms) and ignore_eos in the emulator script."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2
+import orjson
+import pytest
+import trio
+
+from trio_sampler.emulator import ScriptError, parse_script
+from trio_sampler.emulator._sse import is_token_frame
+from trio_sampler.testing import EmulatorTransport, script_headers
+
+BASE = "http://emulator.test/v1"
+MESSAGES = [{"role": "user", "content": "hi"}]
+BODIES: dict[str, dict[str, Any]] = {
+    "/chat/completions": {"model": "m", "stream": True, "messages": MESSAGES, "max_tokens": 16},
+    "/responses": {"model": "m", "stream": True, "input": "hi", "max_output_tokens": 16},
+    "/messages": {"model": "c", "stream": True, "messages": MESSAGES, "max_tokens": 16},
+}
+
+
+def _token_frames(body: bytes) -> list[bytes]:
+    return [frame for frame in body.split(b"\n\n") if frame and is_token_frame(frame + b"\n\n")]
+
+
+@pytest.mark.parametrize("path", list(BODIES))
+async def test_tokens_arrive_on_the_programmed_schedule(
+    autojump_clock: trio.abc.Clock, path: str
+) -> None:
+    headers = script_headers(
+        ignore_eos=True, chunk_chars=4, first_token_ms=250, token_interval_ms=40
+    )
+    arrivals: list[float] = []
+    async with httpx2.AsyncClient(transport=EmulatorTransport()) as client:
+        start = trio.current_time()
+        async with client.stream("POST", BASE + path, json=BODIES[path], headers=headers) as r:
+            assert r.status_code == 200
+            async for chunk in r.aiter_raw():
+                arrivals.extend(trio.current_time() - start for _ in _token_frames(chunk))
+    # ignore_eos with 4-character deltas: exactly max_tokens deltas, the first at 250 ms,
+    # then one every 40 ms.
+    assert arrivals == pytest.approx([0.25 + 0.04 * k for k in range(16)])
+
+
+async def test_ignore_eos_fills_max_tokens_and_stops_on_length() -> None:
+    headers = script_headers(ignore_eos=True)
+    body = {**BODIES["/chat/completions"], "stream": False, "max_tokens": 37}
+    async with httpx2.AsyncClient(transport=EmulatorTransport()) as client:
+        response = await client.post(BASE + "/chat/completions", json=body, headers=headers)
+    data = response.json()
+    assert data["usage"]["completion_tokens"] == 37
+    assert data["choices"][0]["finish_reason"] == "length"
+
+
+async def test_without_ignore_eos_the_reply_keeps_its_own_length() -> None:
+    body = {**BODIES["/chat/completions"], "stream": False, "max_tokens": 4000}
+    async with httpx2.AsyncClient(transport=EmulatorTransport()) as client:
+        response = await client.post(BASE + "/chat/completions", json=body)
+    data = response.json()
+    assert data["usage"]["completion_tokens"] < 4000
+    assert data["choices"][0]["finish_reason"] == "stop"
+
+
+def test_pacing_and_delay_ms_do_not_combine() -> None:
+    with pytest.raises(ScriptError, match="delay_ms"):
+        parse_script(orjson.dumps({"delay_ms": 5, "first_token_ms": 10}))
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("first_token_ms", "soon"), ("token_interval_ms", -1), ("ignore_eos", "yes")],
+)
+def test_pacing_keys_are_validated(key: str, value: Any) -> None:
+    with pytest.raises(ScriptError, match=key):
+        parse_script(orjson.dumps({key: value}))
+
+
+def _chat(delta: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps({"choices": [{"delta": delta}]}) + b"\n\n"
+
+
+def _event(payload: dict[str, Any]) -> bytes:
+    kind: str = payload["type"]
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+
+@pytest.mark.parametrize(
+    ("frame", "expected"),
+    [
+        (_chat({"content": "hi"}), True),
+        (_chat({"role": "assistant", "content": ""}), False),
+        (_chat({"reasoning_content": "so"}), True),
+        (_chat({"tool_calls": [{"function": {"arguments": "{"}}]}), True),
+        (_chat({"tool_calls": [{"function": {"name": "f", "arguments": ""}}]}), False),
+        (b'data: {"choices":[],"usage":{"total_tokens":3}}\n\n', False),
+        (b"data: [DONE]\n\n", False),
+        (_event({"type": "response.output_text.delta", "delta": "a"}), True),
+        (_event({"type": "response.created"}), False),
+        (
+            _event({"type": "content_block_delta", "delta": {"type": "text_delta", "text": "a"}}),
+            True,
+        ),
+        (_event({"type": "message_delta", "delta": {"stop_reason": "end_turn"}}), False),
+        (b": keep-alive\n\n", False),
+    ],
+)
+def test_is_token_frame(frame: bytes, expected: bool) -> None:
+    assert is_token_frame(frame) is expected

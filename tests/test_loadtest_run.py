@@ -1,0 +1,261 @@
+"""The load generator against the emulator under the mock clock: what it reports is what
+the server was programmed to do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+import trio
+
+from trio_sampler import SamplerConfig
+from trio_sampler.emulator import EmulatorApp
+from trio_sampler.loadtest import (
+    SLO,
+    Concurrency,
+    DatasetWorkload,
+    Fixed,
+    Limits,
+    LoadTest,
+    LoadTestResult,
+    Progress,
+    Rate,
+    StageResult,
+    SyntheticWorkload,
+    run_load_test,
+)
+from trio_sampler.testing import EmulatorTransport
+
+BASE = "http://emulator.test/v1"
+
+
+def _config(**script: Any) -> SamplerConfig:
+    return SamplerConfig(
+        base_url=BASE,
+        model="gpt-4o-mini",
+        api_key="sk-test",
+        extra_headers={"x-emulator-script": orjson.dumps(script).decode()},
+    )
+
+
+def _paced(first_ms: float, interval_ms: float, **more: Any) -> SamplerConfig:
+    return _config(
+        ignore_eos=True,
+        chunk_chars=4,
+        first_token_ms=first_ms,
+        token_interval_ms=interval_ms,
+        **more,
+    )
+
+
+class LimitedApp(EmulatorApp):
+    """The emulator serving at most ``slots`` requests at once; the rest wait (a server at
+    capacity queues them)."""
+
+    def __init__(self, slots: int) -> None:
+        super().__init__()
+        self.slots = trio.Semaphore(slots)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        async with self.slots:
+            await super().__call__(scope, receive, send)
+
+
+async def _run(test: LoadTest, app: EmulatorApp | None = None, **kw: Any) -> LoadTestResult:
+    async with EmulatorTransport(app) as transport:
+        return await run_load_test(test, transport=transport, **kw)
+
+
+@pytest.mark.parametrize("streams", [1, 100])
+async def test_reported_ttft_and_itl_match_the_programmed_pacing(
+    autojump_clock: trio.abc.Clock, streams: int
+) -> None:
+    test = LoadTest(
+        _paced(120, 15),
+        [Concurrency(streams)],
+        SyntheticWorkload(Fixed(16), Fixed(12)),
+        Limits(duration_s=None, requests=2 * streams, warmup_requests=streams),
+    )
+    [stage] = (await _run(test)).stages
+    ttft, itl, tpot = (stage.summary["latency_ms"][m] for m in ("ttft", "itl", "tpot"))
+    assert stage.summary["requests"]["completed"] == 2 * streams
+    assert stage.summary["requests"]["failed"] == 0
+    for values, expected in ((ttft, 120.0), (itl, 15.0), (tpot, 15.0)):
+        assert values["p50"] == pytest.approx(expected, abs=1.0)
+        assert values["p99"] == pytest.approx(expected, abs=5.0)
+    # 12 tokens: 11 gaps per request.
+    assert itl["count"] == 11 * 2 * streams
+    # The emulator reports usage, and the results say the counts are the server's.
+    assert stage.summary["tokens"]["output"] == 12 * 2 * streams
+    assert stage.summary["tokens"]["output_source"] == "server"
+    e2e = stage.summary["latency_ms"]["e2e"]
+    assert e2e["p50"] == pytest.approx(120 + 11 * 15, abs=1.0)
+
+
+async def test_open_loop_above_capacity_shows_queueing(autojump_clock: trio.abc.Clock) -> None:
+    # 4 slots, 0.25 s per request: capacity 16 requests/s.
+    test = LoadTest(
+        _paced(100, 10),
+        [Rate(8, "constant"), Rate(32, "constant")],
+        SyntheticWorkload(Fixed(16), Fixed(16)),
+        Limits(duration_s=5.0, drain_timeout_s=600),
+    )
+    under, over = (await _run(test, LimitedApp(4))).stages
+    # Below capacity the first token comes when the server paces it.
+    assert under.latency("ttft", "p99") == pytest.approx(100, abs=1.0)
+    # Above it, arrivals keep coming on schedule (the loop does not close: 32/s for 5 s
+    # are all sent) and they queue: TTFT climbs far above the programmed 100 ms.
+    assert over.summary["requests"]["started"] == 160
+    assert over.summary["client"]["send_lag_ms"]["max"] < 1
+    p50, p99 = over.latency("ttft", "p50"), over.latency("ttft", "p99")
+    assert p50 is not None and p99 is not None
+    assert p50 > 1000
+    assert p99 > 4000
+    # ITL is the server's pacing once a request is being served.
+    assert over.latency("itl", "p50") == pytest.approx(10, abs=1.0)
+
+
+async def test_poisson_arrivals_average_the_rate(autojump_clock: trio.abc.Clock) -> None:
+    test = LoadTest(
+        _paced(10, 1),
+        [Rate(20, "poisson")],
+        SyntheticWorkload(Fixed(8), Fixed(2)),
+        Limits(duration_s=10.0),
+        seed=7,
+    )
+    [stage] = (await _run(test)).stages
+    started = stage.summary["requests"]["started"]
+    # 200 expected; a Poisson count has a standard deviation of ~14.
+    assert 150 < started < 250
+    assert stage.summary["requests"]["completed"] == started
+
+
+async def test_max_in_flight_drops_arrivals_instead_of_delaying_them(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    test = LoadTest(
+        _paced(1000, 10),
+        [Rate(10, "constant", max_in_flight=5)],
+        SyntheticWorkload(Fixed(8), Fixed(2)),
+        Limits(duration_s=3.0),
+    )
+    [stage] = (await _run(test)).stages
+    requests = stage.summary["requests"]
+    # Each request lasts ~1 s: 5 in flight at a time, the rest of 30 arrivals dropped.
+    assert requests["dropped"] > 0
+    assert requests["started"] + requests["dropped"] == 30
+
+
+async def test_warmup_and_request_limits(autojump_clock: trio.abc.Clock) -> None:
+    progress = Progress()
+    test = LoadTest(
+        _paced(5, 1),
+        [Concurrency(2)],
+        SyntheticWorkload(Fixed(8), Fixed(3)),
+        Limits(duration_s=None, requests=10, warmup_requests=3),
+    )
+    [stage] = (await _run(test, progress=progress)).stages
+    assert stage.summary["requests"]["started"] == 10
+    assert stage.summary["requests"]["completed"] == 10
+    assert progress.sent == 13  # the warm-up requests were sent, not measured
+
+
+async def test_errors_are_counted_by_the_samplers_kinds_without_retries(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    app = EmulatorApp()
+    test = LoadTest(
+        _config(scenario="limited", faults=[{"type": "status", "status": 429}]),
+        [Concurrency(2)],
+        SyntheticWorkload(Fixed(8), Fixed(3)),
+        Limits(duration_s=None, requests=6),
+    )
+    [stage] = (await _run(test, app)).stages
+    assert stage.summary["requests"]["errors"] == {"rate_limited": 6}
+    assert stage.summary["requests"]["completed"] == 0
+    # A load test measures the server: no retries.
+    assert len(app.requests("limited")) == 6
+
+
+@pytest.mark.parametrize(("bound", "good"), [(130.0, 1.0), (90.0, 0.0)])
+async def test_goodput_against_slos(
+    autojump_clock: trio.abc.Clock, bound: float, good: float
+) -> None:
+    test = LoadTest(
+        _paced(100, 10),
+        [Concurrency(4)],
+        SyntheticWorkload(Fixed(8), Fixed(5)),
+        Limits(duration_s=None, requests=20),
+        slo=SLO(ttft_ms=bound, tpot_ms=20),
+    )
+    [stage] = (await _run(test)).stages
+    assert stage.summary["goodput"]["fraction"] == good
+    duration = stage.summary["duration_s"]
+    assert stage.summary["goodput"]["requests_per_s"] == pytest.approx(good * 20 / duration)
+
+
+async def test_drain_timeout_cancels_and_counts_unfinished(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    test = LoadTest(
+        _paced(50, 2000),
+        [Concurrency(3)],
+        SyntheticWorkload(Fixed(8), Fixed(100)),
+        Limits(duration_s=1.0, drain_timeout_s=5.0),
+    )
+    start = trio.current_time()
+    [stage] = (await _run(test)).stages
+    assert trio.current_time() - start == pytest.approx(6.0, abs=0.2)
+    assert stage.summary["requests"]["unfinished"] == 3
+    assert stage.summary["requests"]["failed"] == 0
+
+
+async def test_dataset_workload_runs_its_conversations(
+    autojump_clock: trio.abc.Clock, tmp_path: Any
+) -> None:
+    path = tmp_path / "chats.jsonl"
+    lines = [
+        {
+            "conversations": [
+                {"from": "human", "value": "hello there"},
+                {"from": "gpt", "value": "x" * 40},
+            ]
+        },
+        {"messages": [{"role": "user", "content": "count to three"}], "output_tokens": 7},
+    ]
+    path.write_bytes(b"\n".join(orjson.dumps(line) for line in lines) + b"\n")
+    test = LoadTest(
+        _paced(5, 1),
+        [Concurrency(1)],
+        DatasetWorkload(path),
+        Limits(duration_s=None, requests=4),
+    )
+    [stage] = (await _run(test)).stages
+    # ignore_eos: each request generates its own budget (10 and 7 tokens), twice each.
+    assert stage.summary["tokens"]["output"] == 2 * (10 + 7)
+
+
+async def test_result_document_round_trips(autojump_clock: trio.abc.Clock, tmp_path: Any) -> None:
+    test = LoadTest(
+        _paced(20, 5),
+        [Concurrency(1), Concurrency(4)],
+        SyntheticWorkload(Fixed(8), Fixed(4)),
+        Limits(duration_s=None, requests=8),
+    )
+    result = await _run(test)
+    path = tmp_path / "run.json"
+    result.write_json(path)
+    again = LoadTestResult.read(path)
+    assert again.to_json() == result.to_json()
+    data = orjson.loads(path.read_bytes())
+    assert data["schema"] == "trio-sampler.loadtest/1"
+    assert data["target"]["extra_headers"] == ["x-emulator-script"]
+    assert "sk-test" not in path.read_text()
+    stage = StageResult(data["stages"][1])
+    assert stage.histogram("ttft").count == 8
+    rows = result.csv().splitlines()
+    assert len(rows) == 3 and rows[1].startswith("C=1,concurrency,1,")

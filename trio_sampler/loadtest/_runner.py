@@ -1,0 +1,354 @@
+"""Running stages in one process: the closed and open loops, the timestamps, the self-check.
+
+Every timestamp is ``trio.current_time()`` taken by the task that sends the request and
+reads its events:
+
+* ``sent``: just before :meth:`SamplerHandle.submit`;
+* ``first``: when the first output event (text, reasoning or tool-argument delta) is read;
+* each later output event, and ``done``: when the terminal event is read.
+
+TTFT = ``first - sent``; ITL = the gaps between consecutive output events; E2E =
+``done - sent``; TPOT = ``(E2E - TTFT) / (output_tokens - 1)``.
+"""
+
+from __future__ import annotations
+
+import random
+import resource
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AsyncExitStack
+from typing import Any
+
+import attrs
+import httpx2
+import trio
+
+from ..actor import SamplerHandle, open_sampler
+from ..config import RetryPolicy, SamplerConfig
+from ..doom_loop import DoomLoopPolicy
+from ..types import Cancelled, ChannelToken, Completed, Failed, ToolCallDelta
+from ._plan import Concurrency, Limits, Load, LoadTest, Rate
+from ._stats import SLO, StageStats
+from ._workload import WorkItem
+
+__all__ = ["Progress", "StageRunner", "load_test_config", "run_stages"]
+
+#: How often the event-loop lag probe wakes (seconds).
+LAG_PROBE_INTERVAL = 0.01
+
+
+@attrs.define
+class Progress:
+    """Live counters of the running stage, read by the progress display."""
+
+    stage: int = 0
+    label: str = ""
+    started_at: float = 0.0
+    measuring: bool = False
+    sent: int = 0
+    finished: int = 0
+    failed: int = 0
+    in_flight: int = 0
+    output_tokens: int = 0
+    stats: StageStats | None = None
+
+
+def load_test_config(config: SamplerConfig, stages: tuple[Load, ...]) -> SamplerConfig:
+    """``config`` as a load generator needs it: no retries, keep-alive for every stream."""
+    peak = max(stage.peak_streams for stage in stages)
+    return config.evolve(
+        retry=RetryPolicy(max_retries=0),
+        max_keepalive_connections=max(config.max_keepalive_connections, peak),
+    )
+
+
+def _peak_rss() -> int:
+    # ru_maxrss is in KiB on Linux (the platform this measures on).
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+class StageRunner:
+    """Runs one stage's load in this process and records it into a :class:`StageStats`."""
+
+    def __init__(
+        self,
+        sampler: SamplerHandle,
+        items: Iterator[WorkItem],
+        load: Load,
+        limits: Limits,
+        slo: SLO,
+        rng: random.Random,
+        progress: Progress,
+        clock_offset: float,
+    ) -> None:
+        self.sampler = sampler
+        self.items = items
+        self.load = load
+        self.limits = limits
+        self.slo = slo
+        self.rng = rng
+        self.progress = progress
+        self.offset = clock_offset
+        self.stats = StageStats()
+        progress.stats = self.stats
+        self.warm_until = 0.0
+        self.warmup_left = limits.warmup_requests
+        self.measure_start: float | None = None
+        self.measured_sent = 0
+        self.stopped = False
+        self.idle = trio.Event()
+        self.idle.set()
+
+    # -- what the next request is -------------------------------------------------------
+
+    def next_slot(self, now: float) -> bool | None:
+        """Whether a request sent ``now`` is measured; ``None``: the stage stops sending."""
+        if self.stopped:
+            return None
+        if now < self.warm_until or self.warmup_left > 0:
+            self.warmup_left -= 1
+            return False
+        if self.measure_start is None:
+            self.measure_start = now
+            self.progress.measuring = True
+        limits = self.limits
+        if (limits.duration_s is not None and now >= self.measure_start + limits.duration_s) or (
+            limits.requests is not None and self.measured_sent >= limits.requests
+        ):
+            self.stopped = True
+            return None
+        self.measured_sent += 1
+        return True
+
+    # -- one request ----------------------------------------------------------------------
+
+    async def one(self, item: WorkItem, measured: bool, scheduled: float | None) -> None:
+        progress = self.progress
+        stats = self.stats
+        now = trio.current_time
+        progress.in_flight += 1
+        progress.sent += 1
+        if progress.in_flight == 1:
+            self.idle = trio.Event()
+        sent = now()
+        if measured:
+            stats.started += 1
+            if scheduled is not None:
+                stats.histograms["send_lag"].record(round((sent - scheduled) * 1e6))
+        first: float | None = None
+        last = 0.0
+        count = 0
+        gaps: list[int] = []
+        try:
+            stream = await self.sampler.submit(item.request)
+            async with stream:
+                async for event in stream:
+                    kind = type(event)
+                    if kind is ChannelToken or (
+                        isinstance(event, ToolCallDelta) and event.arguments_delta
+                    ):
+                        at = now()
+                        if first is None:
+                            first = at
+                        else:
+                            gaps.append(round((at - last) * 1e6))
+                        last = at
+                        count += 1
+            done = now()
+        except trio.Cancelled:
+            if measured:
+                stats.unfinished += 1
+            raise
+        finally:
+            progress.in_flight -= 1
+            progress.finished += 1
+            if progress.in_flight == 0:
+                self.idle.set()
+        if measured:
+            self.record(item, stream.terminal, sent, first, done, count, gaps)
+
+    def record(
+        self,
+        item: WorkItem,
+        terminal: Any,
+        sent: float,
+        first: float | None,
+        done: float,
+        count: int,
+        gaps: list[int],
+    ) -> None:
+        stats = self.stats
+        stats.window(sent + self.offset, done + self.offset)
+        if isinstance(terminal, Failed):
+            stats.error(terminal.error.kind.value)
+            self.progress.failed += 1
+            return
+        if isinstance(terminal, Cancelled) or not isinstance(terminal, Completed):
+            stats.error("cancelled")
+            self.progress.failed += 1
+            return
+        usage = terminal.response.usage
+        output = count
+        if usage is not None and usage.output_tokens:
+            output = usage.output_tokens
+            stats.output_from_server += 1
+        stats.input_tokens += (
+            usage.input_tokens if usage is not None and usage.input_tokens else item.input_tokens
+        )
+        if usage is not None and usage.input_tokens:
+            stats.input_from_server += 1
+        stats.output_tokens += output
+        stats.completed += 1
+        self.progress.output_tokens += output
+        histograms = stats.histograms
+        e2e = done - sent
+        histograms["e2e"].record(round(e2e * 1e6))
+        ttft = None if first is None else first - sent
+        tpot = None
+        if ttft is not None:
+            histograms["ttft"].record(round(ttft * 1e6))
+            if output > 1:
+                tpot = (e2e - ttft) / (output - 1)
+                histograms["tpot"].record(round(tpot * 1e6))
+        if gaps:
+            histograms["itl"].record_many(gaps)
+        if e2e > 0:
+            histograms["stream_output_tps"].record(round(output / e2e * 1000))
+        if self._good(ttft, tpot, e2e):
+            stats.good += 1
+
+    def _good(self, ttft: float | None, tpot: float | None, e2e: float) -> bool:
+        slo = self.slo
+        if slo.ttft_ms is not None and (ttft is None or ttft * 1000 > slo.ttft_ms):
+            return False
+        if slo.tpot_ms is not None and tpot is not None and tpot * 1000 > slo.tpot_ms:
+            return False
+        return slo.e2e_ms is None or e2e * 1000 <= slo.e2e_ms
+
+    # -- the loops ------------------------------------------------------------------------
+
+    async def closed_loop(self, streams: int, nursery: trio.Nursery) -> None:
+        async def stream_loop() -> None:
+            while (slot := self.next_slot(trio.current_time())) is not None:
+                await self.one(next(self.items), slot, None)
+
+        for _ in range(streams):
+            nursery.start_soon(stream_loop)
+
+    async def open_loop(self, rate: Rate, nursery: trio.Nursery) -> None:
+        gap: Callable[[], float]
+        if rate.arrivals == "poisson":
+            gap = lambda: self.rng.expovariate(rate.per_second)  # noqa: E731
+        else:
+            gap = lambda: 1.0 / rate.per_second  # noqa: E731
+        due = trio.current_time() + rate.phase
+        while True:
+            await trio.sleep_until(due)
+            slot = self.next_slot(due)
+            if slot is None:
+                return
+            cap = rate.max_in_flight
+            if cap is not None and self.progress.in_flight >= cap:
+                if slot:
+                    self.stats.dropped += 1
+            else:
+                nursery.start_soon(self.one, next(self.items), slot, due)
+            due += gap()
+
+    async def run(self) -> StageStats:
+        """Send the stage's load, drain, and return its statistics."""
+        cpu_start = time.process_time()
+        wall_start = time.monotonic()
+        start = trio.current_time()
+        self.progress.started_at = start
+        self.warm_until = start + self.limits.warmup_s
+        async with trio.open_nursery() as probes:
+            probes.start_soon(self._probe_lag)
+            async with trio.open_nursery() as requests:
+                if isinstance(self.load, Concurrency):
+                    await self.closed_loop(self.load.streams, requests)
+                    # The streams stop by themselves; wake them for the time limit too.
+                    await self._wait_for_stop()
+                else:
+                    await self.open_loop(self.load, requests)
+                with trio.move_on_after(self.limits.drain_timeout_s):
+                    await self.idle.wait()
+                requests.cancel_scope.cancel()
+            probes.cancel_scope.cancel()
+        self.stats.client.append(
+            (time.process_time() - cpu_start, time.monotonic() - wall_start, _peak_rss())
+        )
+        return self.stats
+
+    async def _wait_for_stop(self) -> None:
+        # Closed-loop streams only look at the limits between requests; the stage stops
+        # sending at the time limit itself, and the drain timeout starts from there.
+        duration = self.limits.duration_s
+        while not self.stopped:
+            start = self.measure_start
+            if (
+                duration is not None
+                and start is not None
+                and trio.current_time() >= start + duration
+            ):
+                self.stopped = True
+                return
+            await trio.sleep(0.05)
+
+    async def _probe_lag(self) -> None:
+        lag = self.stats.histograms["loop_lag"]
+        while True:
+            before = trio.current_time()
+            await trio.sleep(LAG_PROBE_INTERVAL)
+            lag.record(round((trio.current_time() - before - LAG_PROBE_INTERVAL) * 1e6))
+
+
+async def run_stages(
+    test: LoadTest,
+    *,
+    worker: int = 0,
+    progress: Progress | None = None,
+    on_stage: Callable[[int, StageStats], None] | None = None,
+    before_stage: Callable[[int], Any] | None = None,
+    transport: httpx2.AsyncBaseTransport | None = None,
+) -> list[StageStats | None]:
+    """Run every stage of ``test`` as worker ``worker`` of ``test.workers``.
+
+    ``before_stage(i)``, if given, is awaited before stage ``i`` starts (the workers'
+    barrier). Returns each stage's statistics (``None`` for a stage this worker had no
+    share of). ``transport`` replaces the network (tests).
+    """
+    progress = progress if progress is not None else Progress()
+    rng = random.Random(test.seed + worker)
+    items = test.workload.items(rng)
+    config = load_test_config(test.config, test.stages)
+    # A clock the machine's processes share, so merged windows line up.
+    offset = time.monotonic() - trio.current_time()
+    results: list[StageStats | None] = []
+    async with AsyncExitStack() as stack:
+        sampler = await stack.enter_async_context(
+            open_sampler(
+                config,
+                doom_loop=DoomLoopPolicy(enabled=False),
+                seed=test.seed,
+                transport=transport,
+            )
+        )
+        for index, stage in enumerate(test.stages):
+            if before_stage is not None:
+                await before_stage(index)
+            load = stage.share(worker, test.workers)
+            limits = test.limits.share(worker, stage.participants(test.workers))
+            progress.stage = index
+            progress.label = stage.label()
+            progress.measuring = False
+            if load is None or limits is None:
+                results.append(None)
+                continue
+            runner = StageRunner(sampler, items, load, limits, test.slo, rng, progress, offset)
+            stats = await runner.run()
+            results.append(stats)
+            if on_stage is not None:
+                on_stage(index, stats)
+    return results

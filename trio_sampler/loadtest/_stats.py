@@ -1,0 +1,290 @@
+"""Mergeable statistics of one stage: HDR histograms and counters.
+
+Percentiles are never averaged: each worker records into its own histograms, the
+histograms are merged (bucket counts added), and percentiles are read from the merged one.
+Values are recorded as integers (microseconds for times) with three significant digits, so
+a percentile is within 0.1 % of the exact sample value.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import math
+from typing import Any
+
+import attrs
+from hdrh.histogram import HdrHistogram
+
+__all__ = [
+    "HISTOGRAMS",
+    "PERCENTILES",
+    "SLO",
+    "LatencyHistogram",
+    "StageStats",
+    "counter_percentile",
+]
+
+#: The histograms of a stage, by name, with the unit of their integer values (each is
+#: reported divided by 1,000: times in ms, rates in tokens/s).
+HISTOGRAMS = {
+    "ttft": "us",
+    "itl": "us",
+    "tpot": "us",
+    "e2e": "us",
+    "stream_output_tps": "milli_tokens_per_s",
+    "send_lag": "us",
+    "loop_lag": "us",
+}
+
+#: The percentiles reported for every histogram.
+PERCENTILES = (50.0, 90.0, 95.0, 99.0)
+
+# One hour in microseconds: the largest value kept (larger ones are clamped).
+_HIGHEST = 3_600_000_000
+# Three significant digits: 2,048 sub-buckets per power of two.
+_SUB_BUCKET_BITS = 11
+_SUB_BUCKETS = 1 << _SUB_BUCKET_BITS
+
+
+def _quantize(value: int) -> int:
+    """``value`` rounded down to the HDR histogram's resolution (3 significant digits: 11
+    bits of sub-bucket), clamped to ``[1, _HIGHEST]``; the histogram would store it there."""
+    if value < _SUB_BUCKETS:
+        return max(value, 1)
+    value = min(value, _HIGHEST)
+    shift = value.bit_length() - _SUB_BUCKET_BITS
+    return (value >> shift) << shift
+
+
+class LatencyHistogram:
+    """An HDR histogram (``hdrhistogram``) with a cheap recording front and an exact mean.
+
+    Recording straight into an HDR histogram costs a few microseconds per value in Python,
+    as much as the client spends on a streamed token. Values are rounded to the
+    histogram's own resolution and counted in a :class:`collections.Counter` (one C-level
+    update per request's batch of values), and moved into the histogram by :meth:`flush`,
+    once per distinct value (a few thousand at most). The sum is kept beside the counts, so
+    the mean is exact and cheap (the library's walks every bucket in Python).
+    """
+
+    __slots__ = ("_hdr", "_pending", "total")
+
+    def __init__(self) -> None:
+        self._hdr = HdrHistogram(1, _HIGHEST, 3)
+        self._pending: collections.Counter[int] = collections.Counter()
+        #: The sum of the recorded values (before rounding), for the mean; ``None`` when
+        #: unknown (a histogram decoded without it).
+        self.total: int | None = 0
+
+    def record(self, value: int) -> None:
+        self._pending[_quantize(value)] += 1
+        if self.total is not None:
+            self.total += value
+
+    def record_many(self, values: list[int]) -> None:
+        self._pending.update(map(_quantize, values))
+        if self.total is not None:
+            self.total += sum(values)
+
+    def flush(self) -> HdrHistogram:
+        """Move pending values into the HDR histogram; returns it."""
+        if self._pending:
+            for value, count in self._pending.items():
+                self._hdr.record_value(value, count)
+            self._pending.clear()
+        return self._hdr
+
+    @property
+    def count(self) -> int:
+        return int(self.flush().get_total_count())
+
+    def merge(self, other: LatencyHistogram) -> None:
+        self.flush().add(other.flush())
+        self.total = None if self.total is None or other.total is None else self.total + other.total
+
+    def encode(self) -> str:
+        """The standard compressed HDR encoding, base64 text (what results store)."""
+        return base64.b64encode(self.flush().encode()).decode("ascii")
+
+    @classmethod
+    def decode(cls, text: str, total: int | None = None) -> LatencyHistogram:
+        """A histogram from :meth:`encode`'s text; ``total`` is the sum of its values if
+        known (else a mean is estimated from the buckets when asked for)."""
+        histogram = cls()
+        histogram._hdr = HdrHistogram.decode(base64.b64decode(text))
+        histogram.total = total
+        return histogram
+
+    def value_at(self, percentile: float) -> int:
+        return int(self.flush().get_value_at_percentile(percentile))
+
+    def unflushed(self) -> collections.Counter[int]:
+        """The values recorded since the last :meth:`flush` (rounded), by count.
+
+        Nothing flushes during a stage, so while it runs this is everything recorded so
+        far: the live display reads percentiles from it (:func:`counter_percentile`) in
+        well under a millisecond, where the HDR histogram takes several per percentile.
+        """
+        return self._pending
+
+    @classmethod
+    def from_counts(cls, counts: collections.Counter[int]) -> LatencyHistogram:
+        """A histogram whose unflushed values are ``counts`` (a live snapshot)."""
+        histogram = cls()
+        histogram._pending = counts
+        histogram.total = None
+        return histogram
+
+    def summary(self, scale: float) -> dict[str, float | int | None]:
+        """p50/p90/p95/p99/max/mean and count, each value multiplied by ``scale``."""
+        hdr = self.flush()
+        count = int(hdr.get_total_count())
+        out: dict[str, float | int | None] = {"count": count}
+        for p in PERCENTILES:
+            out[f"p{p:g}"] = hdr.get_value_at_percentile(p) * scale if count else None
+        out["max"] = hdr.get_max_value() * scale if count else None
+        if not count:
+            out["mean"] = None
+        elif self.total is not None:
+            out["mean"] = self.total / count * scale
+        else:  # the library's estimate from the buckets (slow: it walks every one)
+            out["mean"] = hdr.get_mean_value() * scale
+        return out
+
+    def cdf(self, points: int = 200) -> list[tuple[float, float]]:
+        """``(value, fraction of values <= it)`` pairs for plotting, in value order."""
+        hdr = self.flush()
+        total = hdr.get_total_count()
+        if not total:
+            return []
+        pairs = []
+        seen = 0
+        for item in hdr.get_recorded_iterator():
+            seen += item.count_added_in_this_iter_step
+            pairs.append((float(hdr.get_highest_equivalent_value(item.value_iterated_to)), seen))
+        step = max(1, len(pairs) // points)
+        kept = pairs[::step]
+        if kept[-1] != pairs[-1]:
+            kept.append(pairs[-1])
+        return [(value, count / total) for value, count in kept]
+
+
+def counter_percentile(counts: collections.Counter[int], percentile: float) -> int | None:
+    """The value at ``percentile`` (0-100) of values counted in ``counts``, the way an HDR
+    histogram reads it (the smallest value with at least that share at or below it)."""
+    total = sum(counts.values())
+    if not total:
+        return None
+    wanted = max(1, math.ceil(percentile / 100 * total))
+    seen = 0
+    for value in sorted(counts):
+        seen += counts[value]
+        if seen >= wanted:
+            return value
+    return max(counts)  # pragma: no cover - the loop always returns
+
+
+@attrs.frozen
+class SLO:
+    """Service-level objectives a request must all meet to count towards goodput.
+
+    Each bound is in milliseconds; ``None`` leaves that metric unbounded. A request that
+    did not complete is never good.
+    """
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    itl_ms: float | None = None
+    e2e_ms: float | None = None
+
+    @property
+    def given(self) -> bool:
+        return any(v is not None for v in attrs.astuple(self))
+
+    def describe(self) -> dict[str, float]:
+        return {k: v for k, v in attrs.asdict(self).items() if v is not None}
+
+
+@attrs.define
+class StageStats:
+    """Everything measured in one stage by one worker, or merged over workers.
+
+    Times ``first_sent`` and ``last_done`` are on a clock shared by the machine's processes
+    (``time.monotonic`` based), so merged stages span the union of the workers' windows.
+    """
+
+    histograms: dict[str, LatencyHistogram] = attrs.field(
+        factory=lambda: {name: LatencyHistogram() for name in HISTOGRAMS}
+    )
+    started: int = 0
+    completed: int = 0
+    good: int = 0
+    errors: dict[str, int] = attrs.field(factory=dict)
+    #: Open loop: arrivals not sent because ``max_in_flight`` requests were in flight.
+    dropped: int = 0
+    #: Requests still running when the drain timed out (cancelled, not counted as errors).
+    unfinished: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    #: How many completed requests' counts came from the server's usage (vs counted/planned).
+    input_from_server: int = 0
+    output_from_server: int = 0
+    first_sent: float | None = None
+    last_done: float | None = None
+    #: Per worker: (CPU seconds, wall seconds, peak RSS bytes).
+    client: list[tuple[float, float, int]] = attrs.field(factory=list)
+
+    def error(self, kind: str) -> None:
+        self.errors[kind] = self.errors.get(kind, 0) + 1
+
+    def window(self, sent: float, done: float) -> None:
+        self.first_sent = sent if self.first_sent is None else min(self.first_sent, sent)
+        self.last_done = done if self.last_done is None else max(self.last_done, done)
+
+    @property
+    def failed(self) -> int:
+        return sum(self.errors.values())
+
+    @property
+    def duration(self) -> float:
+        if self.first_sent is None or self.last_done is None:
+            return 0.0
+        return max(self.last_done - self.first_sent, 0.0)
+
+    def merge(self, other: StageStats) -> None:
+        for name, histogram in self.histograms.items():
+            histogram.merge(other.histograms[name])
+        for kind, count in other.errors.items():
+            self.errors[kind] = self.errors.get(kind, 0) + count
+        for field in (
+            "started",
+            "completed",
+            "good",
+            "dropped",
+            "unfinished",
+            "input_tokens",
+            "output_tokens",
+            "input_from_server",
+            "output_from_server",
+        ):
+            setattr(self, field, getattr(self, field) + getattr(other, field))
+        if other.first_sent is not None and other.last_done is not None:
+            self.window(other.first_sent, other.last_done)
+        self.client.extend(other.client)
+
+    def to_wire(self) -> dict[str, Any]:
+        """A picklable, JSON-ready form (histograms encoded) for crossing processes."""
+        data = attrs.asdict(self, recurse=False)
+        data["histograms"] = {name: (h.encode(), h.total) for name, h in self.histograms.items()}
+        return data
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> StageStats:
+        fields = dict(data)
+        fields["histograms"] = {
+            name: LatencyHistogram.decode(text, total)
+            for name, (text, total) in data["histograms"].items()
+        }
+        fields["client"] = [tuple(c) for c in data["client"]]
+        return cls(**fields)
