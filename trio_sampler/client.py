@@ -30,7 +30,8 @@ from types import TracebackType
 import httpx2
 import trio
 
-from .config import SamplerConfig, is_credential_name
+from ._redact import is_credential_name
+from .config import SamplerConfig
 from .types import SamplingErrorInfo, SamplingErrorKind
 from .wire._request import WireRequest
 from .wire.errors import classify_http_error, classify_transport_error
@@ -48,7 +49,7 @@ _QUERY_PAIR = re.compile(r"([?&])([^=&#]*)=([^&#]*)")
 
 def redact_url(url: object) -> str:
     """``url`` as text with the values of credential query parameters (``?key=...`` auth,
-    signed URLs; :func:`~trio_sampler.config.is_credential_name`) replaced by ``***``."""
+    signed URLs; ``is_credential_name``) replaced by ``***``."""
 
     def hide(match: re.Match[str]) -> str:
         sep, name, value = match.groups()
