@@ -348,6 +348,24 @@ class SamplerConfig:
             return [("x-api-key", self.api_key.reveal())]
         return [("authorization", f"Bearer {self.api_key.reveal()}")]
 
+    def credentials(
+        self, extra_headers: Iterable[tuple[str, str]] = ()
+    ) -> tuple[tuple[str, str], ...]:
+        """``(label, value)`` for every credential a request with this config carries:
+        the API key (label ``api_key``), then the values of credential-named headers (the
+        config's, then ``extra_headers``, such as a request's own) and query parameters,
+        labelled by name. These exact values are what redaction scrubs from every string
+        that leaves the library (``docs/contract.md`` §7). Never log the result.
+        """
+        found: list[tuple[str, str]] = []
+        if self.api_key:
+            found.append(("api_key", self.api_key.reveal()))
+        for name, value in (*self.extra_headers, *extra_headers):
+            if is_credential_name(name):
+                found.append((name.lower(), value))
+        found += [(name, value) for name, value in self.query_params if is_credential_name(name)]
+        return tuple(found)
+
     def request_headers(self) -> list[tuple[str, str]]:
         """Headers on every request: auth, ``anthropic-version`` (Messages), extra headers.
 

@@ -25,6 +25,7 @@ import attrs
 import httpx2
 import trio
 
+from .._redact import redactor_for
 from ..client import SamplingClient
 from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy
@@ -157,14 +158,16 @@ class _SamplerActor:
             )
             return
         send, receive, credits = open_request_channel(self.max_buffered_batches)
+        config = command.config or self.config  # a snapshot: later updates don't apply
         state = RequestState(
             request_id=command.request_id,
             request=command.request,
-            config=command.config or self.config,  # a snapshot: later updates don't apply
+            config=config,
             scope=trio.CancelScope(),
             send=send,
             credits=credits,
             submitted_at=trio.current_time(),
+            redactor=redactor_for(config.credentials(command.request.extra_headers.items())),
         )
         self.live[state.request_id] = state
         command.reply.set(RequestStream(state, receive))

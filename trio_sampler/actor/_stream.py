@@ -24,6 +24,7 @@ import attrs
 import outcome
 import trio
 
+from .._redact import Redactor
 from ..types import (
     Cancelled,
     Completed,
@@ -77,6 +78,9 @@ class RequestState:
     send: trio.MemorySendChannel[list[SamplingEvent]]
     credits: trio.Semaphore
     submitted_at: float
+    #: Scrubs every event on its way to the consumer: the one place events leave the
+    #: request, so the credentials of its config appear in none (``trio_sampler._redact``).
+    redactor: Redactor = attrs.field(factory=Redactor)
     done: trio.Event = attrs.field(factory=trio.Event)
     terminal: TerminalEvent | None = None
     cancel_reason: str | None = None
@@ -93,7 +97,7 @@ class RequestState:
         """Send one batch of non-terminal events, waiting for buffer credit (backpressure)."""
         await self.credits.acquire()
         try:
-            self.send.send_nowait(batch)
+            self.send.send_nowait(self.redactor.events(batch))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             # The consumer closed its stream: that is a cancel (contract 3).
             self.credits.release()
@@ -104,6 +108,7 @@ class RequestState:
     def finish(self, terminal: TerminalEvent) -> None:
         """Deliver the terminal and close the stream. Synchronous: never awaits, so it
         works from a cancelled context; called exactly once per request."""
+        terminal = self.redactor.event(terminal)
         self.terminal = terminal
         self.transform = None
         with self.send:
