@@ -25,6 +25,7 @@ Security properties (design §4.7):
 from __future__ import annotations
 
 import importlib.util
+import weakref
 import zlib
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping
 from contextlib import aclosing, asynccontextmanager, contextmanager
@@ -267,7 +268,8 @@ class SamplingClient:
         # ``aclose``.
         self._log_filter = RedactingFilter()
         self._log_filter.add(self._redactor(config, ()))
-        self._remove_log_filter = install_log_filter(self._log_filter)
+        # Removed by ``aclose``, or when a client that was never closed is collected.
+        self._remove_log_filter = weakref.finalize(self, install_log_filter(self._log_filter))
 
     @property
     def config(self) -> SamplerConfig:
