@@ -160,7 +160,7 @@ def test_retry_policy_defaults() -> None:
         ({"max_sse_event_bytes": -1}, "max_sse_event_bytes"),
         ({"model": "  "}, "model must be a non-empty"),
         ({"provider": "nope"}, "unknown provider 'nope'; known providers: anthropic"),
-        ({"api_key": "sk-abc\n"}, "line break"),
+        ({"api_key": "sk-abc\n"}, "api_key ends with whitespace"),
         ({"anthropic_version": ""}, "anthropic_version"),
     ],
 )
@@ -308,3 +308,71 @@ def test_config_is_frozen() -> None:
         cfg.model = "x"  # type: ignore[misc]
     with pytest.raises(ValueError, match="absolute"):
         cfg.evolve(base_url="nope")
+
+
+BAD_KEYS = [
+    (f" {KEY}", "starts with whitespace"),
+    (f"{KEY} ", "ends with whitespace"),
+    (f"{KEY}\t", "ends with whitespace"),
+    (f"{KEY}\x0b", "ends with whitespace"),
+    (f"{KEY}\x0c", "ends with whitespace"),
+    (f"{KEY}\u00a0", "ends with whitespace"),
+    (f"{KEY}\r\n", "ends with whitespace"),
+    (f"{KEY[:8]}\x01{KEY[8:]}", r"control character \(U\+0001\) at position 8"),
+    (f"{KEY[:8]}\x7f{KEY[8:]}", r"control character \(U\+007F\)"),
+    (f"{KEY[:8]}\n{KEY[8:]}", r"control character \(U\+000A\)"),
+    (f"{KEY[:8]}\x00{KEY[8:]}", r"control character \(U\+0000\)"),
+    (f"\u201c{KEY}\u201d", r"non-ASCII character U\+201C at position 0"),
+    (f"{KEY[:4]}\u2013{KEY[4:]}", r"non-ASCII character U\+2013"),
+]
+
+
+@pytest.mark.parametrize(("key", "match"), BAD_KEYS)
+def test_api_key_with_whitespace_or_control_characters_is_refused(key: str, match: str) -> None:
+    # The commonest copy/paste slip (a trailing space) used to be accepted; the HTTP layer
+    # then refused the header with a message quoting the whole key.
+    for value in (key, Secret(key)):
+        with pytest.raises(ValueError, match=match) as info:
+            SamplerConfig(base_url="https://x.test", api_key=value)
+        assert "api_key" in str(info.value)
+        assert KEY not in str(info.value) and KEY[8:] not in str(info.value)
+
+
+@pytest.mark.parametrize(("key", "match"), BAD_KEYS)
+def test_credential_headers_and_query_values_follow_the_key_rule(key: str, match: str) -> None:
+    # CR, LF and NUL in any header are refused first, as header injection.
+    injection = any(c in key for c in "\r\n\0")
+    header_match = "CR, LF or NUL" if injection else match
+    for name in ("X-Goog-Api-Key", "Authorization"):
+        with pytest.raises(ValueError, match=header_match) as info:
+            SamplerConfig(base_url="https://x.test", extra_headers={name: key})
+        assert f"{name!r}" in str(info.value) and KEY[8:] not in str(info.value)
+    with pytest.raises(ValueError, match="CR/LF/NUL" if injection else match) as info:
+        SamplerConfig(base_url="https://x.test", query_params={"key": key})
+    assert "query parameter 'key'" in str(info.value) and KEY[8:] not in str(info.value)
+
+
+def test_per_request_credential_header_follows_the_key_rule() -> None:
+    from trio_sampler.types import ConversationRequest, User
+    from trio_sampler.wire import build_request
+
+    request = ConversationRequest(items=[User("hi")], extra_headers={"x-api-key": KEY + " "})
+    with pytest.raises(ValueError, match="request header 'x-api-key' ends with whitespace"):
+        build_request(ApiBackend.CHAT_COMPLETIONS, request, BuildOptions(model="m"))
+
+
+def test_ordinary_header_values_and_inner_spaces_are_untouched() -> None:
+    cfg = SamplerConfig(
+        base_url="https://x.test",
+        api_key=KEY,
+        extra_headers={"Authorization": f"Bearer {KEY}", "X-Title": " my app "},
+    )
+    assert ("X-Title", " my app ") in cfg.extra_headers
+    assert SamplerConfig(base_url="https://x.test", api_key="").auth_headers() == []
+
+
+def test_for_provider_strips_the_environment_value_but_checks_the_rest() -> None:
+    cfg = SamplerConfig.for_provider("openai", env={"OPENAI_API_KEY": f"  {KEY}\n"})
+    assert cfg.api_key == Secret(KEY)
+    with pytest.raises(ValueError, match="OPENAI_API_KEY contains a control character"):
+        SamplerConfig.for_provider("openai", env={"OPENAI_API_KEY": f"{KEY[:5]}\x1b{KEY[5:]}"})

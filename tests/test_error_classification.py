@@ -433,7 +433,7 @@ def test_secrets_scrubbed_from_messages(secret: str) -> None:
 def test_scrub_query_keys_but_not_prose() -> None:
     assert (
         scrub_secrets("see https://x.test/v1?key=abc123&x=1")
-        == "see https://x.test/v1?[REDACTED]&x=1"
+        == "see https://x.test/v1?key=[REDACTED]&x=1"
     )
     assert scrub_secrets("the task-runner asked a risky question") == (
         "the task-runner asked a risky question"

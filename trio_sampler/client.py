@@ -10,7 +10,12 @@ Security properties (design §4.7):
 
 * The key is read from the config's :class:`~trio_sampler.config.Secret` only when headers
   are built, and no exception raised here contains it: httpx exceptions (which hold the
-  request and its headers) are replaced, not chained, and messages are scrubbed.
+  request and its headers) are replaced, not chained, and every
+  :class:`SamplingClientError` is scrubbed of the exact credentials of its request (any
+  form; see ``trio_sampler._redact``).
+* While the client is open, a logging filter scrubs the records of the ``trio_sampler``,
+  ``httpx2`` and ``httpcore2`` loggers the same way (httpx2 logs every URL at INFO,
+  httpcore2 raw response headers at DEBUG); :meth:`SamplingClient.aclose` removes it.
 * Redirects are never followed: a 3xx is an error, so credentials never go to another host.
 * Streams ask for ``accept-encoding: identity``: a compressed body could expand a few KiB
   into gigabytes (a gzip bomb) inside the HTTP library, before our size cap sees it. A
@@ -20,17 +25,17 @@ Security properties (design §4.7):
 from __future__ import annotations
 
 import importlib.util
-import logging
-import re
+import weakref
 import zlib
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping
 from contextlib import aclosing, asynccontextmanager, contextmanager
 from types import TracebackType
 
 import httpx2
 import trio
 
-from .config import SamplerConfig, is_credential_name
+from ._redact import RedactingFilter, Redactor, install_log_filter, redactor_for
+from .config import SamplerConfig
 from .types import SamplingErrorInfo, SamplingErrorKind
 from .wire._request import WireRequest
 from .wire.errors import classify_http_error, classify_transport_error
@@ -43,35 +48,6 @@ MAX_ERROR_BODY_BYTES = 64 * 1024
 # cancelled request never waits on the network while shielded.
 _CLOSE_TIMEOUT = 5.0
 
-_QUERY_PAIR = re.compile(r"([?&])([^=&#]*)=([^&#]*)")
-
-
-def redact_url(url: object) -> str:
-    """``url`` as text with the values of credential query parameters (``?key=...`` auth,
-    signed URLs; :func:`~trio_sampler.config.is_credential_name`) replaced by ``***``."""
-
-    def hide(match: re.Match[str]) -> str:
-        sep, name, value = match.groups()
-        return f"{sep}{name}={'***' if is_credential_name(name) else value}"
-
-    return _QUERY_PAIR.sub(hide, str(url))
-
-
-class _RedactQueryFilter(logging.Filter):
-    """httpx2 logs every request's full URL at INFO; with query-string auth that would put
-    the key in the application's logs. This filter, on the ``httpx2`` logger only,
-    rewrites URL arguments of its records. It changes nothing else."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args
-        if isinstance(args, tuple) and any(isinstance(a, httpx2.URL) for a in args):
-            record.args = tuple(redact_url(a) if isinstance(a, httpx2.URL) else a for a in args)
-        return True
-
-
-_HTTPX_LOGGER = logging.getLogger("httpx2")
-if not any(isinstance(f, _RedactQueryFilter) for f in _HTTPX_LOGGER.filters):
-    _HTTPX_LOGGER.addFilter(_RedactQueryFilter())
 _USER_AGENT = f"trio-sampler/0.1 httpx2/{httpx2.__version__}"
 
 
@@ -288,6 +264,12 @@ class SamplingClient:
             for _ in range(shards)
         ]
         self._in_flight = [0] * shards
+        # Installed last: nothing above can fail after it, so it is always removed by
+        # ``aclose``.
+        self._log_filter = RedactingFilter()
+        self._log_filter.add(self._redactor(config, ()))
+        # Removed by ``aclose``, or when a client that was never closed is collected.
+        self._remove_log_filter = weakref.finalize(self, install_log_filter(self._log_filter))
 
     @property
     def config(self) -> SamplerConfig:
@@ -312,11 +294,18 @@ class SamplingClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close every pooled connection."""
-        with trio.CancelScope(shield=True) as scope:
-            scope.relative_deadline = _CLOSE_TIMEOUT
-            for client in self._clients:
-                await client.aclose()
+        """Close every pooled connection, then remove the client's logging filter."""
+        try:
+            with trio.CancelScope(shield=True) as scope:
+                scope.relative_deadline = _CLOSE_TIMEOUT
+                for client in self._clients:
+                    await client.aclose()
+        finally:
+            self._remove_log_filter()
+
+    @staticmethod
+    def _redactor(config: SamplerConfig, headers: Iterable[tuple[str, str]]) -> Redactor:
+        return redactor_for(config.credentials(headers))
 
     def _build(self, wire: WireRequest, config: SamplerConfig, *, stream: bool) -> httpx2.Request:
         headers: dict[str, tuple[str, str]] = {}
@@ -427,22 +416,31 @@ class SamplingClient:
     async def _exchange(
         self, wire: WireRequest, config: SamplerConfig, *, stream: bool, headers_timeout: float
     ) -> AsyncIterator[ResponseStream]:
-        """Send on the least busy pool, check the status, yield the body; always close."""
-        request = self._build(wire, config, stream=stream)
-        with self._pool() as client:
-            response = await self._send(client, request, headers_timeout)
-            body: ResponseStream | None = None
-            try:
-                await self._raise_for_status(response, config.timeouts.response_headers)
-                body = ResponseStream(response, config.max_response_bytes)
-                yield body
-            finally:
-                if body is not None:
-                    await body.aclose()
-                else:
-                    with trio.CancelScope(shield=True) as scope:
-                        scope.relative_deadline = _CLOSE_TIMEOUT
-                        await response.aclose()
+        """Send on the least busy pool, check the status, yield the body; always close.
+
+        Every :class:`SamplingClientError` leaving here (from the exchange or from reading
+        the body in the block) is scrubbed of this request's credentials.
+        """
+        redactor = self._redactor(config, wire.headers)
+        self._log_filter.add(redactor)
+        try:
+            request = self._build(wire, config, stream=stream)
+            with self._pool() as client:
+                response = await self._send(client, request, headers_timeout)
+                body: ResponseStream | None = None
+                try:
+                    await self._raise_for_status(response, config.timeouts.response_headers)
+                    body = ResponseStream(response, config.max_response_bytes)
+                    yield body
+                finally:
+                    if body is not None:
+                        await body.aclose()
+                    else:
+                        with trio.CancelScope(shield=True) as scope:
+                            scope.relative_deadline = _CLOSE_TIMEOUT
+                            await response.aclose()
+        except SamplingClientError as exc:
+            raise SamplingClientError(redactor.error(exc.info)) from None
 
     async def post_json(
         self, wire: WireRequest, *, config: SamplerConfig | None = None

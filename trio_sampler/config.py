@@ -13,13 +13,13 @@ from __future__ import annotations
 import hmac
 import math
 import os
-import re
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
+from ._redact import check_credential, is_credential_name
 from .providers import AuthScheme, ProviderProfile, get_profile
 from .types import ApiBackend
 from .wire._request import BuildOptions, validate_headers
@@ -35,19 +35,6 @@ __all__ = [
 
 DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
 _MIB = 1024 * 1024
-
-# RFC 7230 §3.2.6 token.
-# Names whose values are credentials: redacted in reprs.
-# Names whose values are credentials (headers, query parameters): hidden in reprs, and
-# in logged URLs (see ``trio_sampler.client``). Over-matching only hides a harmless value.
-_SENSITIVE_NAME = re.compile(
-    r"auth|key|token|secret|cookie|signature|sig$|password|credential", re.I
-)
-
-
-def is_credential_name(name: str) -> bool:
-    """True when a header or query parameter called ``name`` carries a credential."""
-    return _SENSITIVE_NAME.search(name) is not None
 
 
 class Secret:
@@ -308,14 +295,16 @@ class SamplerConfig:
             raise TypeError(f"auth_scheme must be an AuthScheme, not {self.auth_scheme!r}")
         if self.model is not None and not self.model.strip():
             raise ValueError("model must be a non-empty name or None")
-        if self.api_key is not None and any(c in self.api_key.reveal() for c in "\r\n\0"):
-            raise ValueError("api_key contains a line break or NUL; copy the key again")
+        if self.api_key is not None:
+            check_credential(self.api_key.reveal(), "api_key")
         if any(c in self.anthropic_version for c in "\r\n\0") or not self.anthropic_version:
             raise ValueError("anthropic_version must be a date string such as '2023-06-01'")
         validate_headers(self.extra_headers, what="extra header")
         for key, value in self.query_params:
             if not key or any(c in key + value for c in "\r\n\0"):
                 raise ValueError(f"query parameter {key!r} is empty or contains CR/LF/NUL")
+            if is_credential_name(key):
+                check_credential(value, f"query parameter {key!r}")
         for name in ("max_sse_event_bytes", "max_response_bytes", "default_max_output_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -355,7 +344,10 @@ class SamplerConfig:
             raise ValueError(f"provider {profile.name!r} has no standard address: pass base_url=")
         key = _to_secret(api_key)
         if key is None and profile.api_key_env is not None:
+            # Surrounding whitespace in a variable (a trailing newline from a file) is
+            # unambiguous and dropped; anything else wrong is named with the variable.
             from_env = env.get(profile.api_key_env, "").strip()
+            check_credential(from_env, f"the environment variable {profile.api_key_env}")
             key = Secret(from_env) if from_env else None
         if key is None and profile.requires_api_key:
             raise ValueError(
@@ -381,6 +373,24 @@ class SamplerConfig:
         if self.auth_scheme is AuthScheme.X_API_KEY:
             return [("x-api-key", self.api_key.reveal())]
         return [("authorization", f"Bearer {self.api_key.reveal()}")]
+
+    def credentials(
+        self, extra_headers: Iterable[tuple[str, str]] = ()
+    ) -> tuple[tuple[str, str], ...]:
+        """``(label, value)`` for every credential a request with this config carries:
+        the API key (label ``api_key``), then the values of credential-named headers (the
+        config's, then ``extra_headers``, such as a request's own) and query parameters,
+        labelled by name. These exact values are what redaction scrubs from every string
+        that leaves the library (``docs/contract.md`` §7). Never log the result.
+        """
+        found: list[tuple[str, str]] = []
+        if self.api_key:
+            found.append(("api_key", self.api_key.reveal()))
+        for name, value in (*self.extra_headers, *extra_headers):
+            if is_credential_name(name):
+                found.append((name.lower(), value))
+        found += [(name, value) for name, value in self.query_params if is_credential_name(name)]
+        return tuple(found)
 
     def request_headers(self) -> list[tuple[str, str]]:
         """Headers on every request: auth, ``anthropic-version`` (Messages), extra headers.

@@ -31,6 +31,7 @@ import attrs
 import httpx2
 import trio
 
+from .._redact import redactor_for
 from ..client import SamplingClient
 from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy
@@ -91,15 +92,17 @@ class _SamplerActor:
                 "per request (or omit it to get a generated one)"
             )
         send, receive, credits = open_request_channel(self.max_buffered_batches)
+        config = config or self.config  # a snapshot: later updates don't apply
         state = RequestState(
             request_id=request_id,
             request=request,
-            config=config or self.config,  # a snapshot: later updates don't apply
+            config=config,
             scope=trio.CancelScope(),
             send=send,
             credits=credits,
             submitted_at=trio.current_time(),
             live=self.live,
+            redactor=redactor_for(config.credentials(request.extra_headers.items())),
         )
         try:
             self.nursery.start_soon(self.serve, state, name=f"trio_sampler request {request_id}")

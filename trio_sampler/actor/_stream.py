@@ -34,6 +34,7 @@ import attrs
 import outcome
 import trio
 
+from .._redact import Redactor
 from ..types import (
     Cancelled,
     Completed,
@@ -101,6 +102,9 @@ class RequestState:
         default=attrs.Factory(lambda self: MetricsRecorder(self.submitted_at), takes_self=True),
         repr=False,
     )
+    #: Scrubs every event on its way to the consumer: the one place events leave the
+    #: request, so the credentials of its config appear in none (``trio_sampler._redact``).
+    redactor: Redactor = attrs.field(factory=Redactor)
     #: Set when the terminal is recorded.
     done: trio.Event = attrs.field(factory=trio.Event)
     #: Set when the request's task has finished (its connection is closed).
@@ -147,7 +151,7 @@ class RequestState:
         """Send one batch of non-terminal events, waiting for buffer credit (backpressure)."""
         await self.credits.acquire()
         try:
-            self.send.send_nowait(batch)
+            self.send.send_nowait(self.redactor.events(batch))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             # The consumer closed its stream: that is a cancel (contract 3).
             self.credits.release()
@@ -172,6 +176,7 @@ class RequestState:
         Synchronous: never awaits, so it works from a cancelled context."""
         if self.terminal is not None:
             return
+        terminal = self.redactor.event(terminal)
         self.terminal = terminal
         self.transform = None
         if self.live.get(self.request_id) is self:

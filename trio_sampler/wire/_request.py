@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 
+from .._redact import check_credential, is_credential_name
 from ..providers import ProviderProfile, get_profile, profile_for
 
 __all__ = [
@@ -30,8 +31,9 @@ _RESERVED_HEADERS = frozenset(
 
 def validate_headers(pairs: Iterable[tuple[str, str]], *, what: str) -> None:
     """Raise ``ValueError`` (naming ``what``) for a header that would break the request:
-    a name that is not an HTTP token, one the HTTP layer owns, or a value with CR, LF or
-    NUL (header injection)."""
+    a name that is not an HTTP token, one the HTTP layer owns, a value with CR, LF or
+    NUL (header injection), or a credential value (a name :func:`is_credential_name`
+    accepts) that :func:`check_credential` refuses."""
     for name, value in pairs:
         if not _TOKEN.match(name):
             raise ValueError(
@@ -45,6 +47,8 @@ def validate_headers(pairs: Iterable[tuple[str, str]], *, what: str) -> None:
                 f"{what} {name!r} has a value containing CR, LF or NUL, which would "
                 "split the request (header injection); remove the line breaks"
             )
+        if is_credential_name(name):
+            check_credential(value, f"{what} {name!r}")
 
 
 @attrs.frozen

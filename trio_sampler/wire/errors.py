@@ -27,6 +27,7 @@ from typing import Any, Final
 
 import orjson
 
+from .._redact import scrub_secrets
 from ..types import SamplingErrorInfo, SamplingErrorKind
 
 __all__ = [
@@ -140,7 +141,7 @@ def user_message(text: str | None, *, fallback: str) -> str:
     """Trim ``text`` into a one-paragraph user-facing message.
 
     HTML error pages (from proxies and CDNs) are never echoed: ``fallback`` is used instead.
-    Anything that looks like a credential is replaced by ``[REDACTED]`` (:func:`scrub_secrets`).
+    Anything shaped like a credential is replaced by ``[REDACTED]`` (``scrub_secrets``).
     """
     if not text:
         return fallback
@@ -154,23 +155,6 @@ def user_message(text: str | None, *, fallback: str) -> str:
     if len(stripped) > MAX_USER_MESSAGE_CHARS:
         stripped = stripped[:MAX_USER_MESSAGE_CHARS].rstrip() + "…"
     return stripped
-
-
-# What credentials look like in text a server might echo back: provider key prefixes
-# (OpenAI/DeepSeek ``sk-``, Anthropic ``sk-ant-``, xAI ``xai-``, Groq ``gsk_``, OpenRouter
-# ``sk-or-``), bearer tokens, and ``key=``-style query or form parameters.
-_SECRET_PATTERNS = re.compile(
-    r"(?:\b(?:sk|xai|gsk)[-_][A-Za-z0-9_\-]{8,})"
-    r"|(?:\b[Bb]earer\s+[^\s\"',;]+)"
-    r"|(?:\bBasic\s+[A-Za-z0-9+/=]{8,})"
-    r"|(?:(?<=[?&;\s])(?:api[-_]?key|key|token|access_token|secret|sig|signature)=[^&\s\"']+)",
-    re.IGNORECASE,
-)
-
-
-def scrub_secrets(text: str) -> str:
-    """Replace anything in ``text`` that looks like an API key or bearer token."""
-    return _SECRET_PATTERNS.sub("[REDACTED]", text)
 
 
 def is_context_length_message(message: str | None) -> bool:

@@ -1,0 +1,569 @@
+"""Credentials: which names carry one, what a valid one looks like, and redaction.
+
+Plain functions over strings and our plain-data types, no I/O, so every layer can use
+them: the config and the request builders check credential values with
+:func:`check_credential`; reprs and logged URLs hide the values of names
+:func:`is_credential_name` accepts; a :class:`Redactor` scrubs every string that leaves
+the library of the credentials a config holds.
+
+What a scrubbed value looks like (``docs/contract.md`` §7):
+
+* a credential the config holds becomes ``[REDACTED api_key …9c2e]``: which credential
+  (``api_key``, or the header or query parameter's name) and, for a value of 16 characters
+  or more, its last four characters, so a 401 still tells you *which* key was refused;
+* anything that merely looks like a credential (a key of some other provider, a bearer
+  token, ``?key=...``) becomes ``[REDACTED]``.
+
+A :class:`Redactor` recognises a credential it holds in every form a server or a library
+is likely to echo it in: raw, in any letter case, URL-encoded, base64 (standard and
+URL-safe alphabets, at any alignment inside a longer base64 string, so a ``Basic`` header
+or a JWT that embeds it is caught), JSON- and repr-escaped, and any run of 12 or more of
+its consecutive characters (a truncated echo). Values shorter than 8 characters are not
+scrubbed: a string that short is no secret, and scrubbing it would mangle ordinary words.
+
+Where it is applied (the choke points):
+
+* every event a request's stream hands to its consumer (``RequestState.emit`` and
+  ``finish`` in the actor): errors, ``Retrying`` reasons, header- and server-derived
+  fields (``ModelMetadata``, a response's model and ids). Generated content (text,
+  reasoning, tool arguments) is the payload and passes untouched;
+* every :class:`~trio_sampler.client.SamplingClientError` the client raises;
+* every record of the ``trio_sampler``, ``httpx2`` and ``httpcore2`` loggers, through a
+  :class:`RedactingFilter` the client installs for its lifetime.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import json
+import logging
+import re
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final, TypeVar, cast, final
+
+import attrs
+
+from .types import (
+    Assistant,
+    Cancelled,
+    Completed,
+    ConversationResponse,
+    Failed,
+    ImagesStripped,
+    ModelMetadata,
+    Retrying,
+    SamplingErrorInfo,
+    SamplingEvent,
+)
+
+__all__ = [
+    "REDACTED",
+    "RedactingFilter",
+    "Redactor",
+    "check_credential",
+    "install_log_filter",
+    "is_credential_name",
+    "redact_url",
+    "redactor_for",
+    "scrub_secrets",
+]
+
+_Event = TypeVar("_Event", bound=SamplingEvent)
+_T = TypeVar("_T")
+
+#: What a value that only looks like a credential becomes.
+REDACTED: Final = "[REDACTED]"
+
+# Names whose values are credentials (headers, query parameters): hidden in reprs and in
+# logged URLs, checked like keys, scrubbed wherever they are echoed. Over-matching only
+# hides a harmless value. ``code`` is an OAuth authorization code.
+_SENSITIVE_NAME = re.compile(
+    r"auth|key|token|secret|cookie|signature|sig$|password|passwd|credential|^code$", re.I
+)
+
+
+def is_credential_name(name: str) -> bool:
+    """True when a header or query parameter called ``name`` carries a credential."""
+    return _SENSITIVE_NAME.search(name) is not None
+
+
+def check_credential(value: str, what: str) -> None:
+    """Raise ``ValueError`` naming ``what`` when ``value`` cannot be a credential.
+
+    Refused: leading or trailing whitespace (the commonest copy/paste slip: the server
+    would reject the key, or the HTTP layer the header with a message quoting it), control
+    characters anywhere (C0, DEL, C1), and characters outside ASCII (a typographic quote or
+    dash picked up from a document). The message says where the problem is, never what
+    the value is.
+    """
+    stripped = value.strip()
+    if stripped != value:
+        end = "starts" if value[:1].isspace() else "ends"
+        raise ValueError(
+            f"{what} {end} with whitespace (a space, tab or line break copied with it?); remove it"
+        )
+    for position, char in enumerate(value):
+        code = ord(char)
+        if code < 0x20 or 0x7F <= code < 0xA0:
+            raise ValueError(
+                f"{what} contains a control character (U+{code:04X}) at position "
+                f"{position}; copy the key again"
+            )
+        if code > 0x7F:
+            raise ValueError(
+                f"{what} contains the non-ASCII character U+{code:04X} at position "
+                f"{position}; credentials are ASCII (a typographic quote or dash copied "
+                "from a document?): copy the key again"
+            )
+
+
+# ---------------------------------------------------------------------------------------
+# Shapes: credentials we were never told about
+# ---------------------------------------------------------------------------------------
+
+# A value that is already a redaction marker is left alone (scrubbing is idempotent).
+_NOT_MARKED = r"(?!\[REDACTED)"
+_NAME_WORD = r"(?:auth|key|token|secret|cookie|signature|password|passwd|credential)"
+# Each alternative keeps its named prefix (so the text still says *what* was hidden) and
+# replaces what follows. Matches start at a literal (a prefix, a name word), never at a
+# free-running character class, so a long text costs linear time.
+_SHAPES = re.compile(
+    # Provider key prefixes: OpenAI/DeepSeek/OpenRouter ``sk-`` (``sk-proj-``, ``sk-ant-``,
+    # ``sk-or-``), xAI ``xai-``, Groq ``gsk_``, Google ``AIza``, GitHub ``gh?_``, AWS
+    # access key ids, Slack tokens; JSON Web Tokens (header.payload.signature).
+    r"\b(?:sk|xai|gsk)[-_][A-Za-z0-9_\-./+=]{7,}[A-Za-z0-9_\-=]"
+    r"|\bAIza[0-9A-Za-z_\-]{20,}"
+    r"|\bgh[pousr]_[A-Za-z0-9]{20,}"
+    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"
+    r"|\bxox[abposr]-[A-Za-z0-9\-]{10,}"
+    r"|\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"
+    # HTTP authorization schemes ("a Bearer token" in prose stays).
+    rf"|(?P<scheme>\b(?:bearer|basic)\s+){_NOT_MARKED}(?!tokens?\b)[^\s\"',;\[]+"
+    # ``name=value`` in a query or form string (``?key=...``, ``&x-goog-api-key=...``).
+    rf"|(?P<param>{_NAME_WORD}[A-Za-z0-9_.\-]{{0,40}}=|(?<=[?&;])(?:sig|code)=)"
+    rf"{_NOT_MARKED}[^&\s\"'#]+"
+    # ``name: value`` and ``"name": "value"`` in a header or JSON dump, for values shaped
+    # like a key (12+ key characters): prose such as "invalid token: expired" stays.
+    rf"|(?P<field>{_NAME_WORD}[A-Za-z0-9_.\-]{{0,40}}[\"']?\s{{0,3}}:\s{{0,3}}[\"']?)"
+    rf"{_NOT_MARKED}[A-Za-z0-9_\-./+=~]{{12,}}",
+    re.IGNORECASE,
+)
+
+
+def _shape(match: re.Match[str]) -> str:
+    return (match.group("scheme") or match.group("param") or match.group("field") or "") + REDACTED
+
+
+def scrub_secrets(text: str) -> str:
+    """Replace anything in ``text`` shaped like a credential by :data:`REDACTED`
+    (keeping the name before it: ``?key=[REDACTED]``, ``x-api-key: [REDACTED]``)."""
+    return _SHAPES.sub(_shape, text)
+
+
+_QUERY_PAIR = re.compile(r"([?&;])([^=&#;]*)=([^&#;]*)")
+
+
+def redact_url(url: object) -> str:
+    """``url`` as text with the values of credential query parameters (``?key=...`` auth,
+    signed URLs; names :func:`is_credential_name` accepts) replaced by ``***``."""
+
+    def hide(match: re.Match[str]) -> str:
+        sep, name, value = match.groups()
+        return f"{sep}{name}={'***' if is_credential_name(name) else value}"
+
+    return _QUERY_PAIR.sub(hide, str(url))
+
+
+# ---------------------------------------------------------------------------------------
+# Exact values: the credentials a config holds
+# ---------------------------------------------------------------------------------------
+
+_MIN_SECRET = 8
+_WINDOW = 12
+_TAIL_MIN = 16
+#: Server-supplied identifiers (model names, ids, error codes) are cut to this before
+#: scrubbing: none is legitimately longer, and a hostile one must not cost seconds.
+MAX_IDENTIFIER_CHARS: Final = 256
+_URLSAFE = str.maketrans("+/", "-_")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9_\-]*)\s+(\S+)$")
+
+
+def _values(value: str) -> list[str]:
+    """The secret parts of one credential: the value, the token after an auth scheme
+    (``Bearer X``), and the decoded ``user:password`` and password of ``Basic X``."""
+    out = [value]
+    scheme = _SCHEME.match(value)
+    if scheme is not None:
+        out.append(scheme.group(2))
+        if scheme.group(1).lower() == "basic":
+            try:
+                decoded = base64.b64decode(scheme.group(2), validate=True).decode()
+            except (binascii.Error, UnicodeDecodeError):
+                decoded = ""
+            if decoded:
+                out += [decoded, decoded.partition(":")[2]]
+    return [v for v in out if len(v) >= _MIN_SECRET]
+
+
+def _forms(value: str) -> tuple[set[str], set[str]]:
+    """Every encoding of ``value`` a server or a library is likely to echo: the textual
+    ones (raw, URL-encoded, escaped), and the base64 ones."""
+    raw = value.encode()
+    textual = {
+        value,
+        urllib.parse.quote(value, safe=""),
+        urllib.parse.quote(value, safe="/"),
+        urllib.parse.quote_plus(value),
+        json.dumps(value)[1:-1],
+        json.dumps(value)[1:-1].replace("/", "\\/"),
+        repr(value)[1:-1],
+    }
+    encoded_forms = {base64.b64encode(raw).decode()}
+    # Inside a longer base64 string the value's bytes start at offset 0, 1 or 2 of a
+    # 3-byte group. For each alignment, the characters that encode only the value's bytes
+    # are the same whatever surrounds it.
+    for offset in range(3):
+        encoded = base64.b64encode(b"\0" * offset + raw).decode()
+        core = encoded[4 if offset else 0 : 4 * ((offset + len(raw)) // 3)]
+        encoded_forms |= {core, core.translate(_URLSAFE)}
+    return (
+        {form for form in textual if len(form) >= _MIN_SECRET},
+        {form for form in encoded_forms - textual if len(form) >= _MIN_SECRET},
+    )
+
+
+def _lower_ascii(text: str) -> str:
+    # ``str.lower`` can change a string's length outside ASCII ("İ" becomes two code
+    # points), which would shift every offset; credentials are ASCII, so only ASCII letters
+    # need folding.
+    return text.lower() if text.isascii() else text.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
+_TOKEN_HEAD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-")
+_TOKEN_CHARS = _TOKEN_HEAD_CHARS | {"="}
+
+
+@final
+class Redactor:
+    """Scrubs strings of a fixed set of credentials, then of credential shapes.
+
+    ``credentials`` are ``(label, value)`` pairs; the label names the credential in the
+    replacement (``api_key``, a header or query parameter name). Build one with
+    :func:`redactor_for`, which caches it. A redactor with no credentials still scrubs
+    shapes. Methods return their argument itself when nothing changed.
+    """
+
+    __slots__ = ("_masks", "_short", "_windows")
+
+    def __init__(self, credentials: Iterable[tuple[str, str]] = ()) -> None:
+        # 12-character window (case-folded) → (mask, widen to the enclosing base64 token).
+        self._windows: dict[str, tuple[str, bool]] = {}
+        self._masks: dict[str, str] = {}
+        short: dict[str, str] = {}
+        for label, value in credentials:
+            for secret in _values(value):
+                tail = f" …{secret[-4:]}" if len(secret) >= _TAIL_MIN else ""
+                mask = f"[REDACTED {label}{tail}]"
+                textual, encoded = _forms(secret)
+                # Textual forms first: where a window is in both, it is not widened.
+                for form, widen in (*((f, False) for f in textual), *((f, True) for f in encoded)):
+                    lowered = _lower_ascii(form)
+                    if len(form) < _WINDOW:
+                        short.setdefault(lowered, mask)
+                        continue
+                    for start in range(len(lowered) - _WINDOW + 1):
+                        self._windows.setdefault(lowered[start : start + _WINDOW], (mask, widen))
+        self._masks = short
+        self._short = (
+            re.compile(
+                "|".join(re.escape(s) for s in sorted(short, key=len, reverse=True)),
+                re.IGNORECASE,
+            )
+            if short
+            else None
+        )
+
+    def __repr__(self) -> str:
+        return f"<Redactor of {len(self._windows)} windows, {len(self._masks)} short values>"
+
+    # -- text ------------------------------------------------------------------------
+
+    def text(self, text: str) -> str:
+        """``text`` without the credentials (any form) and without credential shapes."""
+        if self._windows and len(text) >= _WINDOW:
+            text = self._scrub_windows(text)
+        if self._short is not None:
+            text = self._short.sub(lambda m: self._masks[_lower_ascii(m.group(0))], text)
+        return scrub_secrets(text)
+
+    def _scrub_windows(self, text: str) -> str:
+        windows = self._windows
+        lowered = _lower_ascii(text)
+        size = len(text)
+        pieces: list[str] = []
+        done = position = 0
+        while position + _WINDOW <= size:
+            hit = windows.get(lowered[position : position + _WINDOW])
+            if hit is None:
+                position += 1
+                continue
+            mask, widen = hit
+            # A run of overlapping windows is one echo of (part of) a credential.
+            end = position + _WINDOW
+            while end < size and lowered[end - _WINDOW + 1 : end + 1] in windows:
+                end += 1
+            while text[position].isspace():  # the space of "Bearer <key>" stays
+                position += 1
+            while text[end - 1].isspace():
+                end -= 1
+            if widen:
+                # The edges of a base64 form also encode what surrounds the credential:
+                # the whole base64 token goes (not over "=", which pads only at the end).
+                while position > done and text[position - 1] in _TOKEN_HEAD_CHARS:
+                    position -= 1
+                while end < size and text[end] in _TOKEN_CHARS:
+                    end += 1
+            pieces += [text[done:position], mask]
+            done = position = end
+        if not pieces:
+            return text
+        pieces.append(text[done:])
+        return "".join(pieces)
+
+    def optional(self, text: str | None) -> str | None:
+        return None if text is None else self.text(text)
+
+    def identifier(self, text: str | None) -> str | None:
+        """A server-supplied identifier (model, id, code): cut, then scrubbed."""
+        if text is None:
+            return None
+        if len(text) > MAX_IDENTIFIER_CHARS:
+            text = text[:MAX_IDENTIFIER_CHARS] + "…"
+        return self.text(text)
+
+    # -- values ----------------------------------------------------------------------
+
+    def error(self, info: SamplingErrorInfo) -> SamplingErrorInfo:
+        """``info`` with every string field scrubbed (rate-limit names and values too)."""
+        rate_limit = {
+            self.identifier(name) or "": self.identifier(value) or ""
+            for name, value in info.rate_limit.items()
+        }
+        changes = _changed(
+            info,
+            message=self.text(info.message),
+            error_type=self.identifier(info.error_type),
+            error_code=self.identifier(info.error_code),
+            provider_request_id=self.identifier(info.provider_request_id),
+        )
+        if rate_limit != dict(info.rate_limit):
+            changes["rate_limit"] = rate_limit
+        return attrs.evolve(info, **changes) if changes else info
+
+    def response(self, response: ConversationResponse | None) -> ConversationResponse | None:
+        """``response`` with its server-supplied identifiers scrubbed (model, ids, stop
+        reason; the same on its assistant item), not its content."""
+        if response is None:
+            return None
+        items = tuple(
+            _evolve(item, model=self.identifier(item.model), id=self.identifier(item.id))
+            if type(item) is Assistant
+            else item
+            for item in response.items
+        )
+        changes = _changed(
+            response,
+            model=self.identifier(response.model),
+            response_id=self.identifier(response.response_id),
+            raw_stop_reason=self.identifier(response.raw_stop_reason),
+            stop_sequence=self.identifier(response.stop_sequence),
+        )
+        if any(new is not old for new, old in zip(items, response.items, strict=True)):
+            changes["items"] = items
+        return attrs.evolve(response, **changes) if changes else response
+
+    def event(self, event: _Event) -> _Event:
+        """``event`` with every string that did not come from the model scrubbed."""
+        scrub = _EVENT_SCRUBBERS.get(type(event))
+        return event if scrub is None else cast(_Event, scrub(self, event))
+
+    def events(self, batch: list[SamplingEvent]) -> list[SamplingEvent]:
+        """:meth:`event` over a batch (content events pass at the cost of a lookup)."""
+        for index, event in enumerate(batch):
+            if type(event) in _EVENT_SCRUBBERS:
+                return batch[:index] + [self.event(e) for e in batch[index:]]
+        return batch
+
+
+def _changed(instance: Any, **candidates: Any) -> dict[str, Any]:
+    return {
+        name: value
+        for name, value in candidates.items()
+        if value is not getattr(instance, name) and value != getattr(instance, name)
+    }
+
+
+def _evolve(event: _T, **candidates: Any) -> _T:
+    changes = _changed(event, **candidates)
+    return cast(_T, attrs.evolve(cast(Any, event), **changes)) if changes else event
+
+
+def _metadata(r: Redactor, e: ModelMetadata) -> ModelMetadata:
+    return _evolve(e, model=r.identifier(e.model), response_id=r.identifier(e.response_id))
+
+
+def _retrying(r: Redactor, e: Retrying) -> Retrying:
+    return _evolve(e, reason=r.text(e.reason))
+
+
+def _images_stripped(r: Redactor, e: ImagesStripped) -> ImagesStripped:
+    # A data: URI is the image itself (megabytes); a URL may carry a signed query.
+    urls = tuple(u if u.startswith("data:") else r.text(u) for u in e.stripped_urls)
+    return _evolve(e, stripped_urls=urls)
+
+
+def _completed(r: Redactor, e: Completed) -> Completed:
+    return _evolve(e, response=r.response(e.response))
+
+
+def _failed(r: Redactor, e: Failed) -> Failed:
+    return _evolve(e, error=r.error(e.error), partial=r.response(e.partial))
+
+
+def _cancelled(r: Redactor, e: Cancelled) -> Cancelled:
+    return _evolve(e, reason=r.text(e.reason), partial=r.response(e.partial))
+
+
+# The events that carry strings not generated by the model; every other event passes.
+_EVENT_SCRUBBERS: dict[type, Callable[[Redactor, Any], Any]] = {
+    ModelMetadata: _metadata,
+    Retrying: _retrying,
+    ImagesStripped: _images_stripped,
+    Completed: _completed,
+    Failed: _failed,
+    Cancelled: _cancelled,
+}
+
+
+@functools.lru_cache(maxsize=256)
+def redactor_for(credentials: tuple[tuple[str, str], ...]) -> Redactor:
+    """The (cached) :class:`Redactor` of ``credentials`` (``(label, value)`` pairs)."""
+    return Redactor(credentials)
+
+
+# ---------------------------------------------------------------------------------------
+# Logs
+# ---------------------------------------------------------------------------------------
+
+#: The loggers whose records may carry request data: ours and the HTTP stack's.
+LOGGER_NAMES: Final = ("trio_sampler", "httpx2", "httpcore2")
+# httpcore2 logs on these children (a filter on a logger does not see its children's
+# records, so each gets the filter itself).
+_KNOWN_CHILDREN = (
+    "httpcore2.connection",
+    "httpcore2.http11",
+    "httpcore2.http2",
+    "httpcore2.proxy",
+    "httpcore2.socks",
+)
+_MAX_REDACTORS = 64
+
+
+class _Scrubbed:
+    """A log argument whose ``str`` or ``repr`` held a credential, with both scrubbed
+    (so ``%s`` and ``%r`` still format as the caller meant)."""
+
+    __slots__ = ("_repr", "_str")
+
+    def __init__(self, as_str: str, as_repr: str) -> None:
+        self._str = as_str
+        self._repr = as_repr
+
+    def __str__(self) -> str:
+        return self._str
+
+    def __repr__(self) -> str:
+        return self._repr
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that scrubs records with every redactor it was given.
+
+    It rewrites the message, each argument (keeping numbers as they are, so ``%d`` still
+    formats), the formatted traceback (``exc_info`` becomes ``exc_text``) and the stack
+    text; it never drops a record. It holds the last 64 distinct redactors added.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._redactors: dict[Redactor, None] = {}
+
+    def add(self, redactor: Redactor) -> None:
+        """Scrub with ``redactor`` too (the most recent 64 are kept)."""
+        redactors = self._redactors
+        if redactor in redactors:
+            return
+        redactors[redactor] = None
+        if len(redactors) > _MAX_REDACTORS:
+            del redactors[next(iter(redactors))]
+
+    def _text(self, text: str) -> str:
+        for redactor in tuple(self._redactors) or (_SHAPES_ONLY,):
+            text = redactor.text(text)
+        return text
+
+    def _arg(self, value: object) -> object:
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        if isinstance(value, str):
+            return self._text(value)
+        if isinstance(value, bytes | bytearray):
+            text = bytes(value).decode("latin-1")
+            scrubbed = self._text(text)
+            return value if scrubbed == text else scrubbed.encode("latin-1", "replace")
+        as_str, as_repr = str(value), repr(value)
+        scrubbed_str, scrubbed_repr = self._text(as_str), self._text(as_repr)
+        if scrubbed_str == as_str and scrubbed_repr == as_repr:
+            return value
+        return _Scrubbed(scrubbed_str, scrubbed_repr)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = self._arg(record.msg)
+        args = record.args
+        if isinstance(args, tuple):
+            record.args = tuple(self._arg(a) for a in args)
+        elif isinstance(args, Mapping):
+            record.args = {k: self._arg(v) for k, v in args.items()}
+        if record.exc_info and record.exc_info[1] is not None:
+            text = record.exc_text or logging.Formatter().formatException(record.exc_info)
+            record.exc_text = self._text(text)
+            record.exc_info = None
+        elif record.exc_text:
+            record.exc_text = self._text(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self._text(record.stack_info)
+        return True
+
+
+_SHAPES_ONLY = Redactor()
+
+
+def install_log_filter(log_filter: logging.Filter) -> Callable[[], None]:
+    """Add ``log_filter`` to the loggers of :data:`LOGGER_NAMES` and their children;
+    return the function that removes it again from exactly those loggers."""
+    prefixes = tuple(f"{name}." for name in LOGGER_NAMES)
+    existing = [name for name in list(logging.root.manager.loggerDict) if name.startswith(prefixes)]
+    names = sorted({*LOGGER_NAMES, *_KNOWN_CHILDREN, *existing})
+    loggers = [logging.getLogger(name) for name in names]
+    for logger in loggers:
+        logger.addFilter(log_filter)
+
+    def remove() -> None:
+        for logger in loggers:
+            logger.removeFilter(log_filter)
+
+    return remove
