@@ -24,6 +24,9 @@ import pytest
 from benchmarks import corpus
 from benchmarks.redis_server import RedisServer, RedisUnavailableError, running_redis
 
+# The library's pytest plugin (the ``emulator`` fixture) is opt-in, as for any user.
+pytest_plugins = ["trio_sampler.testing"]
+
 # The fake keys of this suite all look like provider keys: sk-..., xai-..., sk-ant-...
 KEY_SHAPED = re.compile(r"\b(?:sk|xai)-[A-Za-z0-9_-]{6,}")
 # How many corpus tests this run deselected (for the summary line).

@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from .. import __version__
 from . import _bench, _chat, _demo, _replay, _serve
 
 __all__ = ["main"]
@@ -16,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="trio-sampler",
         description="A Trio-native runtime for sampling from large language models.",
     )
+    parser.add_argument("--version", action="version", version=f"trio-sampler {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _demo.add_parser(commands)
     _chat.add_parser(commands)
