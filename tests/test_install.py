@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_SECONDS = 120.0
 # What a documented example may import beyond the runtime dependencies, and which extra
 # brings it (an example that needs one says so by importing it).
+_LEAKY = frozenset({"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP"})
 EXTRA_PACKAGES = {"openai": "test", "anthropic": "test", "pytest": "test", "opentelemetry": "otel"}
 
 
@@ -44,10 +45,13 @@ class Installed:
 def _run(
     args: list[str | Path], *, cwd: Path | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
+    # Nothing of this environment leaks into the fresh one (no PYTHONPATH, no pytest state).
+    base = os.environ if env is None else env
+    clean = {k: v for k, v in base.items() if k not in _LEAKY and not k.startswith("PYTEST")}
     completed = subprocess.run(
         [str(a) for a in args],
         cwd=cwd,
-        env=env,
+        env=clean,
         capture_output=True,
         text=True,
         timeout=TIMEOUT_SECONDS,
@@ -147,8 +151,7 @@ def test_every_module_imports_without_test_dependencies(installed: Installed) ->
 
 
 def test_demo_runs(installed: Installed, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    result = _run([installed.scripts / "trio-sampler", "demo"], cwd=tmp_path, env=env)
+    result = _run([installed.scripts / "trio-sampler", "demo"], cwd=tmp_path)
     for backend in ("chat_completions", "responses", "messages"):
         assert backend in result.stdout
 
@@ -182,8 +185,7 @@ def test_example_runs_without_extras(
 ) -> None:
     script = tmp_path / "example.py"
     script.write_text(example.source, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    _run([installed.python, script], cwd=tmp_path, env={**env, "NO_COLOR": "1"})
+    _run([installed.python, script], cwd=tmp_path, env={**os.environ, "NO_COLOR": "1"})
 
 
 def _collected(cwd: Path, env: dict[str, str]) -> list[str]:
@@ -196,7 +198,7 @@ def _collected(cwd: Path, env: dict[str, str]) -> list[str]:
 
 
 def test_sdist_collects_the_whole_suite(installed: Installed) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env = dict(os.environ)
     if corpus.available():
         env[corpus.ENV_VAR] = str(corpus.root())
     assert (installed.sdist_tree / "LICENSE").is_file()
@@ -204,7 +206,7 @@ def test_sdist_collects_the_whole_suite(installed: Installed) -> None:
 
 
 def test_sdist_runs_tests(installed: Installed) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env = dict(os.environ)
     env[corpus.ENV_VAR] = str(corpus.root())
     quick = ["tests/test_sse.py", "tests/test_exports.py", "tests/test_stream_messages.py"]
     result = _run(
