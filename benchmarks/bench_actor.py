@@ -28,8 +28,8 @@ in flight (``RequestStream.cancel()`` to the ``Cancelled`` event arriving at the
 one cancel at a time (the target) and all at once (reported).
 
 Run ``python benchmarks/bench_actor.py`` (``--quick`` for a short run); see
-``docs/benchmarks-actor.md``. It prints a table and PASS/FAIL per target, writes JSON, and
-always exits 0 unless the benchmark itself cannot run.
+``docs/benchmarks-actor.md``. It prints a table and PASS/FAIL per target (progress goes to
+stderr), writes JSON, and exits 1 when a target is missed (2 when it cannot run).
 """
 
 from __future__ import annotations
@@ -1120,7 +1120,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
         "processes": len(server.procs),
     }
     pids = ", ".join(map(str, server.pids))
-    print(f"emulator (bench mode) at {server.origin}, pids {pids}", flush=True)
+    print(f"emulator (bench mode) at {server.origin}, pids {pids}", file=sys.stderr, flush=True)
     try:
         for c in concurrency:
             tp: dict[str, Any] = {}
@@ -1137,7 +1137,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                     )
                 if skip is not None:
                     tp[impl] = mem[impl] = {"skipped": skip}
-                    print(f"C={c:>6} {impl:<9} {skip}", flush=True)
+                    print(f"C={c:>6} {impl:<9} {skip}", file=sys.stderr, flush=True)
                     continue
                 spec = {
                     "cell": "throughput",
@@ -1164,6 +1164,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                         f"TTFT p50 {cell['ttft_p50_ms']:.1f} ms  wall {cell['wall_s']:.1f} s  "
                         f"server CPU {cell['server_cpu_s']:.1f} s"
                     ),
+                    file=sys.stderr,
                     flush=True,
                 )
                 if not args.no_memory and c > 1:
@@ -1178,6 +1179,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                             else f"memory {m['bytes_per_stream'] / 1024:.1f} KiB/stream "
                             f"({m['started']}/{c} started in {m['open_s']:.1f} s)"
                         ),
+                        file=sys.stderr,
                         flush=True,
                     )
         if args.cancel_streams and "ours" in impls:
@@ -1189,7 +1191,6 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                     "origin": server.origin,
                 }
             )
-            print(f"cancel: {json.dumps(results['cancel'])}", flush=True)
         if args.cancel_streams and "ours" in impls:
             results["cancel_load"] = run_load_cell(args, server)
         if args.profile:
@@ -1359,6 +1360,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--backlog", type=int, default=4096, help="server listen backlog")
     parser.add_argument("--quick", action="store_true", help="small sizes (for the CLI)")
     parser.add_argument("--json", default=str(DEFAULT_JSON), help="where to write the results")
+    parser.add_argument("--no-json", action="store_true", help="print the tables only")
     parser.add_argument(
         "--server-procs",
         type=int,
@@ -1391,11 +1393,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     results = run_only(args) if args.only else orchestrate(args)
     print_report(results)
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    print(f"\nwrote {path}")
-    return 0
+    if not args.no_json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {path}", file=sys.stderr)
+    missed = [t for t in results["targets"] if t["status"] == "FAIL"]
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":

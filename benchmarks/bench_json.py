@@ -141,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer passes (3 instead of 9)")
     parser.add_argument("--repeat", type=int, help="passes per decoder (best is kept)")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write JSON")
+    parser.add_argument("--no-json", action="store_true", help="print the table only")
     args = parser.parse_args(argv)
     if not real_streams.available():
         print(
@@ -156,10 +157,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"msgspec {info['msgspec']}; best of {result['settings']['repeat']} passes"
     )
     print(table(result["results"]))
-    print(result["recommendation"])
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.json}")
+    if not args.no_json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {args.json}", file=sys.stderr)
     return 0
 
 

@@ -3,7 +3,7 @@
 The corpus (real response bodies captured from the providers, with a ``manifest.json``) is
 test data kept beside the project, never inside it. Its directory is, in order:
 
-1. the pytest option ``--real-streams DIR`` (the suite's ``conftest.py`` copies it into the
+1. the pytest option ``--real-streams=DIR`` (the suite's ``conftest.py`` copies it into the
    environment variable below, so everything started from the run agrees);
 2. the environment variable ``TRIO_SAMPLER_REAL_STREAMS``;
 3. ``../shared/fixtures/real-streams`` beside the project root.

@@ -49,8 +49,7 @@ import trio.lowlevel
 
 from trio_sampler.actor import RequestStream, open_sampler
 from trio_sampler.config import RetryPolicy, SamplerConfig, Timeouts
-from trio_sampler.emulator import EmulatorApp, EmulatorServer, PromptCache, serve
-from trio_sampler.testing import EmulatorTransport
+from trio_sampler.emulator import EmulatorApp, EmulatorServer, EmulatorTransport, PromptCache, serve
 from trio_sampler.types import (
     ApiBackend,
     Cancelled,

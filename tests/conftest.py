@@ -1,7 +1,7 @@
 """Suite-wide checks and the real-stream corpus.
 
 The corpus of real captured streams is found by one rule (``benchmarks/corpus.py``): the
-``--real-streams DIR`` option, else the ``TRIO_SAMPLER_REAL_STREAMS`` environment variable, else
+``--real-streams=DIR`` option, else the ``TRIO_SAMPLER_REAL_STREAMS`` environment variable, else
 ``../shared/fixtures/real-streams`` beside the project root. Tests that read it carry the
 ``real_streams`` marker; without the corpus they are deselected (one summary line says so), and
 under ``CI=true`` a missing corpus is an error.
@@ -23,6 +23,9 @@ import pytest
 
 from benchmarks import corpus
 from benchmarks.redis_server import RedisServer, RedisUnavailableError, running_redis
+
+# The library's pytest plugin (the ``emulator`` fixture) is opt-in, as for any user.
+pytest_plugins = ["trio_sampler.testing"]
 
 # The fake keys of this suite all look like provider keys: sk-..., xai-..., sk-ant-...
 KEY_SHAPED = re.compile(r"\b(?:sk|xai)-[A-Za-z0-9_-]{6,}")
@@ -53,7 +56,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not corpus.available() and os.environ.get("CI", "").lower() == "true":
         raise pytest.UsageError(
             f"no real-stream corpus at {corpus.root()} (CI=true requires it): pass "
-            f"{corpus.OPTION} DIR or set {corpus.ENV_VAR}"
+            f"{corpus.OPTION}=DIR or set {corpus.ENV_VAR}"
         )
 
 
@@ -72,7 +75,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if count:
         terminalreporter.write_line(
             f"{count} real-stream tests deselected: no corpus at {corpus.root()} "
-            f"(pass {corpus.OPTION} DIR or set {corpus.ENV_VAR})"
+            f"(pass {corpus.OPTION}=DIR or set {corpus.ENV_VAR})"
         )
 
 

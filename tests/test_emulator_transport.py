@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_sampler.testing import EmulatorTransport, script_headers
+from trio_sampler.emulator import EmulatorTransport, script_headers
 from trio_sampler.wire import collect, replay
 
 BASE = "http://emulator.test/v1"

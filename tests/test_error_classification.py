@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import ssl
 
 import httpx2
@@ -504,6 +505,25 @@ def test_tls_handshake_failure_via_cause() -> None:
         info = classify_transport_error(exc)
     assert info.retryable
     assert "TLS" in info.message
+
+
+@pytest.mark.parametrize(
+    ("errno", "retryable"),
+    [(socket.EAI_NONAME, False), (socket.EAI_AGAIN, True)],
+    ids=["name-does-not-exist", "resolver-temporarily-failing"],
+)
+def test_dns_failure_retried_only_when_temporary(errno: int, retryable: bool) -> None:
+    try:
+        try:
+            raise socket.gaierror(errno, "Name or service not known")
+        except socket.gaierror as cause:
+            raise httpx2.ConnectError("[Errno -2] Name or service not known") from cause
+    except httpx2.ConnectError as exc:
+        info = classify_transport_error(exc)
+    assert info.kind is K.TRANSPORT
+    assert info.retryable is retryable
+    if not retryable:
+        assert "does not resolve" in info.message
 
 
 def test_transport_message_drops_url_query_and_path() -> None:

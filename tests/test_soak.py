@@ -12,7 +12,7 @@ import trio.lowlevel
 from benchmarks import soak
 from trio_sampler.actor import open_sampler
 from trio_sampler.config import SamplerConfig
-from trio_sampler.testing import EmulatorTransport, script_headers
+from trio_sampler.emulator import EmulatorTransport, script_headers
 from trio_sampler.types import Completed, ConversationRequest, User
 
 

@@ -1,44 +1,37 @@
-"""Testing helpers: a pytest plugin with an ``emulator`` fixture, and an in-memory transport.
+"""The pytest plugin: an ``emulator`` fixture (pytest-trio) on a real loopback port.
 
-Registered as a pytest plugin (entry point ``pytest11: trio_sampler = trio_sampler.testing``),
-this module gives pytest-trio tests:
+Enable it in your ``conftest.py``; nothing is loaded into pytest runs that do not ask::
 
-* ``emulator``: a real emulator on loopback HTTP for the duration of the test
-  (:class:`EmulatorFixture`: ``base_url``, ``url_for(backend)``, ``script(**kwargs)``
-  headers, ``requests(scenario)``).
+    pytest_plugins = ["trio_sampler.testing"]
 
-And for unit tests under the mock clock, :class:`EmulatorTransport`: an
-``httpx2.AsyncBaseTransport`` that runs the emulator's ASGI app in-process and *streams*
-the body as the app sends it (``httpx2.ASGITransport`` buffers the whole body). Pacing
-(``delay_ms``, stalls, ping intervals) uses ``trio.sleep``, so under
-``autojump_clock`` it costs no wall time.
+``emulator`` is a fresh emulator (its own app and prompt cache) on a free loopback port for
+the duration of the test: an :class:`EmulatorFixture` (``base_url``, ``url_for(backend)``,
+``script(**kwargs)`` headers, ``requests(scenario)``).
+
+The helpers that need no pytest live in :mod:`trio_sampler.emulator`:
+:func:`~trio_sampler.emulator.script_headers` and the in-process
+:class:`~trio_sampler.emulator.EmulatorTransport` (re-exported here).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import math
-from collections.abc import AsyncIterator, Mapping
-from types import TracebackType
+from collections.abc import AsyncIterator
 from typing import Any
 
 import attrs
-import httpx2
 import pytest
 import trio
 
-from .emulator import EmulatorApp, EmulatorServer, PromptCache, serve
+from .emulator import (
+    EmulatorApp,
+    EmulatorServer,
+    EmulatorTransport,
+    PromptCache,
+    script_headers,
+    serve,
+)
 
 __all__ = ["EmulatorFixture", "EmulatorTransport", "emulator", "script_headers"]
-
-
-def script_headers(**script: Any) -> dict[str, str]:
-    """The ``x-emulator-script`` header for ``script`` (keyword arguments of the schema).
-
-    Non-ASCII text is escaped (``\\uXXXX``): header values must be ASCII.
-    """
-    return {"x-emulator-script": json.dumps(script, separators=(",", ":"), ensure_ascii=True)}
 
 
 @attrs.frozen
@@ -84,139 +77,3 @@ async def _serve_app(
     app: EmulatorApp, *, task_status: trio.TaskStatus[EmulatorServer] = trio.TASK_STATUS_IGNORED
 ) -> None:
     await serve(app=app, task_status=task_status)
-
-
-class _BodyStream(httpx2.AsyncByteStream):
-    """The response body, read from the app's ``http.response.body`` messages as sent."""
-
-    def __init__(
-        self,
-        receive: trio.MemoryReceiveChannel[Mapping[str, Any]],
-        disconnect: trio.Event,
-        app_scope: trio.CancelScope,
-    ) -> None:
-        self._receive = receive
-        self._disconnect = disconnect
-        self._app_scope = app_scope
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for message in self._receive:
-            if message["type"] == "error":
-                raise message["error"]
-            if message["type"] != "http.response.body":
-                continue
-            body = message.get("body", b"")
-            if body:
-                yield body
-            if not message.get("more_body", False):
-                return
-        # The app returned mid-body: what a real server does by closing the connection.
-        raise httpx2.RemoteProtocolError(
-            "peer closed connection without sending complete message body"
-        )
-
-    async def aclose(self) -> None:
-        self._disconnect.set()
-        self._app_scope.cancel()
-        await self._receive.aclose()
-
-
-class EmulatorTransport(httpx2.AsyncBaseTransport):
-    """An in-process, streaming transport to an :class:`EmulatorApp`.
-
-    Use it as the transport of an ``httpx2.AsyncClient`` *inside* ``async with`` (the
-    transport runs each request's app task in a nursery it opens on entry)::
-
-        async with httpx2.AsyncClient(transport=EmulatorTransport()) as client:
-            async with client.stream("POST", "http://emulator/v1/chat/completions", ...) as r:
-                async for chunk in r.aiter_raw():
-                    ...
-
-    Closing a response early cancels the app task (as a client disconnect would).
-    """
-
-    def __init__(self, app: EmulatorApp | None = None) -> None:
-        self.app = app if app is not None else EmulatorApp(cache=PromptCache())
-        self._stack: contextlib.AsyncExitStack | None = None
-        self._nursery: trio.Nursery | None = None
-
-    async def __aenter__(self) -> EmulatorTransport:
-        stack = contextlib.AsyncExitStack()
-        self._nursery = await stack.enter_async_context(trio.open_nursery())
-        self._stack = stack
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None = None,
-        exc_value: BaseException | None = None,
-        traceback: TracebackType | None = None,
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        stack, self._stack = self._stack, None
-        if stack is not None:
-            assert self._nursery is not None
-            self._nursery.cancel_scope.cancel()
-            self._nursery = None
-            await stack.aclose()
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        if self._nursery is None:
-            raise RuntimeError(
-                "EmulatorTransport is not open: use the AsyncClient (or the transport) "
-                "in an 'async with' block"
-            )
-        body = b"".join([chunk async for chunk in request.stream])  # type: ignore[union-attr]
-        send_channel, receive_channel = trio.open_memory_channel[Mapping[str, Any]](math.inf)
-        disconnect = trio.Event()
-        app_scope = trio.CancelScope()
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0", "spec_version": "2.1"},
-            "http_version": "1.1",
-            "method": request.method,
-            "scheme": request.url.scheme,
-            "path": request.url.path,
-            "raw_path": request.url.raw_path.split(b"?")[0],
-            "query_string": request.url.query,
-            "root_path": "",
-            "headers": [(k.lower(), v) for k, v in request.headers.raw],
-            "client": ("127.0.0.1", 1),
-            "server": (request.url.host, request.url.port or 80),
-            "extensions": {},
-        }
-        sent_request = False
-
-        async def receive() -> dict[str, Any]:
-            nonlocal sent_request
-            if not sent_request:
-                sent_request = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await disconnect.wait()
-            return {"type": "http.disconnect"}
-
-        async def send(message: Mapping[str, Any]) -> None:
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await send_channel.send(message)
-
-        async def run_app() -> None:
-            with send_channel, app_scope:
-                try:
-                    await self.app(scope, receive, send)
-                except Exception as exc:  # delivered to the reader, not the nursery
-                    await send({"type": "error", "error": exc})
-
-        self._nursery.start_soon(run_app)
-        async for message in receive_channel:
-            if message["type"] == "error":
-                raise message["error"]
-            if message["type"] == "http.response.start":
-                return httpx2.Response(
-                    status_code=message["status"],
-                    headers=list(message.get("headers", [])),
-                    stream=_BodyStream(receive_channel, disconnect, app_scope),
-                    request=request,
-                )
-        raise httpx2.RemoteProtocolError("the emulator app sent no response")

@@ -1,13 +1,21 @@
-"""``trio-sampler bench``: the benchmarks at a small size, their tables printed."""
+"""``trio-sampler bench``: the benchmarks at a small size, their tables printed.
+
+Exit status 0 when every target is met, 1 when one is missed, 2 when a benchmark cannot run.
+Each script runs in its own session, so Ctrl-C reaches only this command, which stops the
+scripts (and their helpers) with SIGTERM before it reports the interrupt.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from ._errors import UsageError
 
 __all__ = ["add_parser", "benchmarks_dir"]
 
@@ -41,27 +49,36 @@ def benchmarks_dir() -> Path | None:
 def run(args: argparse.Namespace) -> int:
     folder = benchmarks_dir()
     if folder is None:
-        print(
-            "trio-sampler bench: the benchmarks ship with the source repository, not the "
-            "package; run this from a checkout installed with `pip install -e .`",
-            file=sys.stderr,
+        raise UsageError(
+            "the benchmarks ship with the source repository, not the package; run this "
+            "from a checkout installed with `pip install -e .`"
         )
-        return 2
     names = [n if n.endswith(".py") else f"{n}.py" for n in args.names] or list(SCRIPTS)
+    missing = [name for name in names if not (folder / name).is_file()]
+    if missing:
+        raise UsageError(f"no benchmark {', '.join(missing)} in {folder}")
     status = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        for index, name in enumerate(names, 1):
-            script = folder / name
-            if not script.is_file():
-                print(f"trio-sampler bench: no benchmark {name} in {folder}", file=sys.stderr)
-                status = 2
-                continue
-            print(f"== [{index}/{len(names)}] {name}", flush=True)
-            command = [sys.executable, str(script), "--json", str(Path(tmp) / f"{name}.json")]
-            if not args.full:
-                command.append("--quick")
-            code = subprocess.call(command)
-            if code != 0:
-                print(f"trio-sampler bench: {name} exited with {code}", file=sys.stderr)
-                status = 1
+    for index, name in enumerate(names, 1):
+        print(f"== [{index}/{len(names)}] {name}", flush=True)
+        command = [sys.executable, str(folder / name), "--no-json"]
+        if not args.full:
+            command.append("--quick")
+        code = _run_script(command)
+        if code != 0:
+            what = "missed a target" if code == 1 else f"exited with status {code}"
+            print(f"trio-sampler bench: {name} {what}", file=sys.stderr, flush=True)
+            status = max(status, 1 if code == 1 else 2)
     return status
+
+
+def _run_script(command: list[str]) -> int:
+    process = subprocess.Popen(command, start_new_session=True)
+    try:
+        return process.wait()
+    except BaseException:  # Ctrl-C (or anything else): stop the script's whole group first
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        process.wait()
+        raise

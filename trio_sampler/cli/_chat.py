@@ -16,6 +16,7 @@ import trio
 
 from ..actor import SamplerHandle, open_sampler
 from ..config import SamplerConfig
+from ..providers import get_profile
 from ..types import (
     ApiBackend,
     ChannelToken,
@@ -29,7 +30,9 @@ from ..types import (
     User,
     to_jsonable,
 )
+from ..wire._request import validate_headers
 from ._console import Console
+from ._errors import UsageError, api_key_or_fail, url
 
 __all__ = ["add_parser", "config_from_args"]
 
@@ -45,70 +48,155 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument("prompt", nargs="?", help="the prompt (omit for an interactive chat)")
     parser.add_argument("--provider", help="a provider profile (default: openai_compatible)")
-    parser.add_argument("--base-url", help="the endpoint (e.g. http://127.0.0.1:8080/v1)")
+    parser.add_argument("--base-url", type=url, help="the endpoint (e.g. http://127.0.0.1:8080/v1)")
     parser.add_argument("--backend", choices=[b.value for b in ApiBackend])
     parser.add_argument("--model", help="the model")
     parser.add_argument("--system", help="system instructions")
+    parser.add_argument(
+        "-H",
+        "--header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="an extra request header (repeatable), e.g. for a gateway or the emulator's script",
+    )
     parser.add_argument("--json", action="store_true", help="print events as JSON lines")
     parser.set_defaults(run=run)
 
 
+def headers_from_args(args: argparse.Namespace) -> dict[str, str]:
+    """``--header 'Name: value'`` options as a dict, checked like every extra header."""
+    headers: dict[str, str] = {}
+    for text in args.header:
+        name, colon, value = text.partition(":")
+        if not colon or not name.strip():
+            raise UsageError(f"--header {text!r}: write it as 'Name: value'")
+        headers[name.strip()] = value.strip()
+    try:
+        validate_headers(headers.items(), what="--header")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return headers
+
+
 def config_from_args(args: argparse.Namespace) -> SamplerConfig:
-    """A config from ``--provider``/``--base-url``/``--backend``/``--model``."""
+    """A config from ``--provider``/``--base-url``/``--backend``/``--model``.
+
+    Raises :class:`UsageError` naming the flag or environment variable to fix.
+    """
     provider = args.provider or "openai_compatible"
+    try:
+        profile = get_profile(provider)
+    except ValueError as exc:
+        raise UsageError(f"--provider: {exc}") from None
+    if args.base_url is None and profile.base_url is None:
+        raise UsageError(f"--base-url is required: provider {profile.name!r} has no standard one")
+    api_key_or_fail(profile.api_key_env, needed=profile.requires_api_key)
     overrides: dict[str, Any] = {}
     if args.backend:
         overrides["backend"] = ApiBackend(args.backend)
-    config = SamplerConfig.for_provider(
-        provider, model=args.model, base_url=args.base_url, **overrides
-    )
+    try:
+        config = SamplerConfig.for_provider(
+            provider, model=args.model, base_url=args.base_url, **overrides
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if config.model is None:
-        raise ValueError(f"provider {provider!r} has no default model: pass --model")
+        raise UsageError(f"provider {profile.name!r} has no default model: pass --model")
     return config
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        config = config_from_args(args)
-    except ValueError as exc:
-        print(f"trio-sampler chat: {exc}", file=sys.stderr)
-        return 2
-    return trio.run(functools.partial(_chat, config, args))
+    config = config_from_args(args)
+    headers = headers_from_args(args)
+    return trio.run(functools.partial(_chat, config, args, headers))
+
+
+class _Transcript:
+    """The streamed text of a turn on stdout, reasoning kept apart from the answer.
+
+    On a terminal reasoning is dim; piped (or with ``NO_COLOR``) every reasoning line starts
+    with ``thinking: ``. Either way a blank line separates the reasoning from the answer.
+    """
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.channel: SamplingChannel | None = None
+        self.at_line_start = True
+
+    def write(self, channel: SamplingChannel, text: str) -> None:
+        out = self.console.out
+        thinking = channel is SamplingChannel.REASONING
+        if channel is not self.channel:
+            if self.channel is not None:
+                out.write("\n\n" if not self.at_line_start else "\n")
+                self.at_line_start = True
+            self.channel = channel
+        if thinking and not self.console.color:
+            lines = text.split("\n")
+            pieces = []
+            for index, line in enumerate(lines):
+                if index:
+                    pieces.append("\n")
+                    self.at_line_start = True
+                if line and self.at_line_start:
+                    pieces.append("thinking: ")
+                if line:
+                    self.at_line_start = False
+                pieces.append(line)
+            out.write("".join(pieces))
+        else:
+            out.write(self.console.style(text, "dim") if thinking else text)
+            if text:
+                self.at_line_start = text.endswith("\n")
+        out.flush()
+
+    def end(self) -> None:
+        if self.channel is not None and not self.at_line_start:
+            self.console.out.write("\n")
+            self.console.out.flush()
 
 
 async def _turn(
-    handle: SamplerHandle, items: list[ConversationItem], console: Console, as_json: bool
+    handle: SamplerHandle,
+    items: list[ConversationItem],
+    console: Console,
+    as_json: bool,
+    headers: dict[str, str],
 ) -> Completed | Failed | None:
-    stream = await handle.submit(ConversationRequest(items=items))
+    stream = await handle.submit(ConversationRequest(items=items, extra_headers=headers))
     terminal: Completed | Failed | None = None
+    transcript = _Transcript(console)
     async with stream:
         async for event in stream:
             if as_json:
                 sys.stdout.buffer.write(orjson.dumps(to_jsonable(event)) + b"\n")
                 sys.stdout.flush()
             elif isinstance(event, ChannelToken):
-                thinking = event.channel is SamplingChannel.REASONING
-                console.out.write(console.style(event.text, "dim") if thinking else event.text)
-                console.out.flush()
+                transcript.write(event.channel, event.text)
             elif isinstance(event, Retrying):
-                console.line("", f"\n[retrying in {event.delay:.1f} s: {event.reason}]", "yellow")
+                transcript.end()
+                print(
+                    f"trio-sampler chat: retrying in {event.delay:.1f} s: {event.reason}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if isinstance(event, Completed | Failed):
                 terminal = event
     if not as_json:
-        console.out.write("\n")
-        console.out.flush()
+        transcript.end()
     if isinstance(terminal, Failed):
         print(f"trio-sampler chat: {terminal.error}", file=sys.stderr)
     return terminal
 
 
-async def _chat(config: SamplerConfig, args: argparse.Namespace) -> int:
+async def _chat(config: SamplerConfig, args: argparse.Namespace, headers: dict[str, str]) -> int:
     console = Console()
     items: list[ConversationItem] = [System(args.system)] if args.system else []
     async with open_sampler(config) as handle:
         if args.prompt is not None:
             items.append(User(args.prompt))
-            terminal = await _turn(handle, items, console, args.json)
+            terminal = await _turn(handle, items, console, args.json, headers)
             return 0 if isinstance(terminal, Completed) else 1
         interactive = sys.stdin.isatty()
         status = 0
@@ -116,13 +204,14 @@ async def _chat(config: SamplerConfig, args: argparse.Namespace) -> int:
             if interactive:
                 console.out.write(console.style("you> ", "bold"))
                 console.out.flush()
-            line = await trio.to_thread.run_sync(sys.stdin.readline)
+            # Abandoned on cancel (Ctrl-C): a blocked read must not hold the command open.
+            line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
             if not line:
                 return status
             if not line.strip():
                 continue
             items.append(User(line.rstrip("\n")))
-            terminal = await _turn(handle, items, console, args.json)
+            terminal = await _turn(handle, items, console, args.json, headers)
             if isinstance(terminal, Completed):
                 items.extend(terminal.response.items)
             else:

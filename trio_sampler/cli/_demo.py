@@ -243,7 +243,7 @@ async def _show(
 async def _run_scene(
     scene: Scene, handle: SamplerHandle, base: SamplerConfig, root: Path, console: Console
 ) -> None:
-    from ..testing import script_headers
+    from ..emulator import script_headers
 
     config = attrs.evolve(base, backend=scene.backend, model=scene.model)
     request = ConversationRequest(

@@ -10,6 +10,8 @@ import orjson
 
 from ..types import ApiBackend, Completed, ConversationResponse, Failed, to_jsonable
 from ..wire import collect, replay
+from ..wire.sse import SSEDecoder, SSEEventTooLarge
+from ._errors import UsageError
 
 __all__ = ["add_parser", "response_summary"]
 
@@ -52,6 +54,35 @@ def response_summary(response: ConversationResponse) -> dict[str, Any]:
     }
 
 
+_MESSAGES_TYPES = frozenset(
+    {"message_start", "content_block_start", "content_block_delta", "message_delta", "ping"}
+)
+
+
+def sniff_backend(body: bytes) -> ApiBackend | None:
+    """The protocol a recorded body speaks, judged from its first recognisable event."""
+    decoder = SSEDecoder()
+    try:
+        events = [*decoder.feed(body), *decoder.close()]
+    except SSEEventTooLarge:
+        return None
+    for event in events[:64]:
+        try:
+            payload = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(payload, dict):
+            continue
+        kind = payload.get("type")
+        if isinstance(kind, str) and kind.startswith("response."):
+            return ApiBackend.RESPONSES
+        if kind in _MESSAGES_TYPES or event.event in _MESSAGES_TYPES:
+            return ApiBackend.MESSAGES
+        if payload.get("object") == "chat.completion.chunk" or "choices" in payload:
+            return ApiBackend.CHAT_COMPLETIONS
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         if args.file == "-":
@@ -60,9 +91,15 @@ def run(args: argparse.Namespace) -> int:
             with open(args.file, "rb") as handle:
                 body = handle.read()
     except OSError as exc:
-        print(f"trio-sampler replay: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
-        return 2
-    events = replay(ApiBackend(args.backend), [body])
+        raise UsageError(f"cannot read {args.file}: {exc.strerror}") from None
+    backend = ApiBackend(args.backend)
+    spoken = sniff_backend(body)
+    if spoken is not None and spoken is not backend:
+        raise UsageError(
+            f"{args.file} is a {spoken.value} stream, not {backend.value}: "
+            f"pass --backend {spoken.value}"
+        )
+    events = replay(backend, [body])
     out = sys.stdout.buffer
     if args.events:
         for event in events:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ._errors import port, positive_int
+
 __all__ = ["add_parser"]
 
 
@@ -19,14 +21,14 @@ def add_parser(commands: Any) -> None:
         ),
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
-    parser.add_argument("--port", type=int, default=0, help="port (0 picks a free one)")
+    parser.add_argument("--port", type=port, default=0, help="port (0 picks a free one)")
     parser.add_argument(
         "--bench",
         action="store_true",
         help="bench mode: pre-rendered bodies, so client benchmarks measure the client",
     )
     parser.add_argument(
-        "--backlog", type=int, default=1024, help="listen queue length (default 1024)"
+        "--backlog", type=positive_int, default=1024, help="listen queue length (default 1024)"
     )
     parser.add_argument(
         "--reuse-port",

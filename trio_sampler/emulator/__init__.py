@@ -18,8 +18,10 @@ from ._cli import run_serve as run_serve
 from ._script import Script as Script
 from ._script import ScriptError as ScriptError
 from ._script import parse_script as parse_script
+from ._script import script_headers as script_headers
 from ._serve import EmulatorServer as EmulatorServer
 from ._serve import serve as serve
+from ._transport import EmulatorTransport as EmulatorTransport
 
 __all__ = [
     "REDACTED",
@@ -27,6 +29,7 @@ __all__ = [
     "CacheResult",
     "EmulatorApp",
     "EmulatorServer",
+    "EmulatorTransport",
     "PromptCache",
     "Script",
     "ScriptError",
@@ -35,5 +38,6 @@ __all__ = [
     "parse_script",
     "redact_headers",
     "run_serve",
+    "script_headers",
     "serve",
 ]

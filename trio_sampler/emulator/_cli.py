@@ -22,6 +22,9 @@ def run_serve(
 ) -> int:
     """Serve on ``argv_host:argv_port`` until interrupted; returns the exit status.
 
+    Ctrl-C propagates as ``KeyboardInterrupt`` (possibly inside an exception group); the
+    ``trio-sampler`` command turns it into one line and exit status 130.
+
     The first line on stdout is exactly ``listening on http://HOST:PORT`` (flushed), with
     the bound port when ``argv_port`` is 0, so scripts can wait for it and parse it.
     """
@@ -44,10 +47,7 @@ def run_serve(
             print(f"listening on {server.origin}", flush=True)
         return None
 
-    try:
-        failure = trio.run(main)
-    except KeyboardInterrupt:
-        return 0
+    failure = trio.run(main)  # Ctrl-C raises KeyboardInterrupt (the CLI: exit status 130)
     if failure is not None:
         print(
             f"trio-sampler serve: cannot listen on {argv_host}:{argv_port}: {failure}",

@@ -8,6 +8,7 @@ test fails loudly (400) instead of silently running the default.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any, Literal, TypeAlias
@@ -33,6 +34,7 @@ __all__ = [
     "StreamErrorFault",
     "TokenPacing",
     "parse_script",
+    "script_headers",
 ]
 
 #: Neutral stop values a script may force.
@@ -253,6 +255,14 @@ _FAULT_KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "empty": (frozenset(), frozenset()),
     "pings": (frozenset({"count"}), frozenset({"interval_ms"})),
 }
+
+
+def script_headers(**script: Any) -> dict[str, str]:
+    """The ``x-emulator-script`` header carrying ``script`` (keyword arguments of the schema).
+
+    Non-ASCII text is escaped (``\\uXXXX``): header values must be ASCII.
+    """
+    return {"x-emulator-script": json.dumps(script, separators=(",", ":"), ensure_ascii=True)}
 
 
 def parse_script(raw: str | bytes | None) -> Script:

@@ -20,6 +20,7 @@ import email.utils
 import logging
 import math
 import re
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
@@ -558,13 +559,23 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return seen
 
 
+# getaddrinfo answers that will not change on a retry: the name does not exist (as opposed
+# to EAI_AGAIN, a temporary failure of the resolver, which is retried).
+_PERMANENT_DNS_ERRORS = frozenset(
+    getattr(socket, name)
+    for name in ("EAI_NONAME", "EAI_NODATA", "EAI_ADDRFAMILY", "EAI_SERVICE")
+    if hasattr(socket, name)
+)
+
+
 def classify_transport_error(exc: BaseException) -> SamplingErrorInfo:
     """Classify a failure that produced no HTTP response (connect, TLS, read, timeout).
 
     Connect, TLS and read errors → TRANSPORT, retryable; a read timeout (no bytes for the
     read timeout, i.e. idle) → IDLE_TIMEOUT, retryable; connect/write/pool timeouts →
-    TRANSPORT, retryable. A certificate verification failure is *not* retryable (it will
-    fail the same way). The message never contains a URL's path or query (which may hold
+    TRANSPORT, retryable. A certificate verification failure and a host name that does not
+    resolve are *not* retryable (they fail the same way again; a temporary resolver failure
+    is). The message never contains a URL's path or query (which may hold
     keys), nor anything that looks like a credential.
     """
     chain = _chain(exc)
@@ -580,6 +591,9 @@ def classify_transport_error(exc: BaseException) -> SamplingErrorInfo:
         what = "TLS certificate verification failed (check the server's certificate or CA bundle)"
     elif kind is SamplingErrorKind.TRANSPORT and ("SSLError" in texts or "TLS" in texts):
         what = "the TLS handshake failed"
+    elif any(isinstance(e, socket.gaierror) and e.errno in _PERMANENT_DNS_ERRORS for e in chain):
+        kind, retryable = SamplingErrorKind.TRANSPORT, False
+        what = "the server's host name does not resolve (check the base URL)"
     detail = next((d for d in (_safe_detail(e) for e in chain) if d), "")
     message = f"{what}: {detail}" if detail else what
     return SamplingErrorInfo(kind=kind, message=message, status_code=None, retryable=retryable)
