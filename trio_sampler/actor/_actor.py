@@ -19,12 +19,13 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 
 import attrs
 import httpx2
 import trio
 
+from ..admission import Admission, AdmissionGate
 from ..client import SamplingClient
 from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy
@@ -270,6 +271,7 @@ async def open_sampler(
     transport: httpx2.AsyncBaseTransport | None = None,
     seed: int | None = None,
     models: ModelCatalog | None = None,
+    admission: Admission | None = None,
 ) -> AsyncIterator[SamplerHandle]:
     """Run a sampler actor for the duration of the block.
 
@@ -289,6 +291,9 @@ async def open_sampler(
         seed: seeds the jitter so runs are reproducible.
         models: prices used to compute a response's cost when the server reports none
             (default: the shipped ``default_models.json``).
+        admission: asked before every attempt and told after it (see
+            :mod:`trio_sampler.admission`), e.g. limits shared by a fleet of processes
+            (:class:`trio_sampler.fleet.FleetAdmission`); opened and closed with the sampler.
     """
     if max_buffered_batches < 1:
         raise ValueError("max_buffered_batches must be at least 1")
@@ -296,7 +301,10 @@ async def open_sampler(
         raise ValueError("max_concurrency must be at least 1 (or None for no limit)")
     rng = random.Random(seed)
     limiter = trio.CapacityLimiter(max_concurrency) if max_concurrency else None
-    async with SamplingClient(config, transport=transport) as client:
+    gate_context: AbstractAsyncContextManager[AdmissionGate | None] = (
+        nullcontext() if admission is None else admission.open()
+    )
+    async with SamplingClient(config, transport=transport) as client, gate_context as gate:
         runner = RequestRunner(
             client,
             retry_policy,
@@ -304,6 +312,7 @@ async def open_sampler(
             rng=rng,
             limiter=limiter,
             catalog=models if models is not None else ModelCatalog.load(),
+            admission=gate,
         )
         actor = _SamplerActor(config, runner, max_buffered_batches=max_buffered_batches)
         body_error: BaseException | None = None
