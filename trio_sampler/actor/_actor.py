@@ -24,7 +24,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any
 
 import attrs
@@ -32,6 +32,7 @@ import httpx2
 import trio
 
 from .._redact import redactor_for
+from ..admission import Admission, AdmissionGate
 from ..client import SamplingClient
 from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy
@@ -219,6 +220,7 @@ def open_sampler(
     transport: httpx2.AsyncBaseTransport | None = None,
     seed: int | None = None,
     models: ModelCatalog | None = None,
+    admission: Admission | None = None,
 ) -> AbstractAsyncContextManager[SamplerHandle]:
     """Run a sampler for the duration of the block: ``async with open_sampler(config) as
     sampler:``.
@@ -242,6 +244,9 @@ def open_sampler(
         seed: seeds the jitter so runs are reproducible.
         models: prices used to compute a response's cost when the server reports none
             (default: the shipped ``default_models.json``).
+        admission: asked before every attempt and told after it (see
+            :mod:`trio_sampler.admission`), e.g. limits shared by a fleet of processes
+            (:class:`trio_sampler.fleet.FleetAdmission`); opened and closed with the sampler.
     """
     _check_type("config", config, SamplerConfig, "SamplerConfig(base_url=..., model=...)")
     _check_type("retry_policy", retry_policy, RetryPolicy | None, "RetryPolicy(max_retries=2)")
@@ -255,6 +260,11 @@ def open_sampler(
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise TypeError(f"seed must be an int or None, not {seed!r}")
     _check_type("models", models, ModelCatalog | None, "ModelCatalog.load()")
+    if admission is not None and not callable(getattr(admission, "open", None)):
+        raise TypeError(
+            "admission must be an Admission such as trio_sampler.fleet.FleetAdmission(...), "
+            f"not a {type(admission).__name__}"
+        )
     return _open_sampler(
         config,
         retry_policy=retry_policy,
@@ -264,6 +274,7 @@ def open_sampler(
         transport=transport,
         seed=seed,
         models=models,
+        admission=admission,
     )
 
 
@@ -291,10 +302,14 @@ async def _open_sampler(
     transport: httpx2.AsyncBaseTransport | None,
     seed: int | None,
     models: ModelCatalog | None,
+    admission: Admission | None,
 ) -> AsyncIterator[SamplerHandle]:
     rng = random.Random(seed)
     limiter = trio.CapacityLimiter(max_concurrency) if max_concurrency else None
-    async with SamplingClient(config, transport=transport) as client:
+    gate_context: AbstractAsyncContextManager[AdmissionGate | None] = (
+        nullcontext() if admission is None else admission.open()
+    )
+    async with SamplingClient(config, transport=transport) as client, gate_context as gate:
         runner = RequestRunner(
             client,
             retry_policy,
@@ -302,6 +317,7 @@ async def _open_sampler(
             rng=rng,
             limiter=limiter,
             catalog=models if models is not None else ModelCatalog.load(),
+            admission=gate,
         )
         body_error: BaseException | None = None
         async with trio.open_nursery() as nursery:

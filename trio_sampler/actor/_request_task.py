@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 import attrs
 import trio
 
+from ..admission import AdmissionGate, AdmissionRefusedError
 from ..client import SamplingClient, SamplingClientError
 from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy, TailRepetitionDetector, parse_trigger
@@ -47,6 +48,7 @@ from ..types import (
     StripReason,
     TerminalEvent,
     ToolCallDelta,
+    Usage,
 )
 from ..wire import SSEDecodeError, SSEDecoder, StreamTransform, build_request, new_transform
 from ..wire._replay import decode_failure
@@ -95,8 +97,10 @@ class RequestRunner:
         rng: random.Random,
         limiter: trio.CapacityLimiter | None,
         catalog: ModelCatalog | None = None,
+        admission: AdmissionGate | None = None,
     ) -> None:
         self._client = client
+        self._admission = admission
         self._catalog = catalog
         self._retry_policy = retry_policy
         self._doom = doom_policy
@@ -207,9 +211,21 @@ class RequestRunner:
         while True:
             armed = resamples < doom_max
             metrics.start_attempt(trio.current_time())
-            result = await self._attempt(
-                state, request, config, metrics, armed=armed, attempt=retries + resamples + 1
-            )
+            admitted: list[object] = []
+            result = None
+            try:
+                result = await self._attempt(
+                    state,
+                    request,
+                    config,
+                    metrics,
+                    armed=armed,
+                    attempt=retries + resamples + 1,
+                    admitted=admitted,
+                )
+            finally:
+                if admitted:
+                    await self._settle(admitted[0], state, result)
             metrics.end_attempt(trio.current_time(), result.error)
             if result.response is not None:
                 response = self._with_cost(result.response, config)
@@ -266,6 +282,14 @@ class RequestRunner:
                 return Failed(
                     state.request_id, budget_error, last_partial, metrics.build(last_partial)
                 )
+            if self._admission is not None and not await self._admission.retry_allowed(error):
+                budget_error = attrs.evolve(
+                    error,
+                    message=f"{error.message} (not retried: the fleet retry budget is spent)",
+                )
+                return Failed(
+                    state.request_id, budget_error, last_partial, metrics.build(last_partial)
+                )
             consecutive_rate_limits = (
                 consecutive_rate_limits + 1 if error.kind is SamplingErrorKind.RATE_LIMITED else 0
             )
@@ -279,6 +303,22 @@ class RequestRunner:
                 result.emitted_output,
                 (),
             )
+
+    async def _settle(
+        self, ticket: object, state: RequestState, result: _AttemptResult | None
+    ) -> None:
+        """Tell the admission how an attempt ended (shielded: it runs on cancellation too;
+        the admission bounds its own time)."""
+        assert self._admission is not None
+        usage: Usage | None = None
+        if result is not None and result.response is not None:
+            usage = result.response.usage
+        elif result is not None and result.partial is not None:
+            usage = result.partial.usage
+        elif state.transform is not None:
+            usage = state.transform.acc.usage
+        with trio.CancelScope(shield=True):
+            await self._admission.settle(ticket, usage)
 
     async def _emit_retry(
         self,
@@ -318,6 +358,7 @@ class RequestRunner:
         *,
         armed: bool,
         attempt: int,
+        admitted: list[object],
     ) -> _AttemptResult:
         try:
             wire = build_request(config.backend, request, config.build_options())
@@ -335,6 +376,19 @@ class RequestRunner:
             wire = attrs.evolve(
                 wire, headers=(*wire.headers, (doom_header, str(self._doom.window_tokens)))
             )
+        if self._admission is not None:
+            total = config.timeouts.total
+            try:
+                admitted.append(
+                    await self._admission.admit(
+                        wire,
+                        config,
+                        deadline=state.submitted_at + total if total else math.inf,
+                        first_attempt=attempt == 1,
+                    )
+                )
+            except AdmissionRefusedError as exc:
+                return _AttemptResult(error=exc.info)
         transform = new_transform(config.backend, state.request_id, provider=config.provider)
         detector = TailRepetitionDetector(self._doom) if armed else None
         state.transform = transform

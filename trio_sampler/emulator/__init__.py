@@ -15,6 +15,7 @@ from ._cache import PromptCache as PromptCache
 from ._cache import count_tokens as count_tokens
 from ._cli import main_serve as main_serve
 from ._cli import run_serve as run_serve
+from ._ratelimit import RateLimits as RateLimits
 from ._script import Script as Script
 from ._script import ScriptError as ScriptError
 from ._script import parse_script as parse_script
@@ -31,6 +32,7 @@ __all__ = [
     "EmulatorServer",
     "EmulatorTransport",
     "PromptCache",
+    "RateLimits",
     "Script",
     "ScriptError",
     "count_tokens",

@@ -15,6 +15,7 @@ import trio
 
 from ._cache import SHARED_CACHE, PromptCache
 from ._faults import AttemptPlan, FaultBook, touch
+from ._ratelimit import RateLimitBook, RateLimits, Verdict
 from ._render_chat import ChatRenderer
 from ._render_messages import MessagesRenderer
 from ._render_responses import ResponsesRenderer
@@ -97,6 +98,9 @@ class EmulatorApp:
         require_key: when set, requests must carry this key (``Authorization: Bearer`` or
             ``x-api-key``) or get a 401; when ``None`` any key (or none) is accepted.
         cache: the prompt-cache store; the process-wide one by default.
+        rate_limits: server-side limits per API key (requests and tokens per window), with
+            the providers' rate-limit headers on every answer and 429s past them; see
+            :class:`RateLimits`. Bench shortcuts are off while limits are set.
     """
 
     def __init__(
@@ -105,8 +109,10 @@ class EmulatorApp:
         bench: bool = False,
         require_key: str | None = None,
         cache: PromptCache | None = None,
+        rate_limits: RateLimits | None = None,
     ) -> None:
         self.bench = bench
+        self.rate_limits = None if rate_limits is None else RateLimitBook(rate_limits)
         self._require_key = require_key
         self.cache = SHARED_CACHE if cache is None else cache
         self.faults = FaultBook()
@@ -189,11 +195,7 @@ class EmulatorApp:
             await _respond(send, error.status, renderer.error_body(error, request_id), extra)
 
     def _authorized(self, headers: Mapping[str, str]) -> bool:
-        if self._require_key is None:
-            return True
-        bearer = headers.get("authorization", "")
-        key = bearer[7:] if bearer.lower().startswith("bearer ") else headers.get("x-api-key")
-        return key == self._require_key
+        return self._require_key is None or _api_key(headers) == self._require_key
 
     def _models(self, anthropic: bool) -> dict[str, Any]:
         if anthropic:
@@ -236,7 +238,7 @@ class EmulatorApp:
             raise ApiError(str(exc)) from None
         pacing = TokenPacing.of(script, read_at)
         bench = (self.bench or headers.get("x-emulator-bench") == "1") and not (
-            script.faults or script.delay_ms or pacing
+            script.faults or script.delay_ms or pacing or self.rate_limits
         )
         if bench and await self._bench_hit(renderer, script, body, send):
             return
@@ -254,13 +256,40 @@ class EmulatorApp:
         view = view_of(data, self.cache)
         _peer_check(renderer.backend, data)
         key = script.scenario or ("script:" + hashlib.sha256(script.source.encode()).hexdigest())
+        verdict: Verdict | None = None
+        if self.rate_limits is not None:
+            verdict = self.rate_limits.admit(
+                _api_key(headers),
+                view.prompt.total,
+                view.max_tokens or 0,
+                anthropic=renderer.backend == "messages",
+            )
+            if not verdict.admitted:
+                await _respond(
+                    send,
+                    429,
+                    renderer.error_body(
+                        _rate_limit_error(verdict, anthropic=renderer.backend == "messages"),
+                        request_id,
+                    ),
+                    [
+                        (renderer.request_id_header(), request_id.encode()),
+                        *verdict.headers,
+                        *retry_after_headers(math.ceil(verdict.retry_after * 1000) / 1000),
+                    ],
+                )
+                return
         plan = self.faults.plan(key, script.faults)
         base = [
             (renderer.request_id_header(), request_id.encode()),
             (b"x-emulator-attempt", str(plan.attempt).encode()),
+            *(verdict.headers if verdict is not None else ()),
         ]
+        charge = verdict.charge if verdict is not None else None
         outcome = plan.outcome
         if isinstance(outcome, StatusFault):
+            if charge is not None and self.rate_limits is not None:
+                self.rate_limits.settle(charge, 0)
             error_body = outcome.body or renderer.error_body(
                 ApiError("", status=outcome.status), request_id
             )
@@ -272,6 +301,10 @@ class EmulatorApp:
             reply = empty_reply(view, body)
         else:
             reply = plan_reply(view, script, body)
+        if charge is not None and self.rate_limits is not None:
+            # The emulator knows the reply's length up front: the output charge is corrected
+            # now rather than when the body ends (the provider's bucket is never tighter).
+            self.rate_limits.settle(charge, reply.usage.output_tokens)
         if view.stream:
             frames = renderer.stream(reply, view)
             if bench:
@@ -347,6 +380,24 @@ class EmulatorApp:
         await _send_start(send, status, headers)
         await send({"type": "http.response.body", "body": payload, "more_body": False})
         return True
+
+
+def _api_key(headers: Mapping[str, str]) -> str | None:
+    bearer = headers.get("authorization", "")
+    return bearer[7:] if bearer.lower().startswith("bearer ") else headers.get("x-api-key")
+
+
+def _rate_limit_error(verdict: Verdict, *, anthropic: bool) -> ApiError:
+    dim = (verdict.exhausted or "requests").replace("_", " ")
+    error = ApiError(
+        f"Rate limit reached for {dim} per minute (emulated). "
+        f"Please try again in {verdict.retry_after:.3f}s.",
+        status=429,
+        code="rate_limit_exceeded",
+    )
+    if not anthropic and verdict.exhausted != "requests":
+        error.error_type = "tokens"  # OpenAI's type for a token limit
+    return error
 
 
 class _ClientGone(Exception):

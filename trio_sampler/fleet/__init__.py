@@ -19,11 +19,13 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         "trio_sampler.fleet needs coredis: pip install 'trio-sampler[fleet]'"
     ) from exc
 
+from ..admission import AdmissionRefusedError as AdmissionRefusedError
+from ._admission import FleetAdmission as FleetAdmission
+from ._admission import FleetGate as FleetGate
 from ._events import FleetEvent as FleetEvent
 from ._events import LimiterDegraded as LimiterDegraded
 from ._events import LimiterRecovered as LimiterRecovered
 from ._events import LimiterStatistics as LimiterStatistics
-from ._limiter import AdmissionRefused as AdmissionRefused
 from ._limiter import FleetLimiter as FleetLimiter
 from ._limiter import Permit as Permit
 from ._limiter import open_limiter as open_limiter
@@ -35,10 +37,12 @@ from ._spec import LimiterSpec as LimiterSpec
 from ._spec import RetryBudgetSpec as RetryBudgetSpec
 
 __all__ = [
-    "AdmissionRefused",
+    "AdmissionRefusedError",
     "Cost",
     "FailurePolicy",
+    "FleetAdmission",
     "FleetEvent",
+    "FleetGate",
     "FleetLimiter",
     "FleetLimits",
     "LimiterDegraded",

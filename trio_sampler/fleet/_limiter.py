@@ -31,6 +31,7 @@ import coredis.exceptions
 import trio
 from coredis.retry import NoRetryPolicy
 
+from ..admission import AdmissionRefusedError
 from ..retry import RetryBudget
 from ..types import SamplingErrorInfo, SamplingErrorKind
 from ._events import EventHook, FleetEvent, LimiterDegraded, LimiterRecovered, LimiterStatistics
@@ -38,7 +39,7 @@ from ._local import LocalLimits
 from ._scripts import ADMIT, NOTE_RETRY_AFTER, RENEW, SETTLE, SPEND_RETRY, Status
 from ._spec import DIMENSIONS, Cost, FailurePolicy, LimiterSpec
 
-__all__ = ["AdmissionRefused", "FleetLimiter", "Permit", "open_limiter", "redis_client"]
+__all__ = ["FleetLimiter", "Permit", "open_limiter", "redis_client"]
 
 logger = logging.getLogger("trio_sampler.fleet")
 
@@ -48,14 +49,6 @@ _POLL_FIRST = 0.002
 _POLL_MAX = 0.05
 # The local retry budget of a fail-open limiter counts over this window (seconds).
 _LOCAL_BUDGET_WINDOW = 10.0
-
-
-class AdmissionRefused(Exception):
-    """A request is not admitted; ``info`` is the error its ``Failed`` terminal carries."""
-
-    def __init__(self, info: SamplingErrorInfo) -> None:
-        super().__init__(info.message)
-        self.info = info
 
 
 @attrs.define(eq=False)
@@ -68,8 +61,8 @@ class Permit:
     settled: bool = False
 
 
-def _refusal(kind: SamplingErrorKind, message: str, code: str) -> AdmissionRefused:
-    return AdmissionRefused(
+def _refusal(kind: SamplingErrorKind, message: str, code: str) -> AdmissionRefusedError:
+    return AdmissionRefusedError(
         SamplingErrorInfo(kind=kind, message=message, retryable=False, error_code=code)
     )
 
@@ -216,7 +209,7 @@ class FleetLimiter:
         if self._on_event is not None:
             self._on_event(event)
 
-    def _unavailable(self) -> AdmissionRefused:
+    def _unavailable(self) -> AdmissionRefusedError:
         self._stats["refused_unavailable"] += 1
         return _refusal(
             SamplingErrorKind.FLEET_UNAVAILABLE,
@@ -234,7 +227,7 @@ class FleetLimiter:
 
         ``deadline`` is on trio's clock (``Timeouts.total``): a wait that would end after
         it is refused at once, without reserving anything. A ``first_attempt`` (not a
-        retry) also deposits into the fleet retry budget. Raises :class:`AdmissionRefused`
+        retry) also deposits into the fleet retry budget. Raises :class:`AdmissionRefusedError`
         when refused (its ``info`` says why).
         """
         budget = self.spec.retry_budget if first_attempt else None
@@ -353,7 +346,7 @@ class FleetLimiter:
         self._serial += 1
         return f"{self._process}:{self._serial}"
 
-    def _too_late(self, wait: float, deadline: float) -> AdmissionRefused:
+    def _too_late(self, wait: float, deadline: float) -> AdmissionRefusedError:
         self._stats["refused"] += 1
         return _refusal(
             SamplingErrorKind.RATE_LIMITED,
@@ -362,7 +355,7 @@ class FleetLimiter:
             "fleet_rate_limited",
         )
 
-    def _too_large(self, cost: Cost, index: int | None) -> AdmissionRefused:
+    def _too_large(self, cost: Cost, index: int | None) -> AdmissionRefusedError:
         self._stats["refused"] += 1
         names = DIMENSIONS if index is None else (DIMENSIONS[index],)
         return _refusal(
@@ -408,6 +401,19 @@ class FleetLimiter:
         now = trio.current_time()
         self._local_retry_after = max(self._local_retry_after, now + seconds)
         await self._call("retry_after", [self._keys_admit[1]], [math.floor(seconds * _US)])
+
+    async def warm_up(self, timeout: float) -> None:
+        """Connect and load the scripts, so the first admissions pay one round trip each.
+
+        A Redis that is unreachable now is not an error: the limiter starts degraded (an
+        event says so) and probes again as usual.
+        """
+        try:
+            with trio.fail_after(timeout):
+                for source in (ADMIT, SETTLE, RENEW, SPEND_RETRY, NOTE_RETRY_AFTER):
+                    await self._client.script_load(source)
+        except (*_UNAVAILABLE, coredis.exceptions.ResponseError) as exc:
+            self._failed(exc)
 
     # -- leases --------------------------------------------------------------------------
 
@@ -457,13 +463,16 @@ async def open_limiter(
 ) -> AsyncIterator[FleetLimiter]:
     """A :class:`FleetLimiter` on its own coredis client, renewing its leases meanwhile.
 
-    Redis need not be reachable when the block starts: the first admission then finds
-    it unavailable and the failure policy applies (an event says so).
+    Opening connects and loads the scripts (within ``max(1 s, admission_timeout)``). Redis
+    need not be reachable then: the limiter starts degraded, applies its failure policy
+    and says so (an event), and probes again every ``probe_interval``.
     """
-    client = redis_client(url, connect_timeout=spec.admission_timeout)
+    connect_timeout = max(1.0, spec.admission_timeout)
+    client = redis_client(url, connect_timeout=connect_timeout)
     body_error: BaseException | None = None
     async with client, trio.open_nursery() as nursery:
         limiter = FleetLimiter(spec, client, on_event=on_event, rng=rng)
+        await limiter.warm_up(connect_timeout)
         nursery.start_soon(limiter.run_renewals)
         try:
             yield limiter

@@ -1,0 +1,62 @@
+"""The admission step of the actor: what it asks before each attempt, and tells after it.
+
+A sampler opened with ``open_sampler(config, admission=...)`` enters ``admission.open()``
+for its lifetime (so any connection the admission needs, such as the fleet limiter's
+Redis client, is opened and closed with the sampler) and then, for every attempt of
+every request:
+
+1. ``await gate.admit(wire, config, deadline=..., first_attempt=...)`` before sending
+   (cancellable; ``deadline`` is the request's ``Timeouts.total`` deadline on trio's
+   clock). It returns a ticket, or raises :class:`AdmissionRefusedError`, whose ``info``
+   becomes the request's ``Failed`` terminal (never retried);
+2. ``await gate.settle(ticket, usage)`` when the attempt ends, however it ends, with the
+   usage it reported (``None`` if none): shielded from cancellation, so it must bound its
+   own time;
+3. before a retry, ``await gate.retry_allowed(error)``: False ends the request with
+   ``Failed`` (the error, noting the budget). A ``Retry-After`` in ``error`` is the
+   gate's to share.
+
+:mod:`trio_sampler.fleet` provides the implementation over Redis (``FleetAdmission``).
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol
+
+from .config import SamplerConfig
+from .types import SamplingErrorInfo, Usage
+from .wire import WireRequest
+
+__all__ = ["Admission", "AdmissionGate", "AdmissionRefusedError"]
+
+
+class AdmissionRefusedError(Exception):
+    """An attempt is not admitted; ``info`` is what its ``Failed`` terminal carries."""
+
+    def __init__(self, info: SamplingErrorInfo) -> None:
+        super().__init__(info.message)
+        self.info = info
+
+
+class AdmissionGate(Protocol):
+    """An open admission, shared by every request of one sampler."""
+
+    async def admit(
+        self,
+        wire: WireRequest,
+        config: SamplerConfig,
+        *,
+        deadline: float,
+        first_attempt: bool,
+    ) -> object: ...
+
+    async def settle(self, ticket: object, usage: Usage | None) -> None: ...
+
+    async def retry_allowed(self, error: SamplingErrorInfo) -> bool: ...
+
+
+class Admission(Protocol):
+    """What ``open_sampler(admission=...)`` takes: it opens a gate for the sampler's life."""
+
+    def open(self) -> AbstractAsyncContextManager[AdmissionGate]: ...

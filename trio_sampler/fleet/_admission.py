@@ -1,0 +1,88 @@
+"""The fleet limiter as the sampler's admission step (see :mod:`trio_sampler.admission`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import attrs
+
+from ..config import SamplerConfig
+from ..types import SamplingErrorInfo, SamplingErrorKind, Usage
+from ..wire import WireRequest
+from ._events import EventHook
+from ._limiter import FleetLimiter, Permit, open_limiter
+from ._spec import Cost, LimiterSpec
+
+__all__ = ["FleetAdmission", "FleetGate"]
+
+# Where each backend's body says how many tokens the answer may take.
+_MAX_OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+
+
+@attrs.frozen
+class FleetAdmission:
+    """Shared limits for a sampler: ``open_sampler(config, admission=FleetAdmission(url,
+    spec))``. The sampler opens one Redis client for its lifetime and asks the limiter
+    before every attempt; every attempt is charged, retries included.
+
+    Before each attempt the request's cost is reserved: one request, the prompt estimate
+    (the body's length / ``spec.chars_per_token``) and the body's output cap
+    (``max_tokens`` and its per-backend names, else ``config.default_max_output_tokens``).
+    When the attempt ends, the reservation is corrected with the usage it reported.
+    Before each retry the fleet retry budget is asked, and a 429's ``Retry-After`` is
+    shared with the fleet.
+    """
+
+    url: str
+    spec: LimiterSpec
+    on_event: EventHook | None = None
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[FleetGate]:
+        async with open_limiter(self.spec, self.url, on_event=self.on_event) as limiter:
+            yield FleetGate(limiter)
+
+
+@attrs.define
+class FleetGate:
+    """An open :class:`FleetAdmission`: the gate the sampler's requests go through."""
+
+    limiter: FleetLimiter
+
+    def cost(self, wire: WireRequest, config: SamplerConfig) -> Cost:
+        """What an attempt with this body reserves."""
+        output = config.default_max_output_tokens
+        for field in _MAX_OUTPUT_FIELDS:
+            value = wire.data.get(field)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                output = value
+                break
+        return Cost(1, self.limiter.spec.estimate_input_tokens(wire.body), output)
+
+    async def admit(
+        self,
+        wire: WireRequest,
+        config: SamplerConfig,
+        *,
+        deadline: float = math.inf,
+        first_attempt: bool = True,
+    ) -> Permit:
+        return await self.limiter.acquire(
+            self.cost(wire, config), deadline=deadline, first_attempt=first_attempt
+        )
+
+    async def settle(self, ticket: object, usage: Usage | None) -> None:
+        assert isinstance(ticket, Permit)
+        actual = (
+            None
+            if usage is None
+            else Cost(ticket.cost.requests, usage.input_tokens, usage.output_tokens)
+        )
+        await self.limiter.release(ticket, actual)
+
+    async def retry_allowed(self, error: SamplingErrorInfo) -> bool:
+        if error.kind is SamplingErrorKind.RATE_LIMITED and error.retry_after is not None:
+            await self.limiter.note_retry_after(error.retry_after)
+        return await self.limiter.try_retry()
