@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import pytest
@@ -72,7 +72,7 @@ async def _run_all(
     return results
 
 
-def _terminal(events: list[object]) -> object:
+def _terminal(events: Sequence[object]) -> object:
     terminals = [e for e in events if isinstance(e, Completed | Failed | Cancelled)]
     assert len(terminals) == 1 and events[-1] is terminals[0], events
     return terminals[0]
@@ -170,20 +170,22 @@ async def test_redis_killed_mid_run_fail_open_loses_nothing() -> None:
             admission_timeout=0.5,
         )
         script = {"x-emulator-script": json.dumps({"text": "a b c d", "delay_ms": 20})}
-        async with _sampler(
-            _config(extra_headers=script),
-            EmulatorApp(cache=PromptCache()),
-            FleetAdmission(server.url, spec, on_event=events.append),
-        ) as sampler:
-            async with trio.open_nursery() as nursery:
-                collected: list[list[object]] = []
+        async with (
+            _sampler(
+                _config(extra_headers=script),
+                EmulatorApp(cache=PromptCache()),
+                FleetAdmission(server.url, spec, on_event=events.append),
+            ) as sampler,
+            trio.open_nursery() as nursery,
+        ):
+            collected: list[list[object]] = []
 
-                async def batch() -> None:
-                    collected.extend(await _run_all(sampler, 40))
+            async def batch() -> None:
+                collected.extend(await _run_all(sampler, 40))
 
-                nursery.start_soon(batch)
-                await trio.sleep(0.05)
-                server.stop()  # while requests are in flight and others wait for admission
+            nursery.start_soon(batch)
+            await trio.sleep(0.05)
+            server.stop()  # while requests are in flight and others wait for admission
     assert len(collected) == 40
     assert all(isinstance(_terminal(r), Completed) for r in collected)
     assert [type(e) for e in events] == [LimiterDegraded]
@@ -218,8 +220,7 @@ async def test_fleet_retry_budget_caps_retries_in_an_outage(redis_server: RedisS
 @pytest.mark.parametrize("backend", list(ApiBackend), ids=lambda b: b.value)
 def test_the_gate_reserves_prompt_and_output(backend: ApiBackend) -> None:
     from trio_sampler.fleet import FleetGate
-    from trio_sampler.fleet._limiter import FleetLimiter
-    from trio_sampler.fleet._limiter import redis_client
+    from trio_sampler.fleet._limiter import FleetLimiter, redis_client
     from trio_sampler.wire import build_request
 
     spec = _spec(FleetLimits(tokens_per_minute=100_000))

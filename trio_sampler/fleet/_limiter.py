@@ -83,6 +83,11 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     coredis.exceptions.ReadOnlyError,
     coredis.exceptions.AuthenticationError,
 )
+#: The same, or a script the server refused to load.
+_UNAVAILABLE_OR_REFUSED: tuple[type[BaseException], ...] = (
+    *_UNAVAILABLE,
+    coredis.exceptions.ResponseError,
+)
 
 
 class FleetLimiter:
@@ -402,17 +407,17 @@ class FleetLimiter:
         self._local_retry_after = max(self._local_retry_after, now + seconds)
         await self._call("retry_after", [self._keys_admit[1]], [math.floor(seconds * _US)])
 
-    async def warm_up(self, timeout: float) -> None:
+    async def warm_up(self, within: float) -> None:
         """Connect and load the scripts, so the first admissions pay one round trip each.
 
         A Redis that is unreachable now is not an error: the limiter starts degraded (an
         event says so) and probes again as usual.
         """
         try:
-            with trio.fail_after(timeout):
+            with trio.fail_after(within):
                 for source in (ADMIT, SETTLE, RENEW, SPEND_RETRY, NOTE_RETRY_AFTER):
                     await self._client.script_load(source)
-        except (*_UNAVAILABLE, coredis.exceptions.ResponseError) as exc:
+        except _UNAVAILABLE_OR_REFUSED as exc:
             self._failed(exc)
 
     # -- leases --------------------------------------------------------------------------

@@ -555,7 +555,7 @@ def _tools(value: Sequence[ToolSpec] | None) -> tuple[ToolSpec, ...]:
 _HOSTED_CLASSES = (WebSearch, WebFetch, CodeExecution, FileSearch, MCPServer, ProviderTool)
 
 
-def _hosted_tools(value: Sequence[HostedTool] | None) -> tuple[HostedTool, ...]:
+def _hosted_tools(value: Sequence[Any] | None) -> tuple[HostedTool, ...]:
     if value is None:
         return ()
     if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
