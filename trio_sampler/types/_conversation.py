@@ -567,8 +567,9 @@ def _hosted_tools(value: Sequence[Any] | None) -> tuple[HostedTool, ...]:
         if not isinstance(tool, _HOSTED_CLASSES):
             names = ", ".join(c.__name__ for c in _HOSTED_CLASSES)
             raise TypeError(
-                f"hosted_tools[{index}] takes {names}; got {tool!r} (a local function tool is "
-                "a ToolSpec in tools; any other provider tool is ProviderTool(backend, {...}))"
+                f"hosted_tools[{index}] is of type {type(tool).__name__}; e.g. "
+                f"hosted_tools=[WebSearch()]: hosted tools are {names} (a local function tool "
+                "is a ToolSpec in tools; any other provider tool is ProviderTool(backend, {...}))"
             )
     return tools
 
