@@ -80,13 +80,13 @@ def _check_outputs(out: Path) -> None:
         assert stage["latency_ms"]["ttft"]["p50"] >= 30
     assert Path(f"{out}.csv").read_text().count("\n") == 3
     html = Path(f"{out}.html").read_text()
-    assert html.count("<svg") == 2 and "<script" not in html
+    assert html.count("<svg") == 3 and "<script" not in html
     assert "sk-test-key" not in Path(f"{out}.json").read_text() + html
 
 
 def _check_reports(folder: Path) -> None:
-    assert (folder / "c.html").read_text().count("<svg") == 2
-    assert (folder / "r.html").read_text().count("<svg") == 2
+    assert (folder / "c.html").read_text().count("<svg") == 3
+    assert (folder / "r.html").read_text().count("<svg") == 3
 
 
 async def test_open_loop_from_the_command_line(emulator: EmulatorFixture, tmp_path: Path) -> None:

@@ -180,13 +180,19 @@ def test_histogram_encoding_round_trips_and_merges_across_processes() -> None:
     stats.error("overloaded")
     stats.window(10.0, 12.5)
     stats.client.append((0.5, 2.5, 1 << 20))
-    other = StageStats.from_wire(orjson.loads(orjson.dumps(stats.to_wire())))
+    stats.second(0).sent = 3
+    stats.second(0).ttft.update([120_000, 121_000])
+    other = StageStats.from_wire(
+        orjson.loads(orjson.dumps(stats.to_wire(), option=orjson.OPT_NON_STR_KEYS))
+    )
     other.window(9.0, 11.0)
     stats.merge(other)
     assert stats.histograms["ttft"].count == 6
     assert stats.completed == 6 and stats.errors == {"overloaded": 2}
     assert stats.duration == pytest.approx(3.5)
     assert len(stats.client) == 2
+    [row] = stats.timeline_rows()
+    assert row["sent"] == 6 and row["ttft_p50_ms"] == pytest.approx(120, rel=0.001)
 
 
 def test_histogram_summary_and_cdf() -> None:

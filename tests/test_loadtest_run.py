@@ -3,6 +3,7 @@ the server was programmed to do."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import orjson
@@ -117,6 +118,14 @@ async def test_open_loop_above_capacity_shows_queueing(autojump_clock: trio.abc.
     assert p99 > 4000
     # ITL is the server's pacing once a request is being served.
     assert over.latency("itl", "p50") == pytest.approx(10, abs=1.0)
+    # Over time: arrivals hold 32/s, completions plateau at the capacity (16/s), and the
+    # TTFT of the requests sent in each second keeps climbing.
+    timeline = over.summary["timeline"]
+    assert [row["sent"] for row in timeline[:5]] == [32] * 5
+    assert all(row["completed"] <= 17 for row in timeline)
+    ttft = [row["ttft_p50_ms"] for row in timeline[:5]]
+    assert all(later > earlier + 500 for earlier, later in itertools.pairwise(ttft))
+    assert all(row["ttft_p99_ms"] < 101 for row in under.summary["timeline"][:5])
 
 
 async def test_poisson_arrivals_average_the_rate(autojump_clock: trio.abc.Clock) -> None:

@@ -112,6 +112,33 @@ def _plots(runs: Sequence[tuple[str, LoadTestResult]]) -> list[tuple[str, str]]:
     fig.tight_layout()
     figures.append(("Latency and throughput against load", _figure_svg(fig)))
     plt.close(fig)
+
+    # Each stage over time: an open loop past capacity shows TTFT climbing while arrivals
+    # keep their rate and completions plateau.
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4))
+    for name, result in runs:
+        for stage in result.stages:
+            rows = stage.summary.get("timeline") or []
+            if not rows:
+                continue
+            label = stage.label if len(runs) == 1 else f"{name} {stage.label}"
+            seconds = [row["second"] for row in rows]
+            p99 = [row["ttft_p99_ms"] for row in rows]
+            axes[0].plot(seconds, [float("nan") if v is None else v for v in p99], label=label)
+            axes[1].plot(seconds, [row["sent"] for row in rows], "--", label=f"{label} sent")
+            axes[1].plot(seconds, [row["completed"] for row in rows], label=f"{label} completed")
+    axes[0].set_title("TTFT p99 of the requests sent in each second")
+    axes[0].set_xlabel("seconds into the stage")
+    axes[0].set_ylabel("ms")
+    axes[1].set_title("requests sent and completed per second")
+    axes[1].set_xlabel("seconds into the stage")
+    for axis in axes:
+        axis.grid(alpha=0.3)
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend(fontsize="small")
+    fig.tight_layout()
+    figures.append(("Each stage over time", _figure_svg(fig)))
+    plt.close(fig)
     return figures
 
 

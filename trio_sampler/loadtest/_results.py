@@ -116,6 +116,7 @@ def summarize_stage(
             "client_bound": bool(reasons),
             "reasons": reasons,
         },
+        "timeline": stats.timeline_rows(),
         "histograms": {name: histograms[name].encode() for name in HISTOGRAMS},
     }
 

@@ -29,7 +29,7 @@ from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy
 from ..types import Cancelled, ChannelToken, Completed, Failed, ToolCallDelta
 from ._plan import Concurrency, Limits, Load, LoadTest, Rate
-from ._stats import SLO, StageStats
+from ._stats import SLO, StageStats, quantize
 from ._workload import WorkItem
 
 __all__ = ["Progress", "StageRunner", "load_test_config", "run_stages"]
@@ -97,6 +97,7 @@ class StageRunner:
         self.measure_start: float | None = None
         self.measured_sent = 0
         self.stopped = False
+        self.start = 0.0
         self.idle = trio.Event()
         self.idle.set()
 
@@ -134,6 +135,7 @@ class StageRunner:
         sent = now()
         if measured:
             stats.started += 1
+            stats.second(int(sent - self.start)).sent += 1
             if scheduled is not None:
                 stats.histograms["send_lag"].record(round((sent - scheduled) * 1e6))
         first: float | None = None
@@ -200,6 +202,9 @@ class StageRunner:
             stats.input_from_server += 1
         stats.output_tokens += output
         stats.completed += 1
+        finished = stats.second(int(done - self.start))
+        finished.completed += 1
+        finished.output_tokens += output
         self.progress.output_tokens += output
         histograms = stats.histograms
         e2e = done - sent
@@ -208,6 +213,7 @@ class StageRunner:
         tpot = None
         if ttft is not None:
             histograms["ttft"].record(round(ttft * 1e6))
+            stats.second(int(sent - self.start)).ttft[quantize(round(ttft * 1e6))] += 1
             if output > 1:
                 tpot = (e2e - ttft) / (output - 1)
                 histograms["tpot"].record(round(tpot * 1e6))
@@ -260,7 +266,7 @@ class StageRunner:
         """Send the stage's load, drain, and return its statistics."""
         cpu_start = time.process_time()
         wall_start = time.monotonic()
-        start = trio.current_time()
+        start = self.start = trio.current_time()
         self.progress.started_at = start
         self.warm_until = start + self.limits.warmup_s
         async with trio.open_nursery() as probes:

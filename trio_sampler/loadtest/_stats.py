@@ -21,8 +21,10 @@ __all__ = [
     "PERCENTILES",
     "SLO",
     "LatencyHistogram",
+    "Second",
     "StageStats",
     "counter_percentile",
+    "quantize",
 ]
 
 #: The histograms of a stage, by name, with the unit of their integer values (each is
@@ -47,7 +49,7 @@ _SUB_BUCKET_BITS = 11
 _SUB_BUCKETS = 1 << _SUB_BUCKET_BITS
 
 
-def _quantize(value: int) -> int:
+def quantize(value: int) -> int:
     """``value`` rounded down to the HDR histogram's resolution (3 significant digits: 11
     bits of sub-bucket), clamped to ``[1, _HIGHEST]``; the histogram would store it there."""
     if value < _SUB_BUCKETS:
@@ -78,12 +80,12 @@ class LatencyHistogram:
         self.total: int | None = 0
 
     def record(self, value: int) -> None:
-        self._pending[_quantize(value)] += 1
+        self._pending[quantize(value)] += 1
         if self.total is not None:
             self.total += value
 
     def record_many(self, values: list[int]) -> None:
-        self._pending.update(map(_quantize, values))
+        self._pending.update(map(quantize, values))
         if self.total is not None:
             self.total += sum(values)
 
@@ -207,6 +209,31 @@ class SLO:
 
 
 @attrs.define
+class Second:
+    """One second of a stage's timeline (see :attr:`StageStats.timeline`)."""
+
+    ttft: collections.Counter[int] = attrs.field(factory=collections.Counter)
+    sent: int = 0
+    completed: int = 0
+    output_tokens: int = 0
+
+    def merge(self, other: Second) -> None:
+        self.ttft.update(other.ttft)
+        self.sent += other.sent
+        self.completed += other.completed
+        self.output_tokens += other.output_tokens
+
+    def to_wire(self) -> tuple[dict[int, int], int, int, int]:
+        return dict(self.ttft), self.sent, self.completed, self.output_tokens
+
+    @classmethod
+    def from_wire(cls, data: Any) -> Second:
+        ttft, sent, completed, output_tokens = data
+        counts = collections.Counter({int(k): v for k, v in ttft.items()})
+        return cls(counts, sent, completed, output_tokens)
+
+
+@attrs.define
 class StageStats:
     """Everything measured in one stage by one worker, or merged over workers.
 
@@ -234,6 +261,15 @@ class StageStats:
     last_done: float | None = None
     #: Per worker: (CPU seconds, wall seconds, peak RSS bytes).
     client: list[tuple[float, float, int]] = attrs.field(factory=list)
+    #: Per second of the stage (from its start): TTFT values (rounded µs, by count) of
+    #: the requests sent in that second, and requests sent, completed and output tokens.
+    timeline: dict[int, Second] = attrs.field(factory=dict)
+
+    def second(self, index: int) -> Second:
+        entry = self.timeline.get(index)
+        if entry is None:
+            entry = self.timeline[index] = Second()
+        return entry
 
     def error(self, kind: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
@@ -272,11 +308,14 @@ class StageStats:
         if other.first_sent is not None and other.last_done is not None:
             self.window(other.first_sent, other.last_done)
         self.client.extend(other.client)
+        for index, entry in other.timeline.items():
+            self.second(index).merge(entry)
 
     def to_wire(self) -> dict[str, Any]:
         """A picklable, JSON-ready form (histograms encoded) for crossing processes."""
         data = attrs.asdict(self, recurse=False)
         data["histograms"] = {name: (h.encode(), h.total) for name, h in self.histograms.items()}
+        data["timeline"] = {index: entry.to_wire() for index, entry in self.timeline.items()}
         return data
 
     @classmethod
@@ -287,4 +326,26 @@ class StageStats:
             for name, (text, total) in data["histograms"].items()
         }
         fields["client"] = [tuple(c) for c in data["client"]]
+        fields["timeline"] = {
+            int(index): Second.from_wire(entry) for index, entry in data["timeline"].items()
+        }
         return cls(**fields)
+
+    def timeline_rows(self) -> list[dict[str, Any]]:
+        """The per-second series stored in the results, in order."""
+        rows = []
+        for index in sorted(self.timeline):
+            entry = self.timeline[index]
+            p50 = counter_percentile(entry.ttft, 50.0)
+            p99 = counter_percentile(entry.ttft, 99.0)
+            rows.append(
+                {
+                    "second": index,
+                    "sent": entry.sent,
+                    "completed": entry.completed,
+                    "output_tokens": entry.output_tokens,
+                    "ttft_p50_ms": None if p50 is None else p50 / 1000,
+                    "ttft_p99_ms": None if p99 is None else p99 / 1000,
+                }
+            )
+        return rows
