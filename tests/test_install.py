@@ -32,7 +32,16 @@ TIMEOUT_SECONDS = 120.0
 # What a documented example may import beyond the runtime dependencies, and which extra
 # brings it (an example that needs one says so by importing it).
 _LEAKY = frozenset({"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP"})
-EXTRA_PACKAGES = {"openai": "test", "anthropic": "test", "pytest": "test", "opentelemetry": "otel"}
+EXTRA_PACKAGES = {
+    "openai": "test",
+    "anthropic": "test",
+    "pytest": "test",
+    "opentelemetry": "otel",
+    "trio_sampler.loadtest": "loadtest",
+    "trio_sampler.fleet": "fleet",
+}
+# Modules that need an extra to import (their command says which, in one line, without it).
+EXTRA_MODULES = ("trio_sampler.loadtest", "trio_sampler.fleet")
 
 
 @attrs.frozen
@@ -143,6 +152,8 @@ def test_every_module_imports_without_test_dependencies(installed: Installed) ->
         "import importlib, pkgutil, trio_sampler\n"
         "names = [m.name for m in pkgutil.walk_packages(trio_sampler.__path__, 'trio_sampler.')]\n"
         "for name in names:\n"
+        f"    if name.startswith({EXTRA_MODULES!r}):\n"
+        "        continue\n"
         "    if name != 'trio_sampler.testing' and not name.endswith('__main__'):\n"
         "        importlib.import_module(name)\n"
         "print(len(names))\n"
@@ -163,9 +174,10 @@ def test_version_and_module_entry(installed: Installed) -> None:
 
 
 def _needs_extra(example: Example) -> str | None:
-    for match in re.finditer(r"^\s*(?:from|import)\s+([A-Za-z_]\w*)", example.source, re.M):
-        if match[1] in EXTRA_PACKAGES:
-            return EXTRA_PACKAGES[match[1]]
+    for match in re.finditer(r"^\s*(?:from|import)\s+([A-Za-z_][\w.]*)", example.source, re.M):
+        for package, extra in EXTRA_PACKAGES.items():
+            if match[1] == package or match[1].startswith(package + "."):
+                return extra
     return None
 
 
