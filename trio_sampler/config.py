@@ -22,7 +22,9 @@ import attrs
 from ._redact import check_credential, is_credential_name
 from .providers import AuthScheme, ProviderProfile, get_profile
 from .types import ApiBackend
+from .wire import get_backend
 from .wire._request import BuildOptions, validate_headers
+from .wire.messages import ANTHROPIC_VERSION
 
 __all__ = [
     "DEFAULT_ANTHROPIC_VERSION",
@@ -33,7 +35,7 @@ __all__ = [
     "Timeouts",
 ]
 
-DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
+DEFAULT_ANTHROPIC_VERSION = ANTHROPIC_VERSION
 _MIB = 1024 * 1024
 
 
@@ -189,18 +191,15 @@ def check_retry_budget(ratio: float, window: float) -> None:
     _positive("RetryPolicy.retry_budget_window_s", window)
 
 
-def _to_backend(value: ApiBackend | str) -> ApiBackend:
-    """An :class:`ApiBackend`, or its name: ``"chat_completions"``, ``"responses"``,
-    ``"messages"`` (any case)."""
-    if isinstance(value, str):
+def _to_backend(value: ApiBackend | str) -> ApiBackend | str:
+    """An :class:`ApiBackend`, or its name (``"chat_completions"``, ``"responses"``,
+    ``"messages"``, any case), or the name of a backend added with
+    :func:`trio_sampler.wire.register_backend` (checked after construction)."""
+    if isinstance(value, str) and not isinstance(value, ApiBackend):
         try:
             return ApiBackend(value.strip().lower())
         except ValueError:
-            pass
-        names = ", ".join(repr(b.value) for b in ApiBackend)
-        raise ValueError(
-            f"backend must be one of {names} (or an ApiBackend member), not {value!r}"
-        ) from None
+            return value
     return value
 
 
@@ -247,11 +246,15 @@ class SamplerConfig:
     """
 
     base_url: str = attrs.field(converter=_validate_base_url)
-    backend: ApiBackend = attrs.field(default=ApiBackend.CHAT_COMPLETIONS, converter=_to_backend)
+    #: An :class:`ApiBackend`, or the name of a backend added with
+    #: :func:`trio_sampler.wire.register_backend`.
+    backend: ApiBackend | str = attrs.field(
+        default=ApiBackend.CHAT_COMPLETIONS, converter=_to_backend
+    )
     model: str | None = None
     api_key: Secret | None = attrs.field(default=None, converter=_to_secret)
     auth_scheme: AuthScheme = AuthScheme.BEARER
-    #: Sent as ``anthropic-version`` when ``backend`` is MESSAGES.
+    #: Sent as ``anthropic-version`` by backends that send one (Messages).
     anthropic_version: str = DEFAULT_ANTHROPIC_VERSION
     extra_headers: tuple[tuple[str, str], ...] = attrs.field(
         default=(), converter=_pairs, repr=_redacted_pairs
@@ -286,11 +289,12 @@ class SamplerConfig:
     extra_body: Mapping[str, Any] = attrs.field(factory=dict, converter=dict, hash=False)
 
     def __attrs_post_init__(self) -> None:
-        if not isinstance(self.backend, ApiBackend):
+        if not isinstance(self.backend, ApiBackend | str):
             raise TypeError(
                 'backend must be an ApiBackend or its name ("chat_completions", "responses", '
-                f'"messages"), not a {type(self.backend).__name__}'
+                f'"messages", or a registered backend\'s), not a {type(self.backend).__name__}'
             )
+        get_backend(self.backend)  # a name nobody registered fails with the known ones
         if not isinstance(self.auth_scheme, AuthScheme):
             raise TypeError(f"auth_scheme must be an AuthScheme, not {self.auth_scheme!r}")
         if self.model is not None and not self.model.strip():
@@ -393,14 +397,15 @@ class SamplerConfig:
         return tuple(found)
 
     def request_headers(self) -> list[tuple[str, str]]:
-        """Headers on every request: auth, ``anthropic-version`` (Messages), extra headers.
+        """Headers on every request: auth, the backend's default headers (Messages:
+        ``anthropic-version``, from :attr:`anthropic_version`), extra headers.
 
         Extra headers come last and replace a same-named header before them, so a gateway
         can take over ``authorization`` deliberately.
         """
         headers = self.auth_headers()
-        if self.backend is ApiBackend.MESSAGES:
-            headers.append(("anthropic-version", self.anthropic_version))
+        for name, value in get_backend(self.backend).default_headers:
+            headers.append((name, self.anthropic_version if name == "anthropic-version" else value))
         overridden = {name.lower() for name, _ in self.extra_headers}
         headers = [(k, v) for k, v in headers if k.lower() not in overridden]
         headers.extend(self.extra_headers)

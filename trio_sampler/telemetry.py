@@ -53,6 +53,7 @@ from .types import (
     TerminalEvent,
     Usage,
 )
+from .wire import backend_name
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Histogram, MeterProvider
@@ -262,7 +263,7 @@ class RequestTelemetry:
         if request_id is not None:
             attributes["trio_sampler.request_id"] = request_id
         if config is not None:
-            attributes["trio_sampler.backend"] = config.backend.value
+            attributes["trio_sampler.backend"] = backend_name(config.backend)
         name = f"{_OPERATION} {model}" if model else _OPERATION
         self.span: Span = telemetry.tracer.start_span(
             name, kind=telemetry._trace.SpanKind.CLIENT, attributes=attributes

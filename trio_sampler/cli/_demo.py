@@ -45,6 +45,7 @@ from ..types import (
     ToolCallDelta,
     User,
 )
+from ..wire import backend_name
 from ._console import Console
 
 __all__ = ["add_parser"]
@@ -62,7 +63,7 @@ CANCEL_AFTER_TOKENS = 12
 @attrs.define
 class Scene:
     label: str
-    backend: ApiBackend
+    backend: ApiBackend | str
     model: str
     prompt: str
     script: dict[str, Any]
@@ -339,14 +340,14 @@ def _summary(all_scenes: list[Scene], console: Console) -> int:
 
 async def _real_endpoint(config: SamplerConfig, console: Console) -> int:
     scene = Scene(
-        label=config.backend.value,
+        label=backend_name(config.backend),
         backend=config.backend,
         model=config.model or "",
         prompt="Use the calculator to compute 17 * 23 + 4, then answer in one sentence.",
         script={},
         expected=AgentStop.FINAL_ANSWER,
     )
-    console.line("", f"endpoint {config.base_url} ({config.backend.value}, {config.model})")
+    console.line("", f"endpoint {config.base_url} ({backend_name(config.backend)}, {config.model})")
     with tempfile.TemporaryDirectory() as tmp:
         async with open_sampler(config) as handle:
             request = ConversationRequest(items=[User(scene.prompt)])

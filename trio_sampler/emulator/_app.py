@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib
 import math
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
@@ -13,6 +12,7 @@ from urllib.parse import parse_qs
 import orjson
 import trio
 
+from ..wire import get_backend
 from ._cache import SHARED_CACHE, PromptCache
 from ._faults import AttemptPlan, FaultBook, touch
 from ._ratelimit import RateLimitBook, RateLimits, Verdict
@@ -77,14 +77,11 @@ def _peer_check(backend: str, data: Mapping[str, Any]) -> None:
     the emulator answers those with a 400 like the real API would.
     """
     try:
-        module = importlib.import_module(f"trio_sampler.wire.{backend}._request")
-    except ImportError:
-        return
-    parse = getattr(module, "parse_request", None)
-    if parse is None:
+        found = get_backend(backend)
+    except ValueError:
         return
     try:
-        parse(data)
+        found.parse_request(data)
     except ValueError as exc:
         raise ApiError(str(exc)) from None
 

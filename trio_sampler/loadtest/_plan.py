@@ -8,6 +8,7 @@ from typing import Any, Literal, TypeAlias
 import attrs
 
 from ..config import SamplerConfig
+from ..wire import backend_name
 from ._stats import SLO
 from ._workload import SyntheticWorkload, Workload
 
@@ -185,7 +186,7 @@ class LoadTest:
         return {
             "target": {
                 "base_url": self.config.base_url,
-                "backend": self.config.backend.value,
+                "backend": backend_name(self.config.backend),
                 "model": self.config.model,
                 "extra_headers": sorted({name for name, _ in self.config.extra_headers}),
                 "extra_body": _plain(self.config.extra_body),

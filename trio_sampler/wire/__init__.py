@@ -2,11 +2,16 @@
 ``collect`` and error classification. No awaits, no sockets, no clocks.
 """
 
+from ._backend import Backend as Backend
+from ._backend import WireBackend as WireBackend
+from ._backend import backend_name as backend_name
+from ._backend import backends as backends
+from ._backend import get_backend as get_backend
+from ._backend import register_backend as register_backend
 from ._fold import ResponseFold as ResponseFold
 from ._registry import build_request as build_request
 from ._registry import new_transform as new_transform
 from ._registry import parse_request as parse_request
-from ._registry import transform_class as transform_class
 from ._replay import collect as collect
 from ._replay import replay as replay
 from ._request import BuildOptions as BuildOptions
@@ -23,6 +28,7 @@ from .sse import SSEDecoder as SSEDecoder
 from .sse import SSEEventTooLarge as SSEEventTooLarge
 
 __all__ = [
+    "Backend",
     "BuildOptions",
     "ConversionAction",
     "ConversionError",
@@ -34,12 +40,16 @@ __all__ = [
     "SSEEventTooLarge",
     "ServerSentEvent",
     "StreamTransform",
+    "WireBackend",
     "WireRequest",
+    "backend_name",
+    "backends",
     "build_request",
     "classify_stream_error",
     "collect",
+    "get_backend",
     "new_transform",
     "parse_request",
+    "register_backend",
     "replay",
-    "transform_class",
 ]

@@ -67,7 +67,7 @@ class StreamAccumulator:
     a no-op, which makes "exactly one terminal" hold by construction.
     """
 
-    def __init__(self, request_id: str, origin: ApiBackend) -> None:
+    def __init__(self, request_id: str, origin: ApiBackend | None) -> None:
         self.request_id = request_id
         self.origin = origin
         self.fold = ResponseFold()

@@ -89,7 +89,9 @@ class StreamTransform(abc.ABC):
     (end of body without a terminal so far) using ``self.acc``.
     """
 
-    backend: ClassVar[ApiBackend]
+    #: The built-in backend this transforms (``None`` for one added with
+    #: ``register_backend``): the ``origin`` of round-trip state it produces.
+    backend: ClassVar[ApiBackend | None] = None
 
     def __init__(self, request_id: str = "stream", *, provider: str | None = None) -> None:
         self.request_id = request_id
@@ -102,6 +104,11 @@ class StreamTransform(abc.ABC):
         #: ``data: [DONE]`` was seen.
         self.done_marker = False
         self._started = False
+
+    @property
+    def protocol(self) -> str:
+        """The protocol's name, for messages."""
+        return self.backend.value if self.backend is not None else type(self).__name__
 
     @property
     def finished(self) -> bool:
@@ -162,10 +169,10 @@ class StreamTransform(abc.ABC):
                 self._on_json(event.event, payload, out)
         except ProviderDataError as exc:
             self._serialization_failure(
-                f"a {self.backend.value} stream event has an unexpected shape: {exc}", out
+                f"a {self.protocol} stream event has an unexpected shape: {exc}", out
             )
         except Exception as exc:  # a bug of ours: reported as ours, never retried
-            self.acc.fail(internal_error(exc, f"mapping a {self.backend.value} event"), out)
+            self.acc.fail(internal_error(exc, f"mapping a {self.protocol} event"), out)
         return out
 
     def close(self) -> list[SamplingEvent]:
@@ -178,9 +185,9 @@ class StreamTransform(abc.ABC):
         try:
             self._on_end(out)
         except ProviderDataError as exc:
-            self._serialization_failure(f"the {self.backend.value} stream is malformed: {exc}", out)
+            self._serialization_failure(f"the {self.protocol} stream is malformed: {exc}", out)
         except Exception as exc:  # a bug of ours: reported as ours, never retried
-            self.acc.fail(internal_error(exc, f"ending a {self.backend.value} stream"), out)
+            self.acc.fail(internal_error(exc, f"ending a {self.protocol} stream"), out)
         if not self.acc.finished:  # a subclass that forgot its terminal still ends the stream
             self.acc.fail(truncated_stream_error("its terminal event"), out)
         return out

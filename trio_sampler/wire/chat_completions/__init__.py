@@ -1,7 +1,15 @@
 """The chat completions backend: ``build_request``, ``parse_request`` and the stream transform."""
 
+from .._backend import WireBackend
 from ._request import build_request as build_request
 from ._request import parse_request as parse_request
 from ._stream import ChatCompletionsTransform as ChatCompletionsTransform
 
-__all__ = ["ChatCompletionsTransform", "build_request", "parse_request"]
+BACKEND = WireBackend(
+    name="chat_completions",
+    build=build_request,
+    parse=parse_request,
+    transform=ChatCompletionsTransform,
+)
+
+__all__ = ["BACKEND", "ChatCompletionsTransform", "build_request", "parse_request"]

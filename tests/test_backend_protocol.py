@@ -1,0 +1,122 @@
+"""The backend protocol: a table of real objects, and a fourth backend added from outside
+(``tests/toy_backend.py``) that runs through the actor against a loopback test server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+import toy_backend
+import trio
+
+from trio_sampler import (
+    ApiBackend,
+    ChannelToken,
+    Completed,
+    ConversationRequest,
+    SamplerConfig,
+    StopReason,
+    User,
+    open_sampler,
+)
+from trio_sampler.wire import (
+    Backend,
+    WireBackend,
+    backends,
+    collect,
+    get_backend,
+    parse_request,
+    register_backend,
+    replay,
+)
+
+TOY_BODY = (
+    b'data: {"text": "Hello"}\n\n'
+    b'data: {"text": ", toy"}\n\n'
+    b'data: {"stop": "done", "usage": {"in": 3, "out": 2}}\n\n'
+)
+
+
+def test_the_table_holds_the_three_built_in_backends_and_the_toy() -> None:
+    names = [b.name for b in backends()]
+    assert names[:3] == [b.value for b in ApiBackend]
+    assert "toy" in names
+    for backend in backends():
+        assert isinstance(backend, Backend)
+    assert get_backend(ApiBackend.MESSAGES).default_headers == (
+        ("anthropic-version", "2023-06-01"),
+    )
+
+
+def test_an_unknown_backend_fails_with_the_known_names() -> None:
+    with pytest.raises(ValueError, match=r"unknown backend 'acme'; known backends: .*messages"):
+        SamplerConfig(base_url="http://127.0.0.1:1/v1", backend="acme")
+    with pytest.raises(ValueError, match="already registered"):
+        register_backend(toy_backend.BACKEND)
+    with pytest.raises(TypeError, match="is not a Backend"):
+        register_backend(object())  # type: ignore[arg-type]
+
+
+def test_a_built_in_name_is_its_enum_member() -> None:
+    config = SamplerConfig(base_url="http://127.0.0.1:1/v1", backend="responses")
+    assert config.backend is ApiBackend.RESPONSES
+
+
+def test_the_toy_backend_replays_and_parses_through_the_table() -> None:
+    events = replay("toy", TOY_BODY)
+    end = events[-1]
+    assert isinstance(end, Completed)
+    assert collect(events) == end.response
+    assert end.response.text == "Hello, toy"
+    assert end.response.stop_reason is StopReason.STOP
+    assert parse_request("toy", b'{"prompt": "hi", "model": "t1"}').items == (User("hi"),)
+    assert isinstance(toy_backend.BACKEND, WireBackend)
+
+
+async def test_a_fourth_backend_runs_through_the_actor() -> None:
+    seen: list[tuple[bytes, bytes]] = []
+
+    async def handler(stream: trio.SocketStream) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += await stream.receive_some(65536)
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        while len(body) < length:
+            body += await stream.receive_some(65536)
+        seen.append((head, body))
+        await stream.send_all(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"connection: close\r\n\r\n" + TOY_BODY
+        )
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        nursery.start_soon(trio.serve_listeners, handler, listeners)
+        port = listeners[0].socket.getsockname()[1]
+        config = SamplerConfig(
+            base_url=f"http://127.0.0.1:{port}/v1", backend="toy", model="toy-1", api_key="k"
+        )
+        events: list[Any] = []
+        with trio.fail_after(20):
+            async with open_sampler(config) as sampler:
+                stream = await sampler.submit(ConversationRequest(items=[User("say hi")]))
+                events = [event async for event in stream]
+        nursery.cancel_scope.cancel()
+
+    (head, body) = seen[0]
+    assert head.startswith(b"POST /v1/toy/generate ")
+    assert b"\r\ntoy-version: 1" in head
+    assert orjson.loads(body) == {"model": "toy-1", "prompt": "say hi"}
+    assert [e.text for e in events if isinstance(e, ChannelToken)] == ["Hello", ", toy"]
+    end = events[-1]
+    assert isinstance(end, Completed)
+    assert end.response.text == "Hello, toy"
+    assert end.response.usage is not None and end.response.usage.total_tokens == 5
+    assert end.metrics is not None and end.metrics.attempts[-1].kind is None
