@@ -192,3 +192,36 @@ def test_a_fragmented_call_with_an_empty_id_is_still_one_call() -> None:
     )
     calls = completed(ApiBackend.CHAT_COMPLETIONS, body).response.tool_calls
     assert [(c.name, c.arguments) for c in calls] == [("f", '{"x": 1}')]
+
+
+async def test_a_tool_call_cut_off_mid_arguments_is_flagged_and_not_run() -> None:
+    from trio_sampler.tools import ToolRegistry
+
+    body = chat(
+        {
+            "index": 0,
+            "delta": {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_1",
+                        "function": {"name": "add", "arguments": '{"a": 1, "b'},
+                    }
+                ]
+            },
+        },
+        {"index": 0, "delta": {}, "finish_reason": "tool_calls"},
+    )
+    (call,) = completed(ApiBackend.CHAT_COMPLETIONS, body).response.tool_calls
+    assert not call.arguments_complete
+    ran: list[object] = []
+    registry = ToolRegistry()
+
+    def add(a: int, b: int) -> int:
+        ran.append((a, b))
+        return a + b
+
+    registry.register(add)
+    result = await registry.execute(call)
+    assert result.is_error and "cut off" in result.content
+    assert not ran

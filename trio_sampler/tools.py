@@ -132,6 +132,13 @@ class ToolRegistry:
         if tool is None:
             known = ", ".join(sorted(self._tools)) or "none"
             return self._error(call, f"unknown tool {call.name!r}; available tools: {known}")
+        if not call.arguments_complete:
+            return self._error(
+                call,
+                f"the arguments of {call.name!r} are not valid JSON: they were cut off before "
+                "they were complete (the stream ended early); the tool was not run, send the "
+                "call again",
+            )
         try:
             arguments = orjson.loads(call.arguments or "{}")
         except orjson.JSONDecodeError as exc:
