@@ -85,6 +85,7 @@ from .types import ToolChoiceSpec as ToolChoiceSpec
 from .types import ToolResult as ToolResult
 from .types import ToolSpec as ToolSpec
 from .types import Usage as Usage
+from .types import UsageViolation as UsageViolation
 from .types import User as User
 from .types import WebFetch as WebFetch
 from .types import WebSearch as WebSearch
@@ -171,6 +172,7 @@ __all__ = [
     "TurnRefreshAuthAndResubmit",
     "TurnResponse",
     "Usage",
+    "UsageViolation",
     "User",
     "WebFetch",
     "WebSearch",

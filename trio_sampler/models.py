@@ -230,18 +230,22 @@ class ModelCatalog:
         Uncached input (``input_tokens - cache_read_tokens - cache_write_tokens``) is
         charged at the input price, cache reads and writes at theirs (the input price when
         the model has none), all output (reasoning included) at the output price. Computed
-        exactly and rounded once, half up.
+        exactly and rounded once, half up. A usage that breaks its invariants
+        (:attr:`Usage.violations`: a negative count, say) is priced with each count clamped
+        at zero: never a negative cost.
         """
         info = self.get(model)
         if info is None:
             return None
         prices = info.prices
-        uncached = max(usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens, 0)
+        cache_read = max(usage.cache_read_tokens, 0)
+        cache_write = max(usage.cache_write_tokens, 0)
+        uncached = max(usage.input_tokens - cache_read - cache_write, 0)
         terms = (
             (uncached, prices.input),
-            (usage.cache_read_tokens, _or(prices.cache_read, prices.input)),
-            (usage.cache_write_tokens, _or(prices.cache_write, prices.input)),
-            (usage.output_tokens, prices.output),
+            (cache_read, _or(prices.cache_read, prices.input)),
+            (cache_write, _or(prices.cache_write, prices.input)),
+            (max(usage.output_tokens, 0), prices.output),
         )
         total = sum(
             (tokens * Fraction(str(price)) * _TICKS_PER_TOKEN_PER_PRICE for tokens, price in terms),

@@ -139,7 +139,7 @@ class RequestRunner:
             # Without a recorded reason the cancel came from a scope enclosing the
             # sampler: a shutdown too.
             if terminal is None:
-                partial = state.partial()
+                partial = self._priced(state.partial(), state.config)
                 terminal = Cancelled(
                     state.request_id,
                     state.cancel_reason or "the sampler was shut down",
@@ -148,6 +148,11 @@ class RequestRunner:
                 )
             state.nursery = None
             state.finish(terminal)
+
+    def _priced(
+        self, response: ConversationResponse | None, config: SamplerConfig
+    ) -> ConversationResponse | None:
+        return None if response is None else self._with_cost(response, config)
 
     def _internal_error(self, state: RequestState, exc: Exception) -> Failed:
         return Failed(
@@ -170,7 +175,7 @@ class RequestRunner:
             return await self._attempts(state, state.metrics)
         # Only reached when the total deadline fired.
         assert total_scope.cancelled_caught
-        partial = state.partial() or state.last_partial
+        partial = self._priced(state.partial(), state.config) or state.last_partial
         return Failed(
             state.request_id,
             _error(
@@ -232,7 +237,8 @@ class RequestRunner:
                 return Completed(state.request_id, response, metrics.build(response))
             error = result.error
             assert error is not None
-            last_partial = state.last_partial = result.partial
+            # A partial is billed too: priced like a response.
+            last_partial = state.last_partial = self._priced(result.partial, config)
             if error.kind is SamplingErrorKind.DOOM_LOOP_DETECTED and armed:
                 resamples += 1
                 await self._emit_retry(

@@ -28,6 +28,7 @@ from ._conversation import ToolChoiceSpec as ToolChoiceSpec
 from ._conversation import ToolResult as ToolResult
 from ._conversation import ToolSpec as ToolSpec
 from ._conversation import Usage as Usage
+from ._conversation import UsageViolation as UsageViolation
 from ._conversation import User as User
 from ._conversation import WebFetch as WebFetch
 from ._conversation import WebSearch as WebSearch
@@ -108,6 +109,7 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "Usage",
+    "UsageViolation",
     "User",
     "WebFetch",
     "WebSearch",

@@ -660,6 +660,36 @@ class Usage:
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
+    @property
+    def violations(self) -> tuple[UsageViolation, ...]:
+        """The invariants this usage breaks, as reported (kept as sent, never priced as such):
+        every count non-negative, cache reads and writes within the input, reasoning within
+        the output."""
+        found: list[UsageViolation] = []
+        counts = (
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read_tokens,
+            self.cache_write_tokens,
+            self.reasoning_tokens,
+        )
+        if any(count < 0 for count in counts):
+            found.append(UsageViolation.NEGATIVE_COUNT)
+        given, out, read, write, reasoning = (max(count, 0) for count in counts)
+        if read + write > given:
+            found.append(UsageViolation.CACHE_EXCEEDS_INPUT)
+        if reasoning > out:
+            found.append(UsageViolation.REASONING_EXCEEDS_OUTPUT)
+        return tuple(found)
+
+
+class UsageViolation(enum.Enum):
+    """A usage invariant the server's report breaks (see :attr:`Usage.violations`)."""
+
+    NEGATIVE_COUNT = "negative_count"
+    CACHE_EXCEEDS_INPUT = "cache_exceeds_input"
+    REASONING_EXCEEDS_OUTPUT = "reasoning_exceeds_output"
+
 
 @attrs.frozen
 class ConversationResponse:
@@ -723,6 +753,11 @@ class ConversationResponse:
     def reasoning_text(self) -> str:
         """All reasoning text (full text, else summaries), blocks joined with newlines."""
         return "\n".join(r.display_text for r in self.reasoning_items if r.display_text)
+
+    @property
+    def usage_violations(self) -> tuple[UsageViolation, ...]:
+        """The usage invariants the server's report breaks (empty when none, or no usage)."""
+        return () if self.usage is None else self.usage.violations
 
     @property
     def is_empty(self) -> bool:
