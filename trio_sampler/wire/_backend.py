@@ -94,7 +94,7 @@ def get_backend(backend: ApiBackend | str) -> Backend:
     name = backend_name(backend)
     found = _TABLE.get(name)
     if found is None:
-        known = ", ".join(sorted(_TABLE))
+        known = ", ".join(repr(known) for known in _TABLE)
         raise ValueError(f"unknown backend {name!r}; known backends: {known}")
     return found
 
