@@ -15,6 +15,7 @@ from ._cache import PromptCache as PromptCache
 from ._cache import count_tokens as count_tokens
 from ._cli import main_serve as main_serve
 from ._cli import run_serve as run_serve
+from ._log import RequestLog as RequestLog
 from ._ratelimit import RateLimits as RateLimits
 from ._script import Script as Script
 from ._script import ScriptError as ScriptError
@@ -33,6 +34,7 @@ __all__ = [
     "EmulatorTransport",
     "PromptCache",
     "RateLimits",
+    "RequestLog",
     "Script",
     "ScriptError",
     "count_tokens",

@@ -14,7 +14,14 @@ import trio
 
 from ..wire import get_backend
 from ._cache import SHARED_CACHE, PromptCache
-from ._faults import AttemptPlan, FaultBook, touch
+from ._faults import AttemptPlan, FaultBook
+from ._log import (
+    DEFAULT_MAX_RECORDED_BODY_BYTES,
+    DEFAULT_MAX_RECORDED_BYTES,
+    REDACTED,
+    RequestLog,
+    redact_headers,
+)
 from ._ratelimit import RateLimitBook, RateLimits, Verdict
 from ._render_chat import ChatRenderer
 from ._render_messages import MessagesRenderer
@@ -41,15 +48,12 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
-REDACTED = "REDACTED"
-#: Header names whose values are credentials: never stored, logged or echoed.
-SECRET_HEADERS = frozenset(
-    {"authorization", "x-api-key", "api-key", "proxy-authorization", "cookie", "x-goog-api-key"}
-)
 #: Models listed by ``GET /v1/models`` (any model name is accepted and echoed).
 EMULATOR_MODELS = ("emulator-1", "gpt-4o-mini", "gpt-5-mini", "claude-haiku-4-5")
 MAX_BODY_BYTES = 32 * 1024 * 1024
-MAX_RECORDED_PER_SCENARIO = 1000
+#: Seconds a request body may take to arrive in full (slow-body clients hold a
+#: connection, and a file descriptor, for at most this long).
+DEFAULT_BODY_TIMEOUT = 30.0
 #: Pre-rendered bench bodies kept (the cache is cleared when full).
 MAX_BENCH_BODIES = 1024
 
@@ -63,11 +67,6 @@ _SSE_HEADERS = [
     (b"cache-control", b"no-cache"),
 ]
 _JSON = (b"content-type", b"application/json")
-
-
-def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """``headers`` with every credential value replaced by ``"REDACTED"``."""
-    return {k: (REDACTED if k in SECRET_HEADERS else v) for k, v in headers.items()}
 
 
 def _peer_check(backend: str, data: Mapping[str, Any]) -> None:
@@ -98,6 +97,12 @@ class EmulatorApp:
         rate_limits: server-side limits per API key (requests and tokens per window), with
             the providers' rate-limit headers on every answer and 429s past them; see
             :class:`RateLimits`. Bench shortcuts are off while limits are set.
+        body_timeout: seconds a request body may take to arrive in full; a slower one
+            gets a 408 and its connection is closed (a slow-body client cannot hold a
+            connection longer). The request head is bounded by the server's
+            ``keep_alive_timeout`` (see :func:`~trio_sampler.emulator.serve`).
+        max_recorded_bytes: the request log's bound in bytes (oldest dropped first).
+        max_recorded_body_bytes: of each recorded body, at most this many bytes are kept.
     """
 
     def __init__(
@@ -107,13 +112,21 @@ class EmulatorApp:
         require_key: str | None = None,
         cache: PromptCache | None = None,
         rate_limits: RateLimits | None = None,
+        body_timeout: float = DEFAULT_BODY_TIMEOUT,
+        max_recorded_bytes: int = DEFAULT_MAX_RECORDED_BYTES,
+        max_recorded_body_bytes: int = DEFAULT_MAX_RECORDED_BODY_BYTES,
     ) -> None:
+        if not (isinstance(body_timeout, int | float) and 0 < body_timeout < math.inf):
+            raise ValueError(
+                f"body_timeout must be a positive number of seconds; got {body_timeout!r}"
+            )
         self.bench = bench
         self.rate_limits = None if rate_limits is None else RateLimitBook(rate_limits)
         self._require_key = require_key
         self.cache = SHARED_CACHE if cache is None else cache
         self.faults = FaultBook()
-        self._recorded: dict[str, list[dict[str, Any]]] = {}
+        self.body_timeout = float(body_timeout)
+        self.log = RequestLog(max_bytes=max_recorded_bytes, max_body_bytes=max_recorded_body_bytes)
         self._bench_bodies: dict[tuple[Any, ...], tuple[int, list[tuple[bytes, bytes]], bytes]] = {}
 
     def __repr__(self) -> str:
@@ -129,16 +142,18 @@ class EmulatorApp:
         used dropped first); tests that reuse a scenario name call this to start afresh.
         """
         self.faults.forget(scenario)
-        self._recorded.pop(scenario, None)
+        self.log.forget(scenario)
 
     def requests(self, scenario: str | None = None) -> list[dict[str, Any]]:
-        """Requests received for ``scenario`` (all scenarios when ``None``), auth redacted.
+        """Requests received for ``scenario`` (all scenarios when ``None``), oldest first,
+        credential headers redacted: ``path``, ``headers``, ``body`` (the parsed JSON, or
+        ``None`` when it was longer than ``max_recorded_body_bytes``; then ``body_head``
+        holds its start), ``body_bytes`` and ``body_truncated``. The log is bounded (see
+        :class:`~trio_sampler.emulator.RequestLog`): old entries are dropped.
 
         Requests without a scenario are recorded under ``""``.
         """
-        if scenario is None:
-            return [r for rs in self._recorded.values() for r in rs]
-        return list(self._recorded.get(scenario, ()))
+        return self.log.entries(scenario)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -183,7 +198,7 @@ class EmulatorApp:
             if method != "POST":
                 raise ApiError(f"Method {method} not allowed for {path}.", status=405)
             renderer, view_of = route
-            body = await _read_body(receive)
+            body = await self._read_body(receive)
             await self._sample(renderer, view_of, path, headers, body, receive, send, request_id)
         except _ClientGone:
             return
@@ -212,10 +227,17 @@ class EmulatorApp:
         ]
         return {"object": "list", "data": models}
 
-    def _record(self, script: Script, path: str, headers: Mapping[str, str], data: Any) -> None:
-        records = touch(self._recorded, script.scenario or "", list)
-        records.append({"path": path, "headers": redact_headers(headers), "body": data})
-        del records[:-MAX_RECORDED_PER_SCENARIO]
+    async def _read_body(self, receive: Receive) -> bytes:
+        body: bytes | None = None
+        with trio.move_on_after(self.body_timeout):
+            body = await _read_body(receive)
+        if body is None:
+            # Answered, then the connection is closed (the body never ended).
+            raise ApiError(
+                f"The request body did not arrive within {self.body_timeout:g} seconds.",
+                status=408,
+            )
+        return body
 
     async def _sample(
         self,
@@ -249,7 +271,7 @@ class EmulatorApp:
         if not isinstance(data, dict):
             raise ApiError("The request body must be a JSON object.")
         if not bench:
-            self._record(script, path, headers, data)
+            self.log.add(script.scenario or "", path, headers, body)
         view = view_of(data, self.cache)
         _peer_check(renderer.backend, data)
         key = script.scenario or ("script:" + hashlib.sha256(script.source.encode()).hexdigest())

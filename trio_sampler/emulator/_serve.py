@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
+import math
 import os
 import socket
+import time
+from collections.abc import Iterator
 from typing import Any, cast
 
 import attrs
@@ -12,7 +17,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 
-from ._app import EmulatorApp
+from ._app import DEFAULT_BODY_TIMEOUT, EmulatorApp
 
 __all__ = ["BACKEND_PATHS", "EmulatorServer", "serve"]
 
@@ -65,6 +70,7 @@ async def serve(
     backlog: int = 1024,
     reuse_port: bool = False,
     keep_alive_timeout: float = 5.0,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
 ) -> None:
     """Serve the emulator until cancelled.
 
@@ -91,10 +97,19 @@ async def serve(
             or between requests) before the server closes it. Hypercorn's 5 s default is
             fine for a test; a client saturated by thousands of streams can take longer
             than that to write a request on a connection it just opened, and then sees
-            "server disconnected" (the benchmark uses 300).
+            "server disconnected" (the benchmark uses 300). It is also the request-head
+            timeout: a connection must deliver a complete request head within it
+            (slowloris clients are cut off), and heads are capped at 16 KiB.
+        body_timeout: seconds a request body may take to arrive in full; slower ones get
+            a 408 and their connection is closed (see :class:`EmulatorApp`; used when
+            ``app`` is not given).
+
+    While it serves, "out of file descriptors" reports from the accept loop (trio retries
+    ``accept`` ten times a second and logs each failure with a traceback) are let through
+    once per 10 seconds, with a count of those suppressed.
     """
     if app is None:
-        app = EmulatorApp(bench=bench, require_key=require_key)
+        app = EmulatorApp(bench=bench, require_key=require_key, body_timeout=body_timeout)
     # The socket is bound here rather than by Hypercorn: a failed bind ("address in use")
     # is then a plain OSError raised before anything starts (Hypercorn's would arrive
     # wrapped in exception groups, and leak its socket).
@@ -109,12 +124,50 @@ async def serve(
         config.graceful_timeout = 0.5
         config.backlog = backlog
         config.keep_alive_timeout = keep_alive_timeout
-        async with trio.open_nursery() as nursery:
-            await nursery.start(functools.partial(hypercorn_serve, cast(Any, app), config))
-            bound_port = int(listener.getsockname()[1])
-            task_status.started(EmulatorServer(host, bound_port, app))
+        with _accept_errors_rate_limited():
+            async with trio.open_nursery() as nursery:
+                await nursery.start(functools.partial(hypercorn_serve, cast(Any, app), config))
+                bound_port = int(listener.getsockname()[1])
+                task_status.started(EmulatorServer(host, bound_port, app))
     finally:
         listener.close()
+
+
+_ACCEPT_LOGGER = "trio.serve_listeners"
+_ACCEPT_REPORT_INTERVAL = 10.0
+
+
+class _OncePerInterval(logging.Filter):
+    """Lets a record through once per ``interval`` seconds per message template, and
+    says how many like it were suppressed since."""
+
+    def __init__(self, interval: float) -> None:
+        super().__init__()
+        self._interval = interval
+        self._seen: dict[str, tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        key = str(record.msg)
+        last, suppressed = self._seen.get(key, (-math.inf, 0))
+        if now - last < self._interval:
+            self._seen[key] = (last, suppressed + 1)
+            return False
+        if suppressed:
+            record.msg = f"{record.msg} ({suppressed} like it suppressed)"
+        self._seen[key] = (now, 0)
+        return True
+
+
+@contextlib.contextmanager
+def _accept_errors_rate_limited() -> Iterator[None]:
+    log_filter = _OncePerInterval(_ACCEPT_REPORT_INTERVAL)
+    logger = logging.getLogger(_ACCEPT_LOGGER)
+    logger.addFilter(log_filter)
+    try:
+        yield
+    finally:
+        logger.removeFilter(log_filter)
 
 
 def _bound_socket(host: str, port: int, *, reuse_port: bool) -> socket.socket:
