@@ -7,7 +7,6 @@ without one. The key comes from the provider's environment variable.
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 from typing import Any
 
@@ -32,7 +31,7 @@ from ..types import (
 )
 from ..wire._request import validate_headers
 from ._console import Console
-from ._errors import UsageError, api_key_or_fail, url
+from ._errors import UsageError, api_key_or_fail, run_interruptibly, url
 
 __all__ = ["add_parser", "config_from_args"]
 
@@ -109,7 +108,7 @@ def config_from_args(args: argparse.Namespace) -> SamplerConfig:
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     headers = headers_from_args(args)
-    return trio.run(functools.partial(_chat, config, args, headers))
+    return run_interruptibly(_chat, config, args, headers)
 
 
 class _Transcript:

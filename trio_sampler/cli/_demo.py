@@ -47,6 +47,7 @@ from ..types import (
 )
 from ..wire import backend_name
 from ._console import Console
+from ._errors import run_interruptibly
 
 __all__ = ["add_parser"]
 
@@ -178,8 +179,8 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             console.line("", f"trio-sampler demo: {exc}", "red")
             return 2
-        return trio.run(functools.partial(_real_endpoint, config, console))
-    return trio.run(functools.partial(_emulated, console))
+        return run_interruptibly(_real_endpoint, config, console)
+    return run_interruptibly(_emulated, console)
 
 
 # -- event rendering ------------------------------------------------------------------

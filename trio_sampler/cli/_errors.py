@@ -4,9 +4,21 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["UsageError", "api_key_or_fail", "port", "positive_int", "url"]
+import trio
+
+__all__ = [
+    "UsageError",
+    "api_key_or_fail",
+    "port",
+    "positive_int",
+    "run_interruptibly",
+    "url",
+]
 
 
 class UsageError(Exception):
@@ -52,3 +64,37 @@ def api_key_or_fail(env_var: str | None, *, needed: bool) -> None:
     """Fail with the variable to set when a provider needs a key and none is in the environment."""
     if needed and env_var and not os.environ.get(env_var):
         raise UsageError(f"no API key: set the environment variable {env_var}")
+
+
+def run_interruptibly(async_fn: Callable[..., Awaitable[int]], *args: Any) -> int:
+    """``trio.run(async_fn, *args)`` where Ctrl-C cancels everything, then raises
+    ``KeyboardInterrupt`` from here (the command line turns it into one line and 130).
+
+    While it runs, SIGINT goes to a signal receiver instead of raising ``KeyboardInterrupt``
+    inside whichever task happens to be running: a library task could swallow it (Hypercorn
+    treats it as a graceful shutdown and returns), and the command would carry on.
+    """
+    interrupted = False
+
+    async def main() -> int:
+        nonlocal interrupted
+        status = 0
+        with trio.open_signal_receiver(signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+
+                async def body() -> None:
+                    nonlocal status
+                    status = await async_fn(*args)
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(body)
+                async for _ in signals:
+                    interrupted = True
+                    nursery.cancel_scope.cancel()
+                    break
+        return status
+
+    status = trio.run(main)
+    if interrupted:
+        raise KeyboardInterrupt
+    return status

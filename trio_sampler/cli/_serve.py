@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import Any
 
-from ._errors import port, positive_int
+from ._errors import port, positive_int, run_interruptibly
 
 __all__ = ["add_parser"]
 
@@ -43,8 +44,15 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..emulator import run_serve
+    from ..emulator._cli import serve_and_report
 
-    return run_serve(
-        args.host, args.port, bench=args.bench, backlog=args.backlog, reuse_port=args.reuse_port
+    return run_interruptibly(
+        functools.partial(
+            serve_and_report,
+            args.host,
+            args.port,
+            bench=args.bench,
+            backlog=args.backlog,
+            reuse_port=args.reuse_port,
+        )
     )

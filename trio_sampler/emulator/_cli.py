@@ -9,7 +9,7 @@ import trio
 
 from ._serve import serve
 
-__all__ = ["main_serve", "run_serve"]
+__all__ = ["main_serve", "run_serve", "serve_and_report"]
 
 
 def run_serve(
@@ -22,38 +22,38 @@ def run_serve(
 ) -> int:
     """Serve on ``argv_host:argv_port`` until interrupted; returns the exit status.
 
-    Ctrl-C propagates as ``KeyboardInterrupt`` (possibly inside an exception group); the
-    ``trio-sampler`` command turns it into one line and exit status 130.
-
     The first line on stdout is exactly ``listening on http://HOST:PORT`` (flushed), with
     the bound port when ``argv_port`` is 0, so scripts can wait for it and parse it.
+    Ctrl-C propagates as ``KeyboardInterrupt`` (the ``trio-sampler serve`` command runs
+    :func:`serve_and_report` under a signal receiver instead, so it always gets one).
     """
-
-    async def main() -> OSError | ValueError | None:
-        async with trio.open_nursery() as nursery:
-            try:
-                server = await nursery.start(
-                    functools.partial(
-                        serve,
-                        host=argv_host,
-                        port=argv_port,
-                        bench=bench,
-                        backlog=backlog,
-                        reuse_port=reuse_port,
-                    )
-                )
-            except (OSError, ValueError) as exc:  # returned: the nursery would wrap it
-                return exc
-            print(f"listening on {server.origin}", flush=True)
-        return None
-
-    failure = trio.run(main)  # Ctrl-C raises KeyboardInterrupt (the CLI: exit status 130)
-    if failure is not None:
-        print(
-            f"trio-sampler serve: cannot listen on {argv_host}:{argv_port}: {failure}",
-            file=sys.stderr,
+    return trio.run(
+        functools.partial(
+            serve_and_report,
+            argv_host,
+            argv_port,
+            bench=bench,
+            backlog=backlog,
+            reuse_port=reuse_port,
         )
-        return 1
+    )
+
+
+async def serve_and_report(
+    host: str, port: int, *, bench: bool = False, backlog: int = 1024, reuse_port: bool = False
+) -> int:
+    """Serve until cancelled, printing the ``listening on`` line; 1 when it cannot listen."""
+    async with trio.open_nursery() as nursery:
+        try:
+            server = await nursery.start(
+                functools.partial(
+                    serve, host=host, port=port, bench=bench, backlog=backlog, reuse_port=reuse_port
+                )
+            )
+        except (OSError, ValueError) as failure:  # handled here: the nursery would wrap it
+            print(f"trio-sampler serve: cannot listen on {host}:{port}: {failure}", file=sys.stderr)
+            return 1
+        print(f"listening on {server.origin}", flush=True)
     return 0
 
 
