@@ -1,18 +1,18 @@
-"""Render the benchmark JSON files as SVG bar charts (no plotting library needed).
+"""Draw the benchmark charts from the results JSON with matplotlib (the ``docs`` extra).
 
     python benchmarks/plot.py [--results benchmarks/results] [--out docs/_generated]
 
 The Sphinx build runs this too (``docs/conf.py``), so the charts in the docs always come
-from the committed ``benchmarks/results/*.json``.
+from the committed ``benchmarks/results/*.json``. Output is SVG with the text kept as text,
+and byte-stable for the same input (no timestamps, fixed hash salt).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
+import sys
 from collections.abc import Sequence
-from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -33,73 +33,63 @@ LABELS = {
 
 
 def bar_chart(
+    path: Path,
     title: str,
     groups: Sequence[str],
     series: Sequence[str],
     values: dict[tuple[str, str], float],
     unit: str,
-) -> str:
+) -> None:
     """Grouped horizontal bars on a log scale (the values span orders of magnitude)."""
-    row, gap, left, width = 16, 14, 150, 460
-    top = 40
-    height = top + len(groups) * (len(series) * row + gap) + 40 + 18 * len(series)
-    present = [v for v in values.values() if v > 0]
-    low = 10 ** math.floor(math.log10(min(present))) if present else 1.0
-    high = 10 ** math.ceil(math.log10(max(present))) if present else 10.0
+    import matplotlib
 
-    def x(value: float) -> float:
-        span = math.log10(high) - math.log10(low)
-        return left + width * (math.log10(max(value, low)) - math.log10(low)) / span
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 120}" '
-        f'height="{height}" font-family="sans-serif" font-size="11">',
-        f'<text x="10" y="20" font-size="14" font-weight="bold">{escape(title)}</text>',
-    ]
-    decade = low
-    while decade <= high:
-        parts.append(
-            f'<line x1="{x(decade):.1f}" y1="{top - 6}" x2="{x(decade):.1f}" '
-            f'y2="{height - 40 - 18 * len(series)}" stroke="#e2e8f0"/>'
-            f'<text x="{x(decade):.1f}" y="{top - 10}" text-anchor="middle" fill="#718096">'
-            f"{decade:,.0f}</text>"
-        )
-        decade *= 10
-    y = top
-    for group in groups:
-        parts.append(f'<text x="10" y="{y + row * len(series) / 2 + 4:.1f}">{escape(group)}</text>')
-        for name in series:
-            value = values.get((group, name))
-            if value is not None and value > 0:
-                parts.append(
-                    f'<rect x="{left}" y="{y}" width="{x(value) - left:.1f}" height="{row - 3}" '
-                    f'fill="{COLORS.get(name, "#4a5568")}"/>'
-                    f'<text x="{x(value) + 4:.1f}" y="{y + row - 5}">{value:,.0f}</text>'
-                )
-            y += row
-        y += gap
-    y += 10
-    for name in series:
-        color = COLORS.get(name, "#4a5568")
-        parts.append(
-            f'<rect x="{left}" y="{y}" width="12" height="10" fill="{color}"/>'
-            f'<text x="{left + 18}" y="{y + 9}">{escape(LABELS.get(name, name))}</text>'
-        )
-        y += 18
-    parts.append(
-        f'<text x="{left + width}" y="{height - 8}" text-anchor="end" fill="#718096">'
-        f"{escape(unit)} (log scale)</text></svg>"
+    matplotlib.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "trio_sampler"})
+    bar = 0.8 / len(series)
+    figure, axes = plt.subplots(
+        figsize=(8, 1.5 + 0.32 * len(groups) * len(series)), layout="constrained"
     )
-    return "\n".join(parts)
+    for index, name in enumerate(series):
+        positions = [g - 0.4 + bar * (index + 0.5) for g in range(len(groups))]
+        widths = [values.get((group, name), 0.0) for group in groups]
+        shown = [(p, w) for p, w in zip(positions, widths, strict=True) if w > 0]
+        if not shown:
+            continue
+        bars = axes.barh(
+            [p for p, _ in shown],
+            [w for _, w in shown],
+            height=bar * 0.9,
+            color=COLORS.get(name, "#4a5568"),
+            label=LABELS.get(name, name),
+        )
+        axes.bar_label(bars, labels=[f"{w:,.0f}" for _, w in shown], padding=3, fontsize=8)
+    axes.set_xscale("log")
+    axes.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    axes.set_yticks(range(len(groups)), labels=list(groups))
+    axes.invert_yaxis()  # the first group on top
+    axes.set_xlabel(f"{unit} (log scale)")
+    axes.set_title(title, loc="left", fontsize=11, fontweight="bold", pad=10)
+    axes.grid(axis="x", color="#e2e8f0", linewidth=0.8)
+    axes.set_axisbelow(True)
+    axes.spines[["top", "right"]].set_visible(False)
+    axes.margins(x=0.15)
+    # Below the plot, never over a bar.
+    figure.legend(loc="outside lower center", ncols=len(series), fontsize=8, frameon=False)
+    figure.savefig(path, format="svg", metadata={"Date": None})
+    plt.close(figure)
 
 
-def wire_chart(data: dict[str, Any]) -> str:
+def wire_chart(data: dict[str, Any], path: Path) -> None:
     groups = [r["backend"] for r in data["results"]]
     values: dict[tuple[str, str], float] = {}
     for result in data["results"]:
         for name, value in result["events_per_second"].items():
             values[(result["backend"], name)] = value
-    return bar_chart(
+    bar_chart(
+        path,
         "Wire layer: replay + collect vs the SDKs' accumulators",
         groups,
         ["ours", "sdk", "floor"],
@@ -108,7 +98,7 @@ def wire_chart(data: dict[str, Any]) -> str:
     )
 
 
-def actor_chart(data: dict[str, Any]) -> str:
+def actor_chart(data: dict[str, Any], path: Path) -> None:
     rows = data["rows"]
     concurrency = sorted({r["concurrency"] for r in rows})
     impls = [
@@ -119,7 +109,8 @@ def actor_chart(data: dict[str, Any]) -> str:
         for r in rows
         if r.get("events_per_s")
     }
-    return bar_chart(
+    bar_chart(
+        path,
         "Actor over loopback: events/s by concurrency",
         [f"C = {c:,}" for c in concurrency],
         impls,
@@ -137,19 +128,19 @@ def render(results: Path, out: Path) -> list[Path]:
         if not source.is_file():
             continue
         target = out / f"{name}.svg"
-        target.write_text(chart(json.loads(source.read_text())))
+        chart(json.loads(source.read_text()), target)
         written.append(target)
     return written
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     here = Path(__file__).resolve().parent
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--results", type=Path, default=here / "results")
     parser.add_argument("--out", type=Path, default=here.parent / "docs" / "_generated")
     args = parser.parse_args(argv)
     for path in render(args.results, args.out):
-        print(f"wrote {path}")
+        print(f"wrote {path}", file=sys.stderr)
     return 0
 
 

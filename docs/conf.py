@@ -19,15 +19,29 @@ copyright = "2026, trio_sampler developers"
 extensions = [
     "myst_parser",
     "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
     "sphinx.ext.intersphinx",
+    "sphinx.ext.napoleon",
+    "sphinx_copybutton",
 ]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
-exclude_patterns = ["_build"]
-html_theme = "alabaster"
+exclude_patterns = ["_build", "_templates"]
+html_theme = "furo"
+html_title = "trio_sampler"
+# The API reference: one page per public name (docs/api.rst), generated at every build.
+autosummary_generate = True
+templates_path = ["_templates"]
 autodoc_member_order = "bysource"
+autodoc_default_options = {"members": True, "show-inheritance": True}
 autodoc_typehints = "description"
+# The docstrings write their parameters Google style (Args:, Returns:).
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+# Console prompts and outputs are not copied by the copy buttons.
+copybutton_prompt_text = r"\$ |>>> |\.\.\. "
+copybutton_prompt_is_regexp = True
 # Cross-references into trio and attrs need network access; keep the build offline.
 intersphinx_mapping: dict[str, tuple[str, None]] = {}
 suppress_warnings = ["myst.xref_missing"]
