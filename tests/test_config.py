@@ -212,7 +212,7 @@ def test_for_provider_reads_env() -> None:
     assert cfg.base_url == "https://api.anthropic.com/v1"
     assert cfg.api_key == Secret(KEY)
     assert cfg.provider == "anthropic"
-    assert cfg.model == "claude-sonnet-4-5"
+    assert cfg.model == "claude-sonnet-5-5"
 
 
 def test_for_provider_missing_key_names_env_var() -> None:

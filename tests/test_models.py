@@ -147,3 +147,72 @@ def test_malformed_files(tmp_path: Path, document: Any, match: str) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ModelCatalogError, match="cannot read models file"):
         ModelCatalog.load(tmp_path / "absent.json")
+
+
+CURRENT = ["gpt-6.1-sol", "gpt-6-luna", "claude-sonnet-5-5", "claude-opus-5-5"]
+
+
+def test_current_models_are_shipped_with_address_and_limits() -> None:
+    catalog = ModelCatalog.load()
+    for name in CURRENT:
+        info = catalog.get(name)
+        assert info is not None, name
+        profile = PROFILES[info.provider]
+        assert info.base_url == profile.base_url
+        assert info.backend is profile.backend
+        assert info.context_window >= 1_000_000 and info.max_output_tokens == 128_000
+        assert info.prices.output > info.prices.input > 0
+
+
+def test_profile_default_models_are_in_the_catalog_and_not_end_of_life() -> None:
+    from anthropic.resources.messages.messages import DEPRECATED_MODELS
+
+    catalog = ModelCatalog.load()
+    for profile in PROFILES.values():
+        if profile.default_model is not None:
+            info = catalog.get(profile.default_model)
+            assert info is not None and info.provider == profile.name, profile.name
+    assert PROFILES["anthropic"].default_model not in DEPRECATED_MODELS
+
+
+def test_naming_a_model_picks_its_backend_address_and_output_cap() -> None:
+    from trio_sampler import SamplerConfig
+
+    env = {"DEEPSEEK_API_KEY": "sk-test-key-000", "OPENAI_API_KEY": "sk-test-key-000"}
+    config = SamplerConfig.for_provider("openai", model="gpt-6-luna", env=env)
+    assert config.backend is ApiBackend.RESPONSES
+    assert config.base_url == "https://api.openai.com/v1"
+    assert config.default_max_output_tokens == 8192  # min(8192, 128000)
+    # Overridable: a keyword, or the base URL.
+    chat = SamplerConfig.for_provider(
+        "openai", model="gpt-6-luna", env=env, backend=ApiBackend.CHAT_COMPLETIONS
+    )
+    assert chat.backend is ApiBackend.CHAT_COMPLETIONS
+    proxy = SamplerConfig.for_provider(
+        "openai", model="gpt-6-luna", env=env, base_url="https://proxy.example/v1"
+    )
+    assert proxy.base_url == "https://proxy.example/v1"
+    # A catalog model of another provider changes nothing of this provider's profile.
+    other = SamplerConfig.for_provider("deepseek", model="gpt-6-luna", env=env)
+    assert other.backend is PROFILES["deepseek"].backend
+    assert other.base_url == PROFILES["deepseek"].base_url
+
+
+def test_catalog_entry_picks_backend_from_a_user_file(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        {
+            "version": 1,
+            "models": {"gpt-6-luna": {"backend": "chat_completions", "max_output_tokens": 4096}},
+        },
+    )
+    info = ModelCatalog.load(path).get("gpt-6-luna")
+    assert info is not None
+    assert info.backend is ApiBackend.CHAT_COMPLETIONS and info.max_output_tokens == 4096
+    assert info.base_url == "https://api.openai.com/v1"  # merged field by field
+
+
+def test_bad_base_url_in_a_models_file_names_the_field(tmp_path: Path) -> None:
+    path = write(tmp_path, {"version": 1, "models": {"gpt-6-luna": {"base_url": "ftp://x"}}})
+    with pytest.raises(ModelCatalogError, match=r"models\.gpt-6-luna\.base_url"):
+        ModelCatalog.load(path)

@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 
 from ._redact import check_credential, is_credential_name
+from .models import ModelCatalog
 from .providers import AuthScheme, ProviderProfile, get_profile
 from .types import ApiBackend
 from .wire import get_backend
@@ -338,6 +339,10 @@ class SamplerConfig:
     ) -> SamplerConfig:
         """A config from the profile ``name``: its base URL, backend and auth scheme.
 
+        A ``model`` the shipped catalog (``default_models.json``) lists for this provider
+        picks its backend, base URL and output limit from there; ``base_url`` and
+        ``overrides`` (``backend=...``, ``default_max_output_tokens=...``) still win.
+
         The key comes from ``api_key``, else the profile's environment variable in ``env``.
         A provider that needs a key and has none raises :class:`ValueError` naming the
         variable to set. ``overrides`` are any other :class:`SamplerConfig` fields.
@@ -359,14 +364,23 @@ class SamplerConfig:
                 f"{profile.api_key_env} or pass api_key="
             )
         scheme = profile.auth_scheme if key is not None else AuthScheme.NONE
+        chosen = model or profile.default_model
         fields: dict[str, Any] = {
             "base_url": url,
             "backend": profile.backend,
-            "model": model or profile.default_model,
+            "model": chosen,
             "api_key": key,
             "auth_scheme": scheme,
             "provider": profile.name,
         }
+        # A model of the shipped catalog served by this provider brings its protocol, its
+        # address and its output limit (each still overridable).
+        info = ModelCatalog.shipped().get(chosen) if chosen else None
+        if info is not None and info.provider == profile.name:
+            fields["backend"] = info.backend
+            if base_url is None and info.base_url is not None:
+                fields["base_url"] = info.base_url
+            fields["default_max_output_tokens"] = min(8192, info.max_output_tokens)
         fields.update(overrides)
         return cls(**fields)
 

@@ -9,6 +9,7 @@ File format::
     {"version": 1,
      "models": {
        "gpt-4o": {"provider": "openai", "backend": "responses",
+                  "base_url": "https://api.openai.com/v1",
                   "context_window": 128000, "max_output_tokens": 16384,
                   "prices": {"input": 2.5, "cache_read": 1.25, "cache_write": null,
                              "output": 10.0}}}}
@@ -19,6 +20,7 @@ provider has no such price, and those tokens are charged at the input price.
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import math
 import os
@@ -47,6 +49,7 @@ _TICKS_PER_TOKEN_PER_PRICE = Fraction(TICKS_PER_USD, 1_000_000)
 # Dated or "-latest" snapshots resolve to their family: gpt-4o-2024-08-06 → gpt-4o.
 _SNAPSHOT_SUFFIX = re.compile(r"^(.+?)-(?:\d{4}-\d{2}-\d{2}|\d{8}|latest)$")
 _ENTRY_FIELDS = frozenset({"provider", "backend", "context_window", "max_output_tokens", "prices"})
+_OPTIONAL_FIELDS = frozenset({"base_url"})
 _PRICE_FIELDS = ("input", "cache_read", "cache_write", "output")
 
 
@@ -74,6 +77,8 @@ class ModelInfo:
     context_window: int
     max_output_tokens: int
     prices: ModelPrices
+    #: Where the provider serves it (``None``: the provider profile's address).
+    base_url: str | None = None
 
 
 def _fail(source: str, where: str, problem: str) -> ModelCatalogError:
@@ -98,11 +103,15 @@ def _price(source: str, where: str, value: Any, *, optional: bool) -> float | No
 
 def _parse_entry(source: str, name: str, entry: Mapping[str, Any]) -> ModelInfo:
     where = f"models.{name}"
-    unknown = set(entry) - _ENTRY_FIELDS
+    unknown = set(entry) - _ENTRY_FIELDS - _OPTIONAL_FIELDS
     if unknown:
-        raise _fail(
-            source, where, f"unknown field(s) {sorted(unknown)}; known: {sorted(_ENTRY_FIELDS)}"
-        )
+        known = sorted(_ENTRY_FIELDS | _OPTIONAL_FIELDS)
+        raise _fail(source, where, f"unknown field(s) {sorted(unknown)}; known: {known}")
+    base_url = entry.get("base_url")
+    if base_url is not None and (
+        not isinstance(base_url, str) or not base_url.startswith(("http://", "https://"))
+    ):
+        raise _fail(source, f"{where}.base_url", f"must be an http(s) URL, got {base_url!r}")
     missing = _ENTRY_FIELDS - set(entry)
     if missing:
         raise _fail(source, where, f"missing field(s) {sorted(missing)}")
@@ -144,6 +153,7 @@ def _parse_entry(source: str, name: str, entry: Mapping[str, Any]) -> ModelInfo:
             cache_read=parsed["cache_read"],
             cache_write=parsed["cache_write"],
         ),
+        base_url=base_url,
     )
 
 
@@ -205,6 +215,11 @@ class ModelCatalog:
                 entries[name] = _merge(entries.get(name, {}), entry)
         return cls({name: _parse_entry(source, name, entry) for name, entry in entries.items()})
 
+    @classmethod
+    def shipped(cls) -> ModelCatalog:
+        """The catalog shipped with the package (read once, then shared)."""
+        return _shipped()
+
     def get(self, model: str) -> ModelInfo | None:
         """The entry for ``model``; a dated or ``-latest`` snapshot name
         (``gpt-4o-2024-08-06``, ``claude-sonnet-4-5-20250929``) falls back to its family."""
@@ -252,6 +267,11 @@ class ModelCatalog:
             Fraction(0),
         )
         return math.floor(total + Fraction(1, 2))
+
+
+@functools.cache
+def _shipped() -> ModelCatalog:
+    return ModelCatalog.load()
 
 
 def _or(value: float | None, default: float) -> float:

@@ -101,7 +101,7 @@ PROFILES: dict[str, ProviderProfile] = {
             # Responses: the only OpenAI protocol that round-trips reasoning items.
             backend=ApiBackend.RESPONSES,
             api_key_env="OPENAI_API_KEY",
-            default_model="gpt-5-mini",
+            default_model="gpt-6-luna",
         ),
         ProviderProfile(
             name="anthropic",
@@ -109,7 +109,7 @@ PROFILES: dict[str, ProviderProfile] = {
             backend=ApiBackend.MESSAGES,
             auth_scheme=AuthScheme.X_API_KEY,
             api_key_env="ANTHROPIC_API_KEY",
-            default_model="claude-sonnet-4-5",
+            default_model="claude-sonnet-5-5",
             developer_role=False,
         ),
         ProviderProfile(
