@@ -165,7 +165,7 @@ def test_current_models_are_shipped_with_address_and_limits() -> None:
 
 
 def test_profile_default_models_are_in_the_catalog_and_not_end_of_life() -> None:
-    from anthropic.resources.messages.messages import DEPRECATED_MODELS
+    from anthropic._data import DEPRECATED_MODELS  # the SDK's end-of-life table
 
     catalog = ModelCatalog.load()
     for profile in PROFILES.values():

@@ -105,8 +105,8 @@ def _parse_entry(source: str, name: str, entry: Mapping[str, Any]) -> ModelInfo:
     where = f"models.{name}"
     unknown = set(entry) - _ENTRY_FIELDS - _OPTIONAL_FIELDS
     if unknown:
-        known = sorted(_ENTRY_FIELDS | _OPTIONAL_FIELDS)
-        raise _fail(source, where, f"unknown field(s) {sorted(unknown)}; known: {known}")
+        fields = sorted(_ENTRY_FIELDS | _OPTIONAL_FIELDS)
+        raise _fail(source, where, f"unknown field(s) {sorted(unknown)}; known: {fields}")
     base_url = entry.get("base_url")
     if base_url is not None and (
         not isinstance(base_url, str) or not base_url.startswith(("http://", "https://"))
