@@ -72,8 +72,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_script(command: list[str]) -> int:
-    process = subprocess.Popen(command, start_new_session=True)
+    # A Ctrl-C while the child is being started is held until it has started, so the child is
+    # never left running on its own (it has its own session: nothing else would stop it).
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: held.append(signum))
     try:
+        process = subprocess.Popen(command, start_new_session=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        if held:
+            raise KeyboardInterrupt
         return process.wait()
     except BaseException:  # Ctrl-C (or anything else): stop the script's whole group first
         try:
