@@ -133,7 +133,7 @@ async def test_cancel_while_waiting_for_admission(redis_server: RedisServer) -> 
         await trio.sleep(0.1)
         await sampler.cancel("waiting")
         with trio.fail_after(1):
-            events = [e async for e in waiting]
+            events: list[object] = [e async for e in waiting]
     assert isinstance(_terminal(events), Cancelled)
 
 

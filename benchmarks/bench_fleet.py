@@ -1,0 +1,167 @@
+"""Admission latency of the fleet limiter over a Unix socket: p50 / p99 per round trip.
+
+A private ``redis-server`` (persistence off, Unix socket) is started; one process opens a
+:class:`~trio_sampler.fleet.FleetLimiter` and measures, with ``time.perf_counter``, the
+full cost a request pays: ``acquire`` (the ADMIT script: every dimension, the lease, the
+retry-budget deposit) and ``release`` (the SETTLE script), each one round trip. Cells:
+
+* ``admit`` / ``settle`` one at a time (the latency of a lone request);
+* ``admit`` with C concurrent tasks sharing the client (the latency under load, and the
+  admissions per second one process gets).
+
+Limits are set high so nothing waits: this measures the mechanism, not the limits.
+Targets: admission p50 <= 0.3 ms, p99 <= 2 ms. Run ``python benchmarks/bench_fleet.py``
+(``--quick`` for a short run); results go to ``benchmarks/results/bench_fleet.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+try:
+    from benchmarks.redis_server import running_redis
+except ModuleNotFoundError:  # run as a script: python benchmarks/bench_fleet.py
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from benchmarks.redis_server import running_redis
+
+from trio_sampler.fleet import (
+    Cost,
+    FailurePolicy,
+    FleetLimiter,
+    FleetLimits,
+    LimiterSpec,
+    RetryBudgetSpec,
+    open_limiter,
+)
+
+DEFAULT_JSON = Path(__file__).parent / "results" / "bench_fleet.json"
+TARGET_P50_MS = 0.3
+TARGET_P99_MS = 2.0
+
+SPEC = LimiterSpec(
+    "bench:account",
+    FleetLimits(
+        requests_per_minute=1e9,
+        input_tokens_per_minute=1e12,
+        output_tokens_per_minute=1e12,
+        tokens_per_minute=1e12,
+        max_in_flight=1_000_000,
+    ),
+    on_failure=FailurePolicy.FAIL_CLOSED,
+    retry_budget=RetryBudgetSpec(),
+    admission_timeout=5.0,
+)
+COST = Cost(1, 1_200, 400)
+ACTUAL = Cost(1, 1_150, 120)
+
+
+def _percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+    return {"p50_ms": at(0.50), "p90_ms": at(0.90), "p99_ms": at(0.99), "max_ms": at(1.0)}
+
+
+async def _sequential(limiter: FleetLimiter, count: int) -> dict[str, Any]:
+    admit: list[float] = []
+    settle: list[float] = []
+    for _ in range(count):
+        start = time.perf_counter()
+        permit = await limiter.acquire(COST)
+        middle = time.perf_counter()
+        await limiter.release(permit, ACTUAL)
+        settle.append(time.perf_counter() - middle)
+        admit.append(middle - start)
+    return {"admit": _percentiles(admit), "settle": _percentiles(settle), "n": count}
+
+
+async def _concurrent(limiter: FleetLimiter, tasks: int, per_task: int) -> dict[str, Any]:
+    admit: list[float] = []
+
+    async def one() -> None:
+        for _ in range(per_task):
+            start = time.perf_counter()
+            permit = await limiter.acquire(COST)
+            admit.append(time.perf_counter() - start)
+            await limiter.release(permit, ACTUAL)
+
+    began = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(tasks):
+            nursery.start_soon(one)
+    elapsed = time.perf_counter() - began
+    return {
+        "tasks": tasks,
+        "admit": _percentiles(admit),
+        "admissions_per_s": len(admit) / elapsed,
+        "n": len(admit),
+    }
+
+
+async def _run(url: str, quick: bool) -> dict[str, Any]:
+    count = 2_000 if quick else 20_000
+    async with open_limiter(SPEC, url) as limiter:
+        await _sequential(limiter, 200)  # warm up
+        sequential = await _sequential(limiter, count)
+        concurrent = [
+            await _concurrent(limiter, tasks, max(1, count // tasks // 2)) for tasks in (10, 100)
+        ]
+        assert limiter.statistics().redis_failures == 0
+    return {"sequential": sequential, "concurrent": concurrent}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer samples")
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    args = parser.parse_args()
+    with running_redis() as server:
+        cells = trio.run(_run, server.url, args.quick)
+    seq = cells["sequential"]
+    print(f"{'cell':<28}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'max ms':>9}{'per s':>10}")
+    rows = [("admit (one at a time)", seq["admit"], None), ("settle", seq["settle"], None)]
+    rows += [
+        (f"admit, {c['tasks']} concurrent", c["admit"], c["admissions_per_s"])
+        for c in cells["concurrent"]
+    ]
+    for name, p, rate in rows:
+        per_s = f"{rate:>10.0f}" if rate else f"{'':>10}"
+        print(
+            f"{name:<28}{p['p50_ms']:>9.3f}{p['p90_ms']:>9.3f}{p['p99_ms']:>9.3f}"
+            f"{p['max_ms']:>9.3f}{per_s}"
+        )
+    met = seq["admit"]["p50_ms"] <= TARGET_P50_MS and seq["admit"]["p99_ms"] <= TARGET_P99_MS
+    print(
+        f"target p50 <= {TARGET_P50_MS} ms, p99 <= {TARGET_P99_MS} ms (one at a time): "
+        f"{'met' if met else 'missed'}"
+    )
+    result = {
+        "benchmark": "bench_fleet",
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "load_average": os.getloadavg(),
+        },
+        "targets": {"p50_ms": TARGET_P50_MS, "p99_ms": TARGET_P99_MS, "met": met},
+        "quick": args.quick,
+        **cells,
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"results: {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""Fleet load: K worker processes, each a sampler with many tasks, behind one shared limit.
+
+Each worker is a separate OS process (``python -m benchmarks.fleet_load``) running one
+``open_sampler`` with a :class:`~trio_sampler.fleet.FleetAdmission` on the shared Redis;
+it prints ``ready`` once its sampler is open, reads the common start time (wall clock)
+from stdin, and its tasks then submit requests back to back until that start plus
+``--duration``. Last, it prints one JSON line: per request, the wall-clock time it
+completed, its terminal, and how many retries and 429s it saw. The fleet tests use it
+against an emulator that enforces the same limits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+import trio
+
+from trio_sampler import ConversationRequest, SamplerConfig, User
+from trio_sampler.actor import SamplerHandle, open_sampler
+from trio_sampler.config import RetryPolicy
+from trio_sampler.fleet import (
+    FailurePolicy,
+    FleetAdmission,
+    FleetEvent,
+    FleetLimits,
+    LimiterSpec,
+    RetryBudgetSpec,
+)
+from trio_sampler.types import Completed, Failed, Retrying, SamplingErrorKind
+
+__all__ = ["run_worker", "worker_command"]
+
+REQUEST = ConversationRequest(items=[User("How are you today?")], max_output_tokens=40)
+
+
+def worker_command(**options: Any) -> list[str]:
+    """The argv of one worker process (options as in :func:`_parser`, ``_`` for ``-``)."""
+    argv = [sys.executable, "-m", "benchmarks.fleet_load"]
+    for key, value in options.items():
+        if value is None:
+            continue
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    return argv
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--redis", required=True)
+    parser.add_argument("--base-url", required=True)
+    parser.add_argument("--name", required=True, help="the shared limiter's name")
+    parser.add_argument("--tasks", type=int, default=50)
+    parser.add_argument("--duration", type=float, required=True)
+    parser.add_argument("--window", type=float, default=60.0)
+    parser.add_argument("--burst", type=float, default=1.0)
+    parser.add_argument("--rpm", type=float)
+    parser.add_argument("--tpm", type=float)
+    parser.add_argument("--max-retries", type=int, default=4)
+    parser.add_argument("--budget-ratio", type=float)
+    parser.add_argument("--budget-tokens", type=float, default=10.0)
+    parser.add_argument("--script", help="x-emulator-script for every request")
+    parser.add_argument("--max-requests", type=int, help="per task (default: until the end)")
+    return parser
+
+
+async def run_worker(args: argparse.Namespace) -> dict[str, Any]:
+    budget = (
+        RetryBudgetSpec(ratio=args.budget_ratio, max_tokens=args.budget_tokens)
+        if args.budget_ratio
+        else None
+    )
+    spec = LimiterSpec(
+        args.name,
+        FleetLimits(requests_per_minute=args.rpm, tokens_per_minute=args.tpm, window_s=args.window),
+        on_failure=FailurePolicy.FAIL_CLOSED,
+        # Generous: the tests run this on a shared machine; a Redis outage is not the
+        # subject here (the admission timeout has tests of its own).
+        admission_timeout=10.0,
+        retry_budget=budget,
+    )
+    headers = {"x-emulator-script": args.script} if args.script else {}
+    config = SamplerConfig(
+        base_url=args.base_url,
+        model="emulator-1",
+        api_key="fleet-test-key",
+        extra_headers=headers,
+        retry=RetryPolicy(max_retries=args.max_retries, base_delay=0.02, max_delay=0.05),
+    )
+    records: list[dict[str, Any]] = []
+    events: list[FleetEvent] = []
+    end_at = 0.0
+
+    async def task(sampler: SamplerHandle) -> None:
+        sent = 0
+        while time.time() < end_at and (args.max_requests is None or sent < args.max_requests):
+            sent += 1
+            stream = await sampler.submit(REQUEST)
+            retries = rate_limited = 0
+            async with stream:
+                async for event in stream:
+                    if isinstance(event, Retrying):
+                        retries += 1
+                        rate_limited += event.kind is SamplingErrorKind.RATE_LIMITED
+                    elif isinstance(event, Completed | Failed):
+                        records.append(
+                            {
+                                "done": time.time(),
+                                "ok": isinstance(event, Completed),
+                                "error": None if isinstance(event, Completed) else str(event.error),
+                                "retries": retries,
+                                "rate_limited": rate_limited,
+                            }
+                        )
+
+    admission = FleetAdmission(args.redis, spec, on_event=events.append)
+    async with open_sampler(config, admission=admission) as sampler:
+        print("ready", flush=True)
+        start_at = float(await trio.to_thread.run_sync(sys.stdin.readline))
+        end_at = start_at + args.duration
+        await trio.sleep(max(0.0, start_at - time.time()))
+        async with trio.open_nursery() as nursery:
+            for _ in range(args.tasks):
+                nursery.start_soon(task, sampler)
+    return {"records": records, "events": [type(e).__name__ for e in events]}
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    result = trio.run(run_worker, args)
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
