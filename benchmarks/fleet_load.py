@@ -74,7 +74,12 @@ async def run_worker(args: argparse.Namespace) -> dict[str, Any]:
     )
     spec = LimiterSpec(
         args.name,
-        FleetLimits(requests_per_minute=args.rpm, tokens_per_minute=args.tpm, window_s=args.window),
+        FleetLimits(
+            requests_per_minute=args.rpm,
+            tokens_per_minute=args.tpm,
+            window_s=args.window,
+            burst=args.burst,
+        ),
         on_failure=FailurePolicy.FAIL_CLOSED,
         # Generous: the tests run this on a shared machine; a Redis outage is not the
         # subject here (the admission timeout has tests of its own).
