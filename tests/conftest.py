@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from log_capture import LogCapture, capture_root_logs
 
 from benchmarks import corpus
 from benchmarks.redis_server import RedisServer, RedisUnavailableError, running_redis
@@ -109,6 +110,13 @@ def _no_key_in_logs() -> Iterator[None]:
         if KEY_SHAPED.search(text):
             leaks.append(f"{record.name}: {text[:200]}")
     assert not leaks, f"API-key-shaped text in log records: {leaks}"
+
+
+@pytest.fixture
+def debug_logs() -> Iterator[LogCapture]:
+    """Every record logged at DEBUG during the test, formatted and raw."""
+    with capture_root_logs() as capture:
+        yield capture
 
 
 @pytest.fixture(scope="session")

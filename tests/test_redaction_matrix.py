@@ -17,17 +17,16 @@ import base64
 import functools
 import gzip
 import json
-import logging
 import traceback
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
 import orjson
-import pytest
 import trio
+from log_capture import LogCapture
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -272,32 +271,6 @@ async def hostile(reply: bytes) -> AsyncIterator[str]:
         nursery.cancel_scope.cancel()
 
 
-class _Capture(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
-        self.texts: list[str] = []
-        self.names: set[str] = set()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.names.add(record.name)
-        self.texts += [self.format(record), repr(record.args), repr(record.__dict__)]
-
-
-@pytest.fixture
-def debug_logs() -> Iterator[_Capture]:
-    root = logging.getLogger()
-    handler = _Capture()
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    try:
-        yield handler
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
-
-
 def _telemetry() -> tuple[GenAITelemetry, InMemorySpanExporter, InMemoryMetricReader]:
     spans = InMemorySpanExporter()
     tracer_provider = TracerProvider()
@@ -364,7 +337,7 @@ async def _one_cell(key: KeyFormat, echo: Callable[[str], bytes]) -> tuple[list[
     return texts, isinstance(events[-1], Failed)
 
 
-async def test_no_echoed_key_leaves_in_any_form(debug_logs: _Capture) -> None:
+async def test_no_echoed_key_leaves_in_any_form(debug_logs: LogCapture) -> None:
     assert len(KEYS) >= 8 and len(ECHOES) >= 6
     found: dict[str, list[str]] = {}
     for key in KEYS:

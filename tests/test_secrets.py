@@ -9,14 +9,13 @@ and stderr.
 
 from __future__ import annotations
 
-import logging
 import socket
-from collections.abc import Iterator
 from typing import Any
 
 import httpx2
 import orjson
 import pytest
+from log_capture import LogCapture
 
 from trio_sampler.actor import open_sampler
 from trio_sampler.config import RetryPolicy, SamplerConfig, Timeouts
@@ -49,32 +48,6 @@ FAULTS: list[dict[str, Any] | None] = [
     {"type": "empty"},
     {"type": "pings", "count": 3, "interval_ms": 1},
 ]
-
-
-class _Capture(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.texts: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.texts.append(self.format(record))
-        self.texts.append(repr(record.args))
-        self.texts.append(repr(record.__dict__))
-
-
-@pytest.fixture
-def captured_logs() -> Iterator[_Capture]:
-    root = logging.getLogger()
-    handler = _Capture()
-    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
-    old_level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    try:
-        yield handler
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(old_level)
 
 
 def _config(base_url: str, backend: ApiBackend, **changes: Any) -> SamplerConfig:
@@ -127,21 +100,21 @@ async def _run_matrix(emulator: EmulatorFixture, **changes: Any) -> list[str]:
 
 
 async def test_fault_matrix_leaks_no_key(
-    emulator: EmulatorFixture, captured_logs: _Capture, capfd: pytest.CaptureFixture[str]
+    emulator: EmulatorFixture, debug_logs: LogCapture, capfd: pytest.CaptureFixture[str]
 ) -> None:
     texts = await _run_matrix(emulator)
     assert len(emulator.requests()) >= 3 * len(FAULTS)
     out, err = capfd.readouterr()
-    leaks = _scan([*texts, *captured_logs.texts, out, err])
+    leaks = _scan([*texts, *debug_logs.texts, out, err])
     assert leaks == []
 
 
 async def test_fault_matrix_with_key_in_query_leaks_no_key(
-    emulator: EmulatorFixture, captured_logs: _Capture, capfd: pytest.CaptureFixture[str]
+    emulator: EmulatorFixture, debug_logs: LogCapture, capfd: pytest.CaptureFixture[str]
 ) -> None:
     texts = await _run_matrix(emulator, query_params={"key": QUERY_KEY})
     out, err = capfd.readouterr()
-    leaks = _scan([*texts, *captured_logs.texts, out, err])
+    leaks = _scan([*texts, *debug_logs.texts, out, err])
     assert leaks == []
 
 
@@ -153,7 +126,7 @@ def _closed_port() -> int:
 
 
 async def test_query_key_redacted_in_connect_error(
-    captured_logs: _Capture, capfd: pytest.CaptureFixture[str]
+    debug_logs: LogCapture, capfd: pytest.CaptureFixture[str]
 ) -> None:
     config = _config(
         f"http://127.0.0.1:{_closed_port()}/v1",
@@ -174,4 +147,4 @@ async def test_query_key_redacted_in_connect_error(
     assert isinstance(terminal, Failed)
     assert terminal.error.kind is SamplingErrorKind.TRANSPORT
     out, err = capfd.readouterr()
-    assert _scan([*texts, *captured_logs.texts, out, err]) == []
+    assert _scan([*texts, *debug_logs.texts, out, err]) == []
