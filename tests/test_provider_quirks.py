@@ -20,8 +20,15 @@ from trio_sampler import (
     System,
     User,
 )
-from trio_sampler.providers import NO_PROVIDER, PROFILES, ProviderProfile
+from trio_sampler.providers import (
+    COST_IN_TICKS,
+    COST_IN_USD,
+    NO_PROVIDER,
+    PROFILES,
+    ProviderProfile,
+)
 from trio_sampler.wire import BuildOptions, build_request, new_transform, replay
+from trio_sampler.wire._transform import reported_cost
 
 ALL = [None, *PROFILES]
 
@@ -109,6 +116,162 @@ def test_model_limit_headers(provider: str | None) -> None:
     events = transform.start({window: "131072", cap: "8192"})
     metadata = [e for e in events if isinstance(e, ModelMetadata)]
     assert [(m.context_window, m.max_completion_tokens) for m in metadata] == [(131072, 8192)]
+
+
+def _sse(*payloads: tuple[str | None, dict[str, object]]) -> bytes:
+    out = b""
+    for name, payload in payloads:
+        out += (b"event: " + name.encode() + b"\n" if name else b"") + b"data: "
+        out += orjson.dumps(payload) + b"\n\n"
+    return out
+
+
+def _stream_reporting(backend: ApiBackend, cost: dict[str, float]) -> bytes:
+    """A whole one-word answer on ``backend`` whose usage carries ``cost``'s fields."""
+    if backend is ApiBackend.CHAT_COMPLETIONS:
+        return (
+            _sse(
+                (
+                    None,
+                    {"id": "c", "model": "m", "choices": [{"index": 0, "delta": {"content": "x"}}]},
+                ),
+                (
+                    None,
+                    {
+                        "id": "c",
+                        "model": "m",
+                        "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                    },
+                ),
+                (
+                    None,
+                    {
+                        "id": "c",
+                        "model": "m",
+                        "choices": [],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, **cost},
+                    },
+                ),
+            )
+            + b"data: [DONE]\n\n"
+        )
+    if backend is ApiBackend.RESPONSES:
+        usage = {"input_tokens": 1, "output_tokens": 1, **cost}
+        message = {
+            "type": "message",
+            "id": "m1",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "x", "annotations": []}],
+        }
+        return _sse(
+            (
+                "response.created",
+                {
+                    "type": "response.created",
+                    "response": {"id": "r", "model": "m", "status": "in_progress", "output": []},
+                },
+            ),
+            (
+                "response.output_text.delta",
+                {
+                    "type": "response.output_text.delta",
+                    "item_id": "m1",
+                    "output_index": 0,
+                    "content_index": 0,
+                    "delta": "x",
+                },
+            ),
+            (
+                "response.completed",
+                {
+                    "type": "response.completed",
+                    "response": {
+                        "id": "r",
+                        "model": "m",
+                        "status": "completed",
+                        "output": [message],
+                        "usage": usage,
+                    },
+                },
+            ),
+        )
+    return _sse(
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": "m",
+                    "content": [],
+                    "usage": {"input_tokens": 1, "output_tokens": 0},
+                },
+            },
+        ),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": "x"},
+            },
+        ),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": 1, **cost},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    )
+
+
+@pytest.mark.parametrize("backend", list(ApiBackend))
+@pytest.mark.parametrize("provider", ALL)
+def test_cost_fields(provider: str | None, backend: ApiBackend) -> None:
+    # Both known fields at once: the profile decides which is read, first one first.
+    cost: dict[str, float] = {COST_IN_TICKS.name: 1234, COST_IN_USD.name: 0.5}
+    events = replay(backend, _stream_reporting(backend, cost), provider=provider)
+    response = events[-1].response  # type: ignore[union-attr]
+    fields = profile(provider).cost_fields
+    expected = None if not fields else round(cost[fields[0].name] * fields[0].ticks_per_unit)
+    assert response.cost_usd_ticks == expected
+
+
+@pytest.mark.parametrize(
+    ("usage", "ticks"),
+    [
+        ({"cost_in_usd_ticks": 1466250}, 1466250),
+        ({"cost_in_usd_ticks": 0, "cost": 1.13e-05}, 113000),  # zero is no report: read on
+        ({"cost": 0.0012}, 12_000_000),
+        ({"cost": 0}, None),
+        ({"cost": -1.0, "cost_in_usd_ticks": -3}, None),
+        ({"cost": True, "cost_in_usd_ticks": True}, None),
+        ({"cost": "1"}, None),
+        ({"cost": float("inf")}, None),
+        ({"cost": float("nan")}, None),
+        ({"cost": 1e300}, None),
+        ({}, None),
+    ],
+)
+def test_a_reported_cost_is_a_positive_finite_number(
+    usage: dict[str, object], ticks: int | None
+) -> None:
+    assert reported_cost(usage, NO_PROVIDER.cost_fields) == ticks
 
 
 @pytest.mark.parametrize("provider", ALL)

@@ -16,9 +16,12 @@ import attrs
 from .types import ApiBackend
 
 __all__ = [
+    "COST_IN_TICKS",
+    "COST_IN_USD",
     "NO_PROVIDER",
     "PROFILES",
     "AuthScheme",
+    "CostField",
     "ProviderProfile",
     "get_profile",
     "profile_for",
@@ -34,6 +37,22 @@ class AuthScheme(enum.Enum):
     X_API_KEY = "x_api_key"
     #: No credential header at all (local servers).
     NONE = "none"
+
+
+@attrs.frozen
+class CostField:
+    """A ``usage`` field in which a server reports what the request cost, and its unit."""
+
+    #: The field's name in the wire ``usage`` object (on every backend).
+    name: str
+    #: USD ticks (10⁻¹⁰ USD) per unit of the field: 1 for a count of ticks.
+    ticks_per_unit: int
+
+
+#: xAI's exact cost, an integer count of USD ticks.
+COST_IN_TICKS = CostField("cost_in_usd_ticks", 1)
+#: OpenRouter's cost, in USD.
+COST_IN_USD = CostField("cost", 10**10)
 
 
 @attrs.frozen
@@ -77,6 +96,9 @@ class ProviderProfile:
     max_output_tokens_header: str | None = None
     #: Request header that opts into the server-side doom-loop check on Responses (xAI).
     doom_loop_header: str | None = None
+    #: ``usage`` fields that report the cost, in order; the first positive one wins. By
+    #: default both known ones are read: a gateway in front of any provider may send either.
+    cost_fields: tuple[CostField, ...] = (COST_IN_TICKS, COST_IN_USD)
     #: The OpenTelemetry GenAI ``gen_ai.provider.name`` (``None``: the profile's name).
     otel_name: str | None = None
 
@@ -124,6 +146,7 @@ PROFILES: dict[str, ProviderProfile] = {
             context_window_header=_XAI_CONTEXT_HEADER,
             max_output_tokens_header=_XAI_MAX_OUTPUT_HEADER,
             doom_loop_header="x-grok-doom-loop-check",
+            cost_fields=(COST_IN_TICKS,),
             otel_name="x_ai",
         ),
         ProviderProfile(
@@ -134,6 +157,7 @@ PROFILES: dict[str, ProviderProfile] = {
             max_tokens_field="max_tokens",
             developer_role=False,
             reasoning_field="reasoning",
+            cost_fields=(COST_IN_USD,),
         ),
         ProviderProfile(
             name="deepseek",

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from ..providers import profile_for
+from ..providers import CostField, profile_for
 from ..types import (
     ApiBackend,
     ConversationResponse,
@@ -40,7 +40,7 @@ from ._accumulate import StreamAccumulator
 from .errors import classify_stream_error, error_info, internal_error
 from .sse import ServerSentEvent
 
-__all__ = ["ProviderDataError", "StreamTransform", "truncated_stream_error"]
+__all__ = ["ProviderDataError", "StreamTransform", "reported_cost", "truncated_stream_error"]
 
 
 class ProviderDataError(ValueError):
@@ -55,6 +55,23 @@ def truncated_stream_error(what: str) -> SamplingErrorInfo:
         SamplingErrorKind.TRANSPORT,
         f"the stream ended before {what} (connection closed early?)",
     )
+
+
+# A reported cost beyond this many USD ticks (a million dollars) is not a cost.
+_MAX_COST_TICKS = 10**16
+
+
+def reported_cost(usage: Mapping[str, Any], fields: tuple[CostField, ...]) -> int | None:
+    """The cost in USD ticks a ``usage`` object reports in one of ``fields`` (the profile's
+    :attr:`~trio_sampler.providers.ProviderProfile.cost_fields`): the first positive, finite
+    number, or ``None``. Zero, negative, boolean, string and absurd values are not a cost."""
+    for field in fields:
+        value = usage.get(field.name)
+        if type(value) is int or type(value) is float:
+            ticks = value * field.ticks_per_unit
+            if 0 < ticks <= _MAX_COST_TICKS:  # also false for NaN; infinity is too large
+                return max(1, round(ticks))
+    return None
 
 
 # The model-limit headers read when the profile names none: xAI's, the only ones in use

@@ -22,7 +22,7 @@ from ...types import (
     Usage,
 )
 from .._fold import arguments_complete
-from .._transform import ProviderDataError, StreamTransform, truncated_stream_error
+from .._transform import ProviderDataError, StreamTransform, reported_cost, truncated_stream_error
 
 __all__ = ["ChatCompletionsTransform"]
 
@@ -38,7 +38,6 @@ _FINISH_REASONS: dict[str, StopReason] = {
 }
 
 _ORIGIN = ApiBackend.CHAT_COMPLETIONS
-_TICKS_PER_USD = 10_000_000_000
 
 
 def _text_field(obj: dict[str, Any], field: str) -> str:
@@ -412,13 +411,9 @@ class ChatCompletionsTransform(StreamTransform):
             cache_write_tokens=cache_write,
             reasoning_tokens=reasoning,
         )
-        ticks = usage.get("cost_in_usd_ticks")  # xAI: exact cost in ticks
-        if type(ticks) is int and ticks > 0:
-            acc.cost_usd_ticks = ticks
-        else:
-            cost = usage.get("cost")  # OpenRouter: USD
-            if (type(cost) is float or type(cost) is int) and 0 < cost < 1e12:
-                acc.cost_usd_ticks = round(cost * _TICKS_PER_USD)
+        cost = reported_cost(usage, self.profile.cost_fields)
+        if cost is not None:
+            acc.cost_usd_ticks = cost
 
     def _reasoning_outside_completion(
         self, usage: dict[str, Any], prompt: int, completion: int, reasoning: int

@@ -35,7 +35,7 @@ from typing import Any, ClassVar, Final
 import orjson
 
 from ...types import ApiBackend, BackendToolCall, SamplingEvent, StopReason, Usage
-from .._transform import ProviderDataError, StreamTransform, truncated_stream_error
+from .._transform import ProviderDataError, StreamTransform, reported_cost, truncated_stream_error
 
 __all__ = ["STOP_REASONS", "MessagesTransform"]
 
@@ -272,14 +272,10 @@ class MessagesTransform(StreamTransform):
             thinking = _count(details.get("thinking_tokens"))
             if thinking is not None:
                 self._thinking = thinking
-        # Gateways that report cost (xAI ticks, OpenRouter USD); Anthropic itself sends none.
-        ticks = _count(usage.get("cost_in_usd_ticks"))
-        if ticks is not None and ticks > 0:
-            self.acc.cost_usd_ticks = ticks
-        else:
-            cost = usage.get("cost")
-            if isinstance(cost, int | float) and not isinstance(cost, bool) and cost > 0:
-                self.acc.cost_usd_ticks = round(cost * 1e10)
+        # Gateways in front of it may report a cost; Anthropic itself sends none.
+        cost = reported_cost(usage, self.profile.cost_fields)
+        if cost is not None:
+            self.acc.cost_usd_ticks = cost
 
     def _set_usage(self) -> None:
         self.acc.usage = Usage(

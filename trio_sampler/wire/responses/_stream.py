@@ -24,6 +24,7 @@ from typing import Any, TypeAlias
 
 import orjson
 
+from ...providers import NO_PROVIDER, CostField
 from ...types import (
     ApiBackend,
     BackendToolCall,
@@ -33,7 +34,7 @@ from ...types import (
     StopReason,
     Usage,
 )
-from .._transform import ProviderDataError, StreamTransform, truncated_stream_error
+from .._transform import ProviderDataError, StreamTransform, reported_cost, truncated_stream_error
 from ..sse import ServerSentEvent
 
 __all__ = ["HOSTED_TOOL_ITEMS", "ResponsesTransform"]
@@ -129,12 +130,14 @@ def _texts(parts: Any, part_type: str, field: str = "text") -> list[str]:
     return out
 
 
-def usage_from_wire(usage: Mapping[str, Any]) -> tuple[Usage, int | None]:
+def usage_from_wire(
+    usage: Mapping[str, Any], cost_fields: tuple[CostField, ...] = NO_PROVIDER.cost_fields
+) -> tuple[Usage, int | None]:
     """Normalized :class:`Usage` and the cost in ticks from a Responses ``usage`` object.
 
     ``input_tokens`` already includes cache reads (and writes); ``output_tokens`` already
-    includes reasoning. Cost: xAI ``cost_in_usd_ticks`` when > 0, else OpenRouter's
-    ``cost`` in USD (× 10¹⁰), else ``None``.
+    includes reasoning. Cost: the first of ``cost_fields`` that reports one (by default
+    xAI's ``cost_in_usd_ticks``, then OpenRouter's ``cost`` in USD), else ``None``.
     """
     input_details = _dict(usage.get("input_tokens_details"))
     output_details = _dict(usage.get("output_tokens_details"))
@@ -148,15 +151,7 @@ def usage_from_wire(usage: Mapping[str, Any]) -> tuple[Usage, int | None]:
         cache_write_tokens=cache_write,
         reasoning_tokens=_int(output_details.get("reasoning_tokens")),
     )
-    cost: int | None = None
-    ticks = usage.get("cost_in_usd_ticks")
-    if isinstance(ticks, int) and not isinstance(ticks, bool) and ticks > 0:
-        cost = ticks
-    else:
-        usd = usage.get("cost")
-        if isinstance(usd, int | float) and not isinstance(usd, bool) and usd > 0:
-            cost = round(usd * 1e10)
-    return normalized, cost
+    return normalized, reported_cost(usage, cost_fields)
 
 
 def _hosted_arguments(item: Mapping[str, Any]) -> str:
@@ -408,7 +403,7 @@ class ResponsesTransform(StreamTransform):
                 self.acc.model = model
             usage = response.get("usage")
             if isinstance(usage, dict):
-                self.acc.usage, cost = usage_from_wire(usage)
+                self.acc.usage, cost = usage_from_wire(usage, self.profile.cost_fields)
                 if cost is not None:
                     self.acc.cost_usd_ticks = cost
             check = response.get("doom_loop_check")
