@@ -171,7 +171,7 @@ def test_deepseek_profile_replays_reasoning_and_uses_max_tokens() -> None:
             Assistant(tool_calls=[ToolCall("c1", "f", "{}")]),
             ToolResult("c1", "ok"),
         ],
-        model="deepseek-reasoner",
+        model="deepseek-v4-pro",
         max_output_tokens=100,
     )
     wire = build_request(request, BuildOptions(provider="deepseek"))

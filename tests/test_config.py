@@ -226,12 +226,12 @@ def test_for_provider_explicit_key_and_overrides() -> None:
     cfg = SamplerConfig.for_provider(
         "deepseek",
         api_key=KEY,
-        model="deepseek-reasoner",
+        model="deepseek-v4-pro",
         env={},
         http2=True,
         timeouts=Timeouts(idle=30),
     )
-    assert cfg.model == "deepseek-reasoner"
+    assert cfg.model == "deepseek-v4-pro"
     assert cfg.http2 and cfg.timeouts.idle == 30
     assert cfg.profile is not None and cfg.profile.reasoning_content_replay
 

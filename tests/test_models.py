@@ -22,10 +22,11 @@ SHIPPED = [
     "claude-sonnet-4-5",
     "claude-opus-4-1",
     "claude-haiku-4-5",
-    "grok-4",
-    "grok-code-fast-1",
-    "deepseek-chat",
-    "deepseek-reasoner",
+    "grok-4.7",
+    "grok-4.3",
+    "grok-build-0.1",
+    "deepseek-flash",
+    "deepseek-v4-pro",
     "emulator-1",
 ]
 
@@ -56,7 +57,7 @@ def test_snapshot_names_fall_back_to_family() -> None:
     info = catalog.get("gpt-4o-2024-08-06")
     assert info is not None and info.name == "gpt-4o"
     assert catalog.get("claude-sonnet-4-5-20250929") is not None
-    assert catalog.get("grok-4-latest") is not None
+    assert catalog.get("grok-4.7-latest") is not None
     assert catalog.get("gpt-5-nano") is None  # not a snapshot suffix: no guessing
     assert "gpt-4o" in catalog and "nope" not in catalog
 

@@ -140,7 +140,7 @@ PROFILES: dict[str, ProviderProfile] = {
             # Responses carries encrypted reasoning and the doom-loop check signal.
             backend=ApiBackend.RESPONSES,
             api_key_env="XAI_API_KEY",
-            default_model="grok-4",
+            default_model="grok-4.7",
             developer_role=False,
             reasoning_tokens_outside_completion=True,
             context_window_header=_XAI_CONTEXT_HEADER,
@@ -164,7 +164,7 @@ PROFILES: dict[str, ProviderProfile] = {
             base_url="https://api.deepseek.com/v1",
             backend=ApiBackend.CHAT_COMPLETIONS,
             api_key_env="DEEPSEEK_API_KEY",
-            default_model="deepseek-chat",
+            default_model="deepseek-flash",
             max_tokens_field="max_tokens",
             developer_role=False,
             reasoning_content_replay=True,
