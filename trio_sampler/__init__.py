@@ -34,9 +34,15 @@ from .doom_loop import DoomLoopPolicy as DoomLoopPolicy
 from .models import ModelCatalog as ModelCatalog
 from .providers import AuthScheme as AuthScheme
 from .providers import ProviderProfile as ProviderProfile
+from .routing import BreakerPolicy as BreakerPolicy
+from .routing import HedgePolicy as HedgePolicy
+from .routing import Route as Route
+from .routing import RouteCapabilities as RouteCapabilities
+from .routing import RoutingPolicy as RoutingPolicy
 from .types import IMAGE_STRIP_PLACEHOLDER as IMAGE_STRIP_PLACEHOLDER
 from .types import ApiBackend as ApiBackend
 from .types import Assistant as Assistant
+from .types import AttemptOutcome as AttemptOutcome
 from .types import AttemptRecord as AttemptRecord
 from .types import BackendToolCall as BackendToolCall
 from .types import BackendToolCallCompleted as BackendToolCallCompleted
@@ -103,11 +109,13 @@ __all__ = [
     "AgentStop",
     "ApiBackend",
     "Assistant",
+    "AttemptOutcome",
     "AttemptRecord",
     "AuthScheme",
     "BackendToolCall",
     "BackendToolCallCompleted",
     "BackendToolCallStarted",
+    "BreakerPolicy",
     "Cancelled",
     "ChannelToken",
     "CodeExecution",
@@ -121,6 +129,7 @@ __all__ = [
     "Failed",
     "FileSearch",
     "FirstToken",
+    "HedgePolicy",
     "HostedTool",
     "ImagePart",
     "ImagesStripped",
@@ -139,6 +148,9 @@ __all__ = [
     "ResponseSchema",
     "RetryPolicy",
     "Retrying",
+    "Route",
+    "RouteCapabilities",
+    "RoutingPolicy",
     "SamplerClosedError",
     "SamplerConfig",
     "SamplerHandle",

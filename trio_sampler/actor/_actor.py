@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any
 
@@ -37,6 +37,7 @@ from ..client import SamplingClient
 from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy
 from ..models import ModelCatalog
+from ..routing import Route, RouteSnapshot, RoutingPolicy
 from ..types import ConversationRequest, ConversationResponse
 from ._request_task import RequestRunner
 from ._stream import RequestState, RequestStream, open_request_channel
@@ -70,8 +71,10 @@ class _SamplerActor:
         nursery: trio.Nursery,
         *,
         max_buffered_batches: int,
+        routing: RoutingPolicy | None = None,
     ) -> None:
         self.config = config
+        self.routing = routing
         self.runner = runner
         self.nursery = nursery
         self.max_buffered_batches = max_buffered_batches
@@ -81,7 +84,11 @@ class _SamplerActor:
         self.closed = False
 
     def submit(
-        self, request_id: str, request: ConversationRequest, config: SamplerConfig | None
+        self,
+        request_id: str,
+        request: ConversationRequest,
+        config: SamplerConfig | None,
+        chain: tuple[Route, ...] | None = None,
     ) -> RequestStream:
         """Register the request and start its task. Synchronous: nothing between the
         request starting and the caller holding its stream can be interrupted."""
@@ -93,7 +100,12 @@ class _SamplerActor:
                 "per request (or omit it to get a generated one)"
             )
         send, receive, credits = open_request_channel(self.max_buffered_batches)
+        if config is None and chain is None and self.routing is not None:
+            chain = self.routing.routes
         config = config or self.config  # a snapshot: later updates don't apply
+        credentials = list(config.credentials(request.extra_headers.items()))
+        for route in chain or ():
+            credentials += route.config.credentials(request.extra_headers.items())
         state = RequestState(
             request_id=request_id,
             request=request,
@@ -103,7 +115,8 @@ class _SamplerActor:
             credits=credits,
             submitted_at=trio.current_time(),
             live=self.live,
-            redactor=redactor_for(config.credentials(request.extra_headers.items())),
+            redactor=redactor_for(tuple(credentials)),
+            chain=chain,
         )
         try:
             self.nursery.start_soon(self.serve, state, name=f"trio_sampler request {request_id}")
@@ -143,10 +156,14 @@ class SamplerHandle:
         *,
         config: SamplerConfig | None = None,
         request_id: str | None = None,
+        chain: Sequence[str] | None = None,
     ) -> RequestStream:
         """Start a request; returns its event stream at once (the request runs meanwhile).
 
-        ``config`` overrides the sampler's configuration for this request only.
+        ``config`` overrides the sampler's configuration for this request only (it then
+        goes to that endpoint alone, without routing). ``chain`` names the routes of the
+        sampler's :class:`~trio_sampler.routing.RoutingPolicy` this request runs along, in
+        order (default: the policy's chain); an unknown name raises ``ValueError``.
         Raises :class:`DuplicateRequestError` if ``request_id`` is still running, and
         :class:`SamplerClosedError` once the sampler is shutting down.
 
@@ -163,12 +180,43 @@ class SamplerHandle:
             raise TypeError(
                 f"config must be a SamplerConfig (or None), not {type(config).__name__}"
             )
+        routes = self._chain(chain, config)
         # The one checkpoint comes first: a cancellation lands before anything started.
         await trio.lowlevel.checkpoint()
-        return self._actor.submit(request_id or f"req_{uuid.uuid4().hex[:16]}", request, config)
+        return self._actor.submit(
+            request_id or f"req_{uuid.uuid4().hex[:16]}", request, config, routes
+        )
+
+    def _chain(
+        self, chain: Sequence[str] | None, config: SamplerConfig | None
+    ) -> tuple[Route, ...] | None:
+        if chain is None:
+            return None
+        routing = self._actor.routing
+        if routing is None:
+            raise ValueError(
+                "chain= names routes of the sampler's routing policy; open the sampler "
+                'with open_sampler(config, routing=RoutingPolicy([Route("primary", ...), ...]))'
+            )
+        if config is not None:
+            raise ValueError(
+                "pass either config= (one endpoint, no routing) or chain= (routes of the "
+                "sampler's routing policy), not both"
+            )
+        return routing.chain(chain)
+
+    async def route_stats(self) -> dict[str, RouteSnapshot]:
+        """Per route of the sampler's routing policy: its circuit's state and counters
+        (empty without routing), as they stand now."""
+        await trio.lowlevel.checkpoint()
+        return {name: state.snapshot() for name, state in self._actor.runner.routes.items()}
 
     async def submit_and_collect(
-        self, request: ConversationRequest, *, config: SamplerConfig | None = None
+        self,
+        request: ConversationRequest,
+        *,
+        config: SamplerConfig | None = None,
+        chain: Sequence[str] | None = None,
     ) -> ConversationResponse:
         """Run a request to its end and return the response.
 
@@ -176,7 +224,7 @@ class SamplerHandle:
         :class:`RequestCancelledError`. Cancelling the awaiting task cancels the request,
         and the call returns (raising ``trio.Cancelled``) only once the request is over.
         """
-        stream = await self.submit(request, config=config)
+        stream = await self.submit(request, config=config, chain=chain)
         async with stream:  # no checkpoint between submit returning and entering
             result = await stream.result()
         return result.unwrap()
@@ -221,6 +269,7 @@ def open_sampler(
     seed: int | None = None,
     models: ModelCatalog | None = None,
     admission: Admission | None = None,
+    routing: RoutingPolicy | None = None,
 ) -> AbstractAsyncContextManager[SamplerHandle]:
     """Run a sampler for the duration of the block: ``async with open_sampler(config) as
     sampler:``.
@@ -247,6 +296,10 @@ def open_sampler(
         admission: asked before every attempt and told after it (see
             :mod:`trio_sampler.admission`), e.g. limits shared by a fleet of processes
             (:class:`trio_sampler.fleet.FleetAdmission`); opened and closed with the sampler.
+        routing: run requests along a chain of routes, with fail-over, circuit breakers
+            and optional hedging (:class:`~trio_sampler.routing.RoutingPolicy`,
+            ``docs/routing.md``). ``config`` still bounds every request end to end with
+            its ``Timeouts.total``, and is what ``submit(config=...)`` overrides.
     """
     _check_type("config", config, SamplerConfig, "SamplerConfig(base_url=..., model=...)")
     _check_type("retry_policy", retry_policy, RetryPolicy | None, "RetryPolicy(max_retries=2)")
@@ -265,6 +318,12 @@ def open_sampler(
             "admission must be an Admission such as trio_sampler.fleet.FleetAdmission(...), "
             f"not a {type(admission).__name__}"
         )
+    _check_type(
+        "routing",
+        routing,
+        RoutingPolicy | None,
+        'RoutingPolicy([Route("primary", config), Route("fallback", other)])',
+    )
     return _open_sampler(
         config,
         retry_policy=retry_policy,
@@ -275,6 +334,7 @@ def open_sampler(
         seed=seed,
         models=models,
         admission=admission,
+        routing=routing,
     )
 
 
@@ -303,6 +363,7 @@ async def _open_sampler(
     seed: int | None,
     models: ModelCatalog | None,
     admission: Admission | None,
+    routing: RoutingPolicy | None,
 ) -> AsyncIterator[SamplerHandle]:
     rng = random.Random(seed)
     limiter = trio.CapacityLimiter(max_concurrency) if max_concurrency else None
@@ -318,11 +379,16 @@ async def _open_sampler(
             limiter=limiter,
             catalog=models if models is not None else ModelCatalog.load(),
             admission=gate,
+            routing=routing,
         )
         body_error: BaseException | None = None
         async with trio.open_nursery() as nursery:
             actor = _SamplerActor(
-                config, runner, nursery, max_buffered_batches=max_buffered_batches
+                config,
+                runner,
+                nursery,
+                max_buffered_batches=max_buffered_batches,
+                routing=routing,
             )
             try:
                 yield SamplerHandle(actor)

@@ -1,12 +1,23 @@
-"""Latency bookkeeping for one request, turned into :class:`RequestMetrics` at the end."""
+"""Latency and accounting for one request, turned into :class:`RequestMetrics` at the end."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
-from ..types import AttemptRecord, ConversationResponse, RequestMetrics, SamplingErrorInfo
+from ..types import (
+    AttemptOutcome,
+    AttemptRecord,
+    ConversationResponse,
+    RequestMetrics,
+    SamplingErrorInfo,
+    Usage,
+)
 
-__all__ = ["MetricsRecorder", "percentile"]
+__all__ = ["AttemptMetrics", "MetricsRecorder", "percentile", "sum_usage"]
+
+
+_CANCELLED = AttemptOutcome.CANCELLED
 
 
 def percentile(sorted_values: list[float], fraction: float) -> float:
@@ -15,40 +26,45 @@ def percentile(sorted_values: list[float], fraction: float) -> float:
     return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
-class MetricsRecorder:
-    """Times are ``trio.current_time()`` values; reported in ms from submit.
+def sum_usage(usages: list[Usage]) -> Usage | None:
+    """Field by field sum; ``None`` for an empty list."""
+    if not usages:
+        return None
+    return Usage(
+        input_tokens=sum(u.input_tokens for u in usages),
+        output_tokens=sum(u.output_tokens for u in usages),
+        cache_read_tokens=sum(u.cache_read_tokens for u in usages),
+        cache_write_tokens=sum(u.cache_write_tokens for u in usages),
+        reasoning_tokens=sum(u.reasoning_tokens for u in usages),
+    )
 
-    Per-attempt values (headers, first token, token arrival times) describe the attempt
-    that produced the terminal: earlier attempts' output was discarded.
-    """
 
-    def __init__(self, submitted_at: float) -> None:
-        self.submitted_at = submitted_at
-        self.attempts: list[AttemptRecord] = []
-        self._attempt_started = submitted_at
+class AttemptMetrics:
+    """The timings of one attempt (``trio.current_time()`` values). Hedged attempts run
+    side by side, so each attempt has its own."""
+
+    __slots__ = (
+        "first_token_at",
+        "headers_at",
+        "last_byte_at",
+        "model",
+        "number",
+        "route",
+        "started_at",
+        "token_count",
+        "token_times",
+    )
+
+    def __init__(self, number: int, started_at: float, route: str | None, model: str | None):
+        self.number = number
+        self.started_at = started_at
+        self.route = route
+        self.model = model
         self.headers_at: float | None = None
         self.first_token_at: float | None = None
         self.last_byte_at: float | None = None
         self.token_times: list[float] = []
         self.token_count = 0
-
-    def start_attempt(self, now: float) -> None:
-        self._attempt_started = now
-        self.headers_at = None
-        self.first_token_at = None
-        self.last_byte_at = None
-        self.token_times = []
-        self.token_count = 0
-
-    def end_attempt(self, now: float, error: SamplingErrorInfo | None) -> None:
-        self.attempts.append(
-            AttemptRecord(
-                attempt=len(self.attempts) + 1,
-                kind=None if error is None else error.kind,
-                status_code=None if error is None else error.status_code,
-                duration_ms=(now - self._attempt_started) * 1000.0,
-            )
-        )
 
     def tokens(self, now: float, count: int) -> None:
         """``count`` content events arrived in one network read at ``now``."""
@@ -57,23 +73,113 @@ class MetricsRecorder:
         self.token_times.append(now)
         self.token_count += count
 
+
+class MetricsRecorder:
+    """Times are ``trio.current_time()`` values; reported in ms from submit.
+
+    Every attempt is recorded (:class:`AttemptRecord`: route, outcome, timings, usage,
+    cost); the request's latency values (headers, first token, token gaps) describe the
+    attempt that produced the terminal, since earlier attempts' output was discarded.
+    """
+
+    def __init__(self, submitted_at: float) -> None:
+        self.submitted_at = submitted_at
+        self.attempts: list[AttemptRecord] = []
+        #: Attempts started and not yet ended.
+        self.open: list[AttemptMetrics] = []
+        #: The attempt whose timings the request reports.
+        self.current: AttemptMetrics | None = None
+        self.started = 0
+        self.skipped: list[tuple[str, str]] = []
+        self.route: str | None = None
+
+    def start_attempt(
+        self, now: float, route: str | None = None, model: str | None = None
+    ) -> AttemptMetrics:
+        self.started += 1
+        attempt = AttemptMetrics(self.started, now, route, model)
+        self.open.append(attempt)
+        self.current = attempt
+        return attempt
+
+    def end_attempt(
+        self,
+        attempt: AttemptMetrics,
+        now: float,
+        error: SamplingErrorInfo | None,
+        *,
+        outcome: AttemptOutcome | None = None,
+        usage: Usage | None = None,
+        cost_usd_ticks: int | None = None,
+    ) -> None:
+        if attempt in self.open:
+            self.open.remove(attempt)
+        if outcome is None:
+            outcome = AttemptOutcome.COMPLETED if error is None else AttemptOutcome.FAILED
+        self.attempts.append(self._record(attempt, now, error, outcome, usage, cost_usd_ticks))
+
+    def _record(
+        self,
+        attempt: AttemptMetrics,
+        now: float,
+        error: SamplingErrorInfo | None,
+        outcome: AttemptOutcome,
+        usage: Usage | None,
+        cost: int | None,
+    ) -> AttemptRecord:
+        return AttemptRecord(
+            attempt=attempt.number,
+            kind=None if error is None else error.kind,
+            status_code=None if error is None else error.status_code,
+            duration_ms=(now - attempt.started_at) * 1000.0,
+            outcome=outcome,
+            route=attempt.route,
+            model=attempt.model,
+            started_ms=(attempt.started_at - self.submitted_at) * 1000.0,
+            time_to_headers_ms=self._ms(attempt.headers_at),
+            time_to_first_token_ms=self._ms(attempt.first_token_at),
+            usage=usage,
+            cost_usd_ticks=cost,
+        )
+
+    def skip(self, route: str, reason: str) -> None:
+        """The chain passed over ``route`` without an attempt."""
+        self.skipped.append((route, reason))
+
     def _ms(self, at: float | None) -> float | None:
         return None if at is None else (at - self.submitted_at) * 1000.0
 
     def build(self, response: ConversationResponse | None) -> RequestMetrics:
-        gaps = sorted(
-            (later - earlier) * 1000.0
-            for earlier, later in zip(self.token_times, self.token_times[1:], strict=False)
+        """The metrics so far. Attempts still open (a cancel arriving now) are listed as
+        cancelled, their duration up to their last byte."""
+        attempts = sorted(
+            [
+                *self.attempts,
+                *(
+                    self._record(a, a.last_byte_at or a.started_at, None, _CANCELLED, None, None)
+                    for a in self.open
+                ),
+            ],
+            key=lambda record: record.attempt,
         )
+        current = self.current
+        times = current.token_times if current is not None else []
+        gaps = sorted((later - earlier) * 1000.0 for earlier, later in itertools.pairwise(times))
+        usages = [a.usage for a in attempts if a.usage is not None]
+        costs = [a.cost_usd_ticks for a in attempts if a.cost_usd_ticks is not None]
         return RequestMetrics(
-            time_to_headers_ms=self._ms(self.headers_at),
-            time_to_first_token_ms=self._ms(self.first_token_at),
-            time_to_last_byte_ms=self._ms(self.last_byte_at),
+            time_to_headers_ms=None if current is None else self._ms(current.headers_at),
+            time_to_first_token_ms=None if current is None else self._ms(current.first_token_at),
+            time_to_last_byte_ms=None if current is None else self._ms(current.last_byte_at),
             itl_p50_ms=percentile(gaps, 0.5) if gaps else None,
             itl_p99_ms=percentile(gaps, 0.99) if gaps else None,
             itl_max_ms=gaps[-1] if gaps else None,
-            chunk_count=self.token_count,
-            attempts=tuple(self.attempts),
+            chunk_count=0 if current is None else current.token_count,
+            attempts=tuple(attempts),
             usage=None if response is None else response.usage,
             cost_usd_ticks=None if response is None else response.cost_usd_ticks,
+            total_usage=sum_usage(usages),
+            total_cost_usd_ticks=sum(costs) if costs else None,
+            route=self.route,
+            skipped_routes=tuple(self.skipped),
         )

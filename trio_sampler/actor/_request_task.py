@@ -26,9 +26,21 @@ from ..client import SamplingClient, SamplingClientError
 from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy, TailRepetitionDetector, parse_trigger
 from ..models import ModelCatalog
-from ..retry import RetryAction, RetryBudget, classify
+from ..retry import Decision, RetryAction, RetryBudget, classify
+from ..routing import (
+    BREAKER_COUNTS,
+    BreakerState,
+    Route,
+    RouteAction,
+    RouteBreaker,
+    RouteState,
+    RoutingPolicy,
+    route_action,
+    unsupported_by,
+)
 from ..types import (
     ApiBackend,
+    AttemptOutcome,
     BackendToolCallCompleted,
     BackendToolCallStarted,
     Cancelled,
@@ -53,8 +65,8 @@ from ..types import (
 from ..wire import SSEDecodeError, SSEDecoder, StreamTransform, build_request, new_transform
 from ..wire._replay import decode_failure
 from ..wire.errors import internal_error
-from ._metrics import MetricsRecorder
-from ._stream import RequestState
+from ._metrics import AttemptMetrics
+from ._stream import RequestState, partial_output
 
 __all__ = ["RequestRunner"]
 
@@ -79,6 +91,93 @@ class _AttemptResult:
     doom_triggers: tuple[str, ...] = ()
 
 
+@attrs.frozen
+class _FailOver:
+    """A route gave up on the request and the routing table sends it on."""
+
+    error: SamplingErrorInfo
+    partial: ConversationResponse | None
+    #: The failed attempt had streamed output (the next route's ``Retrying`` discards it).
+    emitted: bool
+    action: RouteAction
+    #: After a context-length error: only a route with a larger window may follow.
+    min_window: int | None = None
+
+
+@attrs.frozen
+class _Skipped:
+    """The route's circuit refused the request before any attempt."""
+
+    reason: str
+
+
+@attrs.define(eq=False)
+class _Leg:
+    """One route of a request's chain (or the sampler's config alone, without routing)."""
+
+    route: Route | None
+    config: SamplerConfig
+    state: RouteState | None
+
+    @property
+    def name(self) -> str | None:
+        return None if self.route is None else self.route.name
+
+    @property
+    def available(self) -> bool:
+        """Could take an attempt (as far as can be told without asking the breaker)."""
+        breaker = None if self.state is None else self.state.breaker
+        return breaker is None or breaker.state is not BreakerState.OPEN
+
+    def blocked(self, now: float) -> str | None:
+        """Ask the breaker for an attempt: ``None`` if allowed, else why not."""
+        breaker = None if self.state is None else self.state.breaker
+        if breaker is None or breaker.allow(now):
+            return None
+        if breaker.state is BreakerState.HALF_OPEN:
+            return "its circuit is half open and another request is probing it"
+        return "its circuit is open"
+
+    def record(self, error: SamplingErrorInfo | None, now: float, attempt: AttemptMetrics) -> None:
+        """Tell the route's state how an attempt ended (breaker, counters, TTFT)."""
+        state = self.state
+        if state is None:
+            return
+        state.attempts += 1
+        if attempt.first_token_at is not None:
+            state.ttft_s.append(attempt.first_token_at - attempt.started_at)
+        breaker = state.breaker
+        if error is None:
+            state.completions += 1
+            if breaker is not None:
+                breaker.record_success(now)
+            return
+        state.failures += 1
+        if breaker is None:
+            return
+        if error.kind in _NOT_THE_ROUTES_FAULT:
+            breaker.record_abandoned(now)
+        elif route_action(error) in BREAKER_COUNTS:
+            breaker.record_failure(now)
+        else:  # the route answered (an invalid request, a content filter...): it is up
+            breaker.record_success(now)
+
+    def abandon(self, now: float) -> None:
+        breaker = None if self.state is None else self.state.breaker
+        if breaker is not None:
+            breaker.record_abandoned(now)
+
+
+# Failures that say nothing about the route's health either way.
+_NOT_THE_ROUTES_FAULT = frozenset(
+    {
+        SamplingErrorKind.INTERNAL,
+        SamplingErrorKind.FLEET_UNAVAILABLE,
+        SamplingErrorKind.DOOM_LOOP_DETECTED,
+    }
+)
+
+
 def _error(
     kind: SamplingErrorKind, message: str, *, retryable: bool, code: str
 ) -> SamplingErrorInfo:
@@ -98,8 +197,15 @@ class RequestRunner:
         limiter: trio.CapacityLimiter | None,
         catalog: ModelCatalog | None = None,
         admission: AdmissionGate | None = None,
+        routing: RoutingPolicy | None = None,
     ) -> None:
         self._client = client
+        self._routing = routing
+        #: Per route name: the state every request of the sampler shares.
+        self._routes: dict[str, RouteState] = {}
+        if routing is not None:
+            for route in routing.routes:
+                self._route_state(route)
         self._admission = admission
         self._catalog = catalog
         self._retry_policy = retry_policy
@@ -107,6 +213,11 @@ class RequestRunner:
         self._rng = rng
         self._limiter = limiter
         self._budgets: dict[tuple[float, float], RetryBudget] = {}
+
+    @property
+    def routes(self) -> dict[str, RouteState]:
+        """Per route name, the state shared by the sampler's requests."""
+        return self._routes
 
     def _budget(self, policy: RetryPolicy) -> RetryBudget | None:
         if policy.retry_budget_ratio is None:
@@ -139,7 +250,7 @@ class RequestRunner:
             # Without a recorded reason the cancel came from a scope enclosing the
             # sampler: a shutdown too.
             if terminal is None:
-                partial = self._priced(state.partial(), state.config)
+                partial = self._priced(state.partial(), state.serving)
                 terminal = Cancelled(
                     state.request_id,
                     state.cancel_reason or "the sampler was shut down",
@@ -150,9 +261,11 @@ class RequestRunner:
             state.finish(terminal)
 
     def _priced(
-        self, response: ConversationResponse | None, config: SamplerConfig
+        self, response: ConversationResponse | None, config: SamplerConfig | None
     ) -> ConversationResponse | None:
-        return None if response is None else self._with_cost(response, config)
+        if response is None or config is None:
+            return response
+        return self._with_cost(response, config)
 
     def _internal_error(self, state: RequestState, exc: Exception) -> Failed:
         return Failed(
@@ -163,19 +276,19 @@ class RequestRunner:
         )
 
     async def _run(self, state: RequestState) -> TerminalEvent:
-        """The slot wait and every attempt, under the one ``Timeouts.total`` deadline
-        counted from submit: waiting for a ``max_concurrency`` slot, backoff sleeps and a
-        consumer that stops reading all spend it."""
+        """The slot wait and every attempt on every route, under the one
+        ``Timeouts.total`` deadline counted from submit: waiting for a ``max_concurrency``
+        slot, backoff sleeps, fail-overs and a consumer that stops reading all spend it."""
         total = state.config.timeouts.total
         deadline = state.submitted_at + total if total else math.inf
         with trio.CancelScope(deadline=deadline) as total_scope:
             if self._limiter is not None:
                 async with self._limiter:
-                    return await self._attempts(state, state.metrics)
-            return await self._attempts(state, state.metrics)
+                    return await self._chain(state)
+            return await self._chain(state)
         # Only reached when the total deadline fired.
         assert total_scope.cancelled_caught
-        partial = self._priced(state.partial(), state.config) or state.last_partial
+        partial = self._priced(state.partial(), state.serving) or state.last_partial
         return Failed(
             state.request_id,
             _error(
@@ -198,8 +311,167 @@ class RequestRunner:
         cost = self._catalog.cost_ticks(model, response.usage) if model else None
         return response if cost is None else attrs.evolve(response, cost_usd_ticks=cost)
 
-    async def _attempts(self, state: RequestState, metrics: MetricsRecorder) -> TerminalEvent:
-        config = state.config
+    # -- the chain -----------------------------------------------------------------------
+
+    def _legs(self, state: RequestState) -> list[_Leg]:
+        if state.chain is None:
+            return [_Leg(None, state.config, None)]
+        return [_Leg(route, route.config, self._route_state(route)) for route in state.chain]
+
+    def _route_state(self, route: Route) -> RouteState:
+        found = self._routes.get(route.name)
+        if found is None or found.route is not route:
+            breaker = None
+            routing = self._routing
+            if routing is not None and routing.breaker is not None:
+                breaker = RouteBreaker(route.name, routing.breaker, routing.on_breaker_change)
+            found = self._routes[route.name] = RouteState(route, breaker)
+        return found
+
+    async def _chain(self, state: RequestState) -> TerminalEvent:
+        """Run the request along its chain of routes (one leg without routing): each
+        route until it serves the request, or the routing table sends the request on
+        (``trio_sampler.routing.ROUTING``), or ends it."""
+        legs = self._legs(state)
+        metrics = state.metrics
+        failure: _FailOver | None = None
+        for index, leg in enumerate(legs):
+            reason = self._unsuitable(leg, state.request, failure)
+            if reason is not None:
+                assert leg.route is not None  # a sampler without routing skips nothing
+                metrics.skip(leg.route.name, reason)
+                continue
+            later = [
+                other
+                for other in legs[index + 1 :]
+                if self._unsuitable(other, state.request, failure) is None and other.available
+            ]
+            result = await self._attempts(state, leg, failure, has_next=bool(later))
+            if isinstance(result, _Skipped):
+                assert leg.route is not None
+                metrics.skip(leg.route.name, result.reason)
+                continue
+            if isinstance(result, _FailOver):
+                failure = result
+                continue
+            return result
+        if failure is not None:
+            error = failure.error
+            if failure.action is RouteAction.LARGER_WINDOW:
+                error = attrs.evolve(
+                    error, message=f"{error.message} (no route with a larger context window)"
+                )
+            return Failed(state.request_id, error, failure.partial, metrics.build(failure.partial))
+        skipped = "; ".join(f"{name}: {why}" for name, why in metrics.skipped)
+        return Failed(
+            state.request_id,
+            _error(
+                SamplingErrorKind.OVERLOADED,
+                f"no route could take the request ({skipped})",
+                retryable=True,
+                code="no_route",
+            ),
+            None,
+            metrics.build(None),
+        )
+
+    @staticmethod
+    def _unsuitable(
+        leg: _Leg, request: ConversationRequest, failure: _FailOver | None
+    ) -> str | None:
+        """Why the chain passes over ``leg`` for this request (``None``: it does not)."""
+        if leg.route is None:
+            return None
+        reason = unsupported_by(leg.route, request)
+        if reason is not None:
+            return reason
+        if failure is not None and failure.min_window is not None:
+            window = leg.route.capabilities.context_window
+            if window is None or window <= failure.min_window:
+                return (
+                    f"its context window ({window or 'unknown'}) is not larger than "
+                    f"{failure.min_window} tokens, which the request exceeded"
+                )
+        return None
+
+    async def _fail_over(self, state: RequestState, failure: _FailOver, leg: _Leg) -> None:
+        """Tell the consumer the next attempt goes to ``leg`` (discarding what the failed
+        route streamed, if anything)."""
+        await self._emit_retry(
+            state,
+            state.metrics.started,
+            (self._retry_policy or leg.config.retry).max_retries,
+            failure.error,
+            0.0,
+            failure.emitted,
+            (),
+            leg.name,
+        )
+
+    def _routing_verdict(
+        self,
+        leg: _Leg,
+        error: SamplingErrorInfo,
+        result: _AttemptResult,
+        decision: Decision,
+        partial: ConversationResponse | None,
+        *,
+        has_next: bool,
+    ) -> _FailOver | None:
+        """The routing table's verdict after a failed attempt on a route: move on to the
+        next route (a :class:`_FailOver`), or ``None``: the retry policy decides."""
+        if leg.route is None:
+            return None
+        action = route_action(error)
+        if action is RouteAction.LARGER_WINDOW:
+            window = leg.route.capabilities.context_window or 0
+            return _FailOver(error, partial, result.emitted_output, action, min_window=window)
+        if action is RouteAction.SURFACE or not has_next:
+            return None
+        fail_over = _FailOver(error, partial, result.emitted_output, action)
+        if action is RouteAction.NEXT or decision.action is RetryAction.FAIL:
+            return fail_over
+        assert self._routing is not None
+        if decision.delay > self._routing.max_retry_wait_s:
+            return fail_over
+        if leg.blocked(trio.current_time()) is not None:  # the circuit opened meanwhile
+            return fail_over
+        return None
+
+    def _end_cancelled(
+        self, state: RequestState, leg: _Leg, attempt: AttemptMetrics, config: SamplerConfig
+    ) -> None:
+        """An attempt cut short by the request's cancel or total timeout: recorded with
+        the usage it had reached; the route is not blamed. Synchronous (it runs while
+        the request is being cancelled)."""
+        partial = self._priced(partial_output(state.transform), config)
+        state.metrics.end_attempt(
+            attempt,
+            trio.current_time(),
+            None,
+            outcome=AttemptOutcome.CANCELLED,
+            usage=None if partial is None else partial.usage,
+            cost_usd_ticks=None if partial is None else partial.cost_usd_ticks,
+        )
+        leg.abandon(trio.current_time())
+
+    # -- one route -----------------------------------------------------------------------
+
+    async def _attempts(
+        self,
+        state: RequestState,
+        leg: _Leg,
+        failure: _FailOver | None,
+        *,
+        has_next: bool,
+    ) -> TerminalEvent | _FailOver | _Skipped:
+        """Attempts on one route: its retry policy, then the routing table's verdict.
+
+        ``has_next``: another route could take the request after this one (without
+        routing, never: the retry policy alone decides, as it always has)."""
+        config = leg.config
+        state.serving = config
+        metrics = state.metrics
         policy = self._retry_policy or config.retry
         budget = self._budget(policy)
         request = state.request
@@ -210,12 +482,21 @@ class RequestRunner:
         doom_max = self._doom.max_resamples
         if not self._doom.enabled or policy.max_retries == 0:
             doom_max = 0
-        if budget is not None:
+        if budget is not None and failure is None:
             budget.record_request(trio.current_time())
         last_partial: ConversationResponse | None = None
+        model = request.model or config.model
         while True:
+            if retries + resamples == 0:
+                # The breaker is asked once per route (a half-open circuit admits one
+                # probe); a retry on the route asks again in ``_routing_verdict``.
+                blocked = leg.blocked(trio.current_time())
+                if blocked is not None:
+                    return _Skipped(blocked)
+                if failure is not None:
+                    await self._fail_over(state, failure, leg)
             armed = resamples < doom_max
-            metrics.start_attempt(trio.current_time())
+            attempt_metrics = metrics.start_attempt(trio.current_time(), leg.name, model)
             admitted: list[object] = []
             result = None
             try:
@@ -223,22 +504,40 @@ class RequestRunner:
                     state,
                     request,
                     config,
-                    metrics,
+                    attempt_metrics,
                     armed=armed,
-                    attempt=retries + resamples + 1,
+                    attempt=metrics.started,
                     admitted=admitted,
                 )
             finally:
                 if admitted:
                     await self._settle(admitted[0], state, result)
-            metrics.end_attempt(trio.current_time(), result.error)
-            if result.response is not None:
-                response = self._with_cost(result.response, config)
-                return Completed(state.request_id, response, metrics.build(response))
+                if result is None:  # cancelled: the request's cancel or its total timeout
+                    self._end_cancelled(state, leg, attempt_metrics, config)
             error = result.error
+            usage_from = result.response if result.response is not None else result.partial
+            priced = self._priced(usage_from, config)
+            metrics.end_attempt(
+                attempt_metrics,
+                trio.current_time(),
+                error,
+                usage=None if priced is None else priced.usage,
+                cost_usd_ticks=None if priced is None else priced.cost_usd_ticks,
+            )
+            leg.record(error, trio.current_time(), attempt_metrics)
+            if result.response is not None:
+                assert priced is not None
+                metrics.route = leg.name
+                return Completed(
+                    state.request_id,
+                    priced,
+                    metrics.build(priced),
+                    route=leg.name,
+                    model=priced.model or model,
+                )
             assert error is not None
             # A partial is billed too: priced like a response.
-            last_partial = state.last_partial = self._priced(result.partial, config)
+            last_partial = state.last_partial = priced
             if error.kind is SamplingErrorKind.DOOM_LOOP_DETECTED and armed:
                 resamples += 1
                 await self._emit_retry(
@@ -249,6 +548,7 @@ class RequestRunner:
                     self._rng.uniform(0.0, 0.25),
                     result.emitted_output,
                     result.doom_triggers,
+                    leg.name,
                 )
                 continue
             if result.emitted_output and not policy.retry_mid_stream:
@@ -276,9 +576,21 @@ class RequestRunner:
                 await state.emit([ImagesStripped(state.request_id, urls, reason)])
                 retries += 1
                 await self._emit_retry(
-                    state, retries, policy.max_retries, error, 0.0, result.emitted_output, ()
+                    state,
+                    retries,
+                    policy.max_retries,
+                    error,
+                    0.0,
+                    result.emitted_output,
+                    (),
+                    leg.name,
                 )
                 continue
+            fail_over = self._routing_verdict(
+                leg, error, result, decision, last_partial, has_next=has_next
+            )
+            if fail_over is not None:
+                return fail_over
             if decision.action is RetryAction.FAIL:
                 return Failed(state.request_id, error, last_partial, metrics.build(last_partial))
             if budget is not None and not budget.try_spend(trio.current_time()):
@@ -308,6 +620,7 @@ class RequestRunner:
                 decision.delay,
                 result.emitted_output,
                 (),
+                leg.name,
             )
 
     async def _settle(
@@ -335,6 +648,7 @@ class RequestRunner:
         delay: float,
         discard: bool,
         triggers: tuple[str, ...],
+        route: str | None = None,
     ) -> None:
         # The attempt's partial output is discarded once the Retrying is handed over.
         await state.emit_retry(
@@ -348,6 +662,7 @@ class RequestRunner:
                     delay,
                     discard,
                     triggers,
+                    route,
                 )
             ]
         )
@@ -360,7 +675,7 @@ class RequestRunner:
         state: RequestState,
         request: ConversationRequest,
         config: SamplerConfig,
-        metrics: MetricsRecorder,
+        metrics: AttemptMetrics,
         *,
         armed: bool,
         attempt: int,

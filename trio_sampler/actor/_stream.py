@@ -49,6 +49,7 @@ from ._metrics import MetricsRecorder
 
 if TYPE_CHECKING:
     from ..config import SamplerConfig
+    from ..routing import Route
     from ..wire import StreamTransform
 
 __all__ = ["RequestCancelledError", "RequestStream"]
@@ -118,6 +119,10 @@ class RequestState:
     #: Batches handed to the channel, and taken out of it by the consumer.
     sent: int = 0
     read: int = 0
+    #: The routes the request runs along (``None``: the sampler's config alone).
+    chain: tuple[Route, ...] | None = None
+    #: The config of the route in use (prices the partial output of a cancel).
+    serving: SamplerConfig | None = None
     #: The partial output of the last failed attempt (reported by a total timeout).
     last_partial: ConversationResponse | None = None
     #: ``(batch number of a Retrying, the transform it discarded)``: until the consumer

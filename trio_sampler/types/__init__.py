@@ -32,6 +32,7 @@ from ._conversation import UsageViolation as UsageViolation
 from ._conversation import User as User
 from ._conversation import WebFetch as WebFetch
 from ._conversation import WebSearch as WebSearch
+from ._events import AttemptOutcome as AttemptOutcome
 from ._events import AttemptRecord as AttemptRecord
 from ._events import BackendToolCallCompleted as BackendToolCallCompleted
 from ._events import BackendToolCallStarted as BackendToolCallStarted
@@ -61,6 +62,7 @@ __all__ = [
     "IMAGE_STRIP_PLACEHOLDER",
     "ApiBackend",
     "Assistant",
+    "AttemptOutcome",
     "AttemptRecord",
     "BackendToolCall",
     "BackendToolCallCompleted",

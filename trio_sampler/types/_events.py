@@ -34,6 +34,7 @@ import attrs
 from ._conversation import BackendToolCall, ConversationResponse, Reasoning, ToolCall, Usage
 
 __all__ = [
+    "AttemptOutcome",
     "AttemptRecord",
     "BackendToolCallCompleted",
     "BackendToolCallStarted",
@@ -145,14 +146,40 @@ class StripReason(enum.Enum):
     PAYLOAD_HEURISTIC = "payload_heuristic"
 
 
+class AttemptOutcome(enum.Enum):
+    """How one attempt ended."""
+
+    #: It produced the request's ``Completed``.
+    COMPLETED = "completed"
+    #: It failed (``AttemptRecord.kind`` says how); a retry or another route may follow.
+    FAILED = "failed"
+    #: It was cut short by the request's cancel or its ``Timeouts.total``.
+    CANCELLED = "cancelled"
+    #: A hedged attempt that lost the race and was cancelled.
+    LOST_HEDGE = "lost_hedge"
+
+
 @attrs.frozen
 class AttemptRecord:
-    """One attempt of a request: how it ended (``kind`` ``None`` = success)."""
+    """One attempt of a request: where it went, how it ended (``kind`` ``None`` = no
+    error), and what it cost. Failed and cancelled attempts are billed too: their
+    ``usage`` is what the server reported (or counted) before the end."""
 
     attempt: int
     kind: SamplingErrorKind | None
     status_code: int | None = None
     duration_ms: float = 0.0
+    outcome: AttemptOutcome = AttemptOutcome.COMPLETED
+    #: The route's name (``None`` for a sampler without routing).
+    route: str | None = None
+    #: The model asked for (the route's or the request's).
+    model: str | None = None
+    #: Milliseconds from submit to the attempt's start, its headers and first content.
+    started_ms: float = 0.0
+    time_to_headers_ms: float | None = None
+    time_to_first_token_ms: float | None = None
+    usage: Usage | None = None
+    cost_usd_ticks: int | None = None
 
 
 @attrs.frozen
@@ -171,8 +198,18 @@ class RequestMetrics:
     itl_max_ms: float | None = None
     chunk_count: int = 0
     attempts: tuple[AttemptRecord, ...] = ()
+    #: The usage and cost of the response delivered (``Completed``), or of the partial.
     usage: Usage | None = None
     cost_usd_ticks: int | None = None
+    #: The sum over every attempt (retries, fail-overs and lost hedges included): what the
+    #: request was billed. ``None`` when no attempt reported usage (or cost).
+    total_usage: Usage | None = None
+    total_cost_usd_ticks: int | None = None
+    #: The route that served the response (``None`` without routing or without one).
+    route: str | None = None
+    #: Routes the chain passed over without an attempt, with why (an open circuit, a
+    #: capability the request needs), in order.
+    skipped_routes: tuple[tuple[str, str], ...] = ()
 
 
 # ---------------------------------------------------------------------------
@@ -303,6 +340,8 @@ class Retrying:
     delay: float
     discard_partial: bool
     doom_loop_triggers: tuple[str, ...] = ()
+    #: The route the next attempt goes to (``None`` without routing).
+    route: str | None = None
 
 
 @attrs.frozen
@@ -316,11 +355,16 @@ class ImagesStripped:
 
 @attrs.frozen
 class Completed:
-    """Terminal: the request finished. ``metrics`` is ``None`` outside the actor (replay)."""
+    """Terminal: the request finished. ``metrics`` is ``None`` outside the actor (replay).
+
+    ``route`` and ``model`` name what served it: the route (``None`` without routing) and
+    the model (the server's name for it, else the one asked for)."""
 
     request_id: str
     response: ConversationResponse
     metrics: RequestMetrics | None = None
+    route: str | None = None
+    model: str | None = None
 
 
 @attrs.frozen

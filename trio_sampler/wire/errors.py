@@ -421,6 +421,10 @@ def _status_kind(
     if 400 <= status < 500:
         if (code or "").lower() == "context_length_exceeded" or is_context_length_message(message):
             return (SamplingErrorKind.CONTEXT_LENGTH_EXCEEDED, False)
+        if _code_kind(None, code, None) is SamplingErrorKind.CONTENT_FILTER:
+            # OpenAI and Azure send the filter's verdict as a 400 whose code names it (its
+            # type is the generic invalid_request_error): a verdict, not a malformed request.
+            return (SamplingErrorKind.CONTENT_FILTER, False)
         return (SamplingErrorKind.INVALID_REQUEST, False)
     if status >= 500:
         if status in (525, 526):

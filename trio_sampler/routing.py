@@ -1,0 +1,651 @@
+"""Routing: fallback chains, the per-error routing table, circuit breakers and hedging.
+
+A sampler opened with ``open_sampler(config, routing=RoutingPolicy([...]))`` runs each
+request along an ordered chain of :class:`Route` values: each a full
+:class:`~trio_sampler.config.SamplerConfig` (backend, address, model, key, its own retry
+policy and timeouts) plus the :class:`RouteCapabilities` the chain uses to skip a route
+that cannot carry the request. The neutral conversation is rendered again for every
+route, so backends may differ along a chain.
+
+Everything in this module is data and pure functions: the routing table
+(:data:`ROUTING`, :func:`route_action`), the breaker's state machine
+(:class:`CircuitBreaker`, which takes the time as an argument) and the hedge delay
+(:func:`hedge_delay`). The actor applies them; ``docs/routing.md`` is the narrative.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Final, Protocol
+
+import attrs
+
+from .config import SamplerConfig
+from .types import Assistant, ConversationRequest, SamplingErrorInfo, SamplingErrorKind, User
+
+__all__ = [
+    "ROUTING",
+    "BreakerPolicy",
+    "BreakerState",
+    "BreakerTransition",
+    "CircuitBreaker",
+    "HedgePolicy",
+    "Route",
+    "RouteAction",
+    "RouteBreaker",
+    "RouteCapabilities",
+    "RouteSnapshot",
+    "RouteState",
+    "RoutingPolicy",
+    "RoutingRow",
+    "hedge_delay",
+    "route_action",
+    "unsupported_by",
+]
+
+
+# -- routes ----------------------------------------------------------------------------
+
+
+def _check_window(_instance: object, _attribute: object, value: int | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            "RouteCapabilities.context_window is the route's context window in tokens, "
+            f"e.g. context_window=200_000 (or None if unknown); got {value!r}"
+        )
+
+
+def _check_flag(name: str) -> Callable[[Any, Any, Any], None]:
+    def check(_instance: Any, _attribute: Any, value: Any) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(
+                f"RouteCapabilities.{name} is True or False, e.g. {name}=True; got {value!r}"
+            )
+
+    return check
+
+
+@attrs.frozen
+class RouteCapabilities:
+    """What a route can carry. The chain skips a route that cannot carry a request.
+
+    * ``accepts_prefill`` (False): the target continues a trailing assistant message
+      (Anthropic Messages does; OpenAI's APIs do not). Only then may a stream cut mid-answer
+      be *continued* on this route instead of restarted (``RoutingPolicy.continue_by_prefill``).
+    * ``context_window`` (None = unknown): tokens. After a context-length error the chain
+      moves on only to a route that declares a larger window than the route that refused.
+    * ``hosted_tools`` (True): the route runs server-side tools (web search, code
+      execution...). A request with hosted tools skips a route that declares False.
+    * ``images`` (True): the route accepts image input. A request with images skips a
+      route that declares False.
+    """
+
+    accepts_prefill: bool = attrs.field(default=False, validator=_check_flag("accepts_prefill"))
+    context_window: int | None = attrs.field(default=None, validator=_check_window)
+    hosted_tools: bool = attrs.field(default=True, validator=_check_flag("hosted_tools"))
+    images: bool = attrs.field(default=True, validator=_check_flag("images"))
+
+
+def _check_name(_instance: Any, _attribute: Any, value: Any) -> None:
+    if not isinstance(value, str) or not value.strip() or value != value.strip():
+        raise ValueError(
+            f"a Route's name is a short non-empty label without surrounding spaces, e.g. "
+            f'Route("primary", config); got {value!r}'
+        )
+
+
+def _check_config(_instance: Any, _attribute: Any, value: Any) -> None:
+    if not isinstance(value, SamplerConfig):
+        raise TypeError(
+            'a Route\'s config is a SamplerConfig, e.g. Route("primary", '
+            f"SamplerConfig(base_url=..., model=...)); got a {type(value).__name__}"
+        )
+
+
+def _check_capabilities(_instance: Any, _attribute: Any, value: Any) -> None:
+    if not isinstance(value, RouteCapabilities):
+        raise TypeError(
+            "capabilities must be a RouteCapabilities, e.g. "
+            f"RouteCapabilities(context_window=200_000); got a {type(value).__name__}"
+        )
+
+
+@attrs.frozen
+class Route:
+    """One target of a chain: a name (in metrics, events and logs), its configuration
+    (its own retry policy and timeouts included) and what it can carry."""
+
+    name: str = attrs.field(validator=_check_name)
+    config: SamplerConfig = attrs.field(validator=_check_config, repr=False)
+    capabilities: RouteCapabilities = attrs.field(
+        factory=RouteCapabilities, validator=_check_capabilities
+    )
+
+
+def unsupported_by(route: Route, request: ConversationRequest) -> str | None:
+    """Why ``route`` cannot carry ``request`` (``None``: it can). Pure."""
+    capabilities = route.capabilities
+    if not capabilities.hosted_tools and request.hosted_tools:
+        return "the request uses hosted tools and the route declares hosted_tools=False"
+    if not capabilities.images and _has_images(request):
+        return "the request has images and the route declares images=False"
+    return None
+
+
+def _has_images(request: ConversationRequest) -> bool:
+    return any(
+        (isinstance(item, User) and item.images) or getattr(item, "images", ())
+        for item in request.items
+    )
+
+
+def ends_in_prefill(request: ConversationRequest) -> bool:
+    """The request's last item is an assistant turn with text (a prefill)."""
+    return (
+        bool(request.items)
+        and isinstance(last := request.items[-1], Assistant)
+        and bool(last.content)
+    )
+
+
+# -- the routing table -----------------------------------------------------------------
+
+
+class RouteAction(enum.Enum):
+    """What a failed attempt means for the chain (see :data:`ROUTING`)."""
+
+    #: Retry on this route within its own ``RetryPolicy``; when that gives up, the next
+    #: route takes over.
+    RETRY_THEN_NEXT = "retry_then_next"
+    #: Do not retry this route: the next route takes over at once. On the last route of
+    #: the chain, the route's ``RetryPolicy`` decides as if there were no chain.
+    NEXT = "next"
+    #: The next route that declares a larger ``context_window`` than this one; if none,
+    #: surface the error (the caller compacts the conversation).
+    LARGER_WINDOW = "larger_window"
+    #: Never fail over: the request ends with this error (the provider's reason kept).
+    SURFACE = "surface"
+
+
+@attrs.frozen
+class RoutingRow:
+    """One row of the routing table: errors of ``kind`` (and ``code``, if set) → ``action``."""
+
+    kind: SamplingErrorKind
+    code: str | None
+    action: RouteAction
+    why: str
+
+
+_A = RouteAction
+_K = SamplingErrorKind
+
+#: The one routing table: first row matching ``(kind, error_code)`` wins; rows with a code
+#: come before their kind's general row. Every kind has a general row (a test checks it).
+ROUTING: Final[tuple[RoutingRow, ...]] = (
+    RoutingRow(_K.IDLE_TIMEOUT, "total_timeout", _A.SURFACE, "the whole-call budget is spent"),
+    RoutingRow(
+        _K.IDLE_TIMEOUT,
+        None,
+        _A.NEXT,
+        "a silent route (no headers, no first token, or a stall) costs a full timeout per "
+        "try: fail over after the first",
+    ),
+    RoutingRow(
+        _K.RATE_LIMITED,
+        "insufficient_quota",
+        _A.NEXT,
+        "this key's quota is spent; another route's key may not be",
+    ),
+    RoutingRow(_K.RATE_LIMITED, None, _A.RETRY_THEN_NEXT, "busy: a short retry, then elsewhere"),
+    RoutingRow(_K.OVERLOADED, None, _A.RETRY_THEN_NEXT, "busy: a short retry, then elsewhere"),
+    RoutingRow(_K.API, None, _A.RETRY_THEN_NEXT, "a server error (5xx with a provider body)"),
+    RoutingRow(_K.HTTP, None, _A.RETRY_THEN_NEXT, "a server or proxy error (5xx, 408, 409)"),
+    RoutingRow(_K.TRANSPORT, None, _A.RETRY_THEN_NEXT, "connect, TLS or read failure, cut"),
+    RoutingRow(_K.SERIALIZATION, None, _A.RETRY_THEN_NEXT, "a malformed stream"),
+    RoutingRow(_K.EMPTY_RESPONSE, None, _A.RETRY_THEN_NEXT, "no text and no tool calls"),
+    RoutingRow(
+        _K.DOOM_LOOP_DETECTED,
+        None,
+        _A.RETRY_THEN_NEXT,
+        "resampled on the route first (DoomLoopPolicy), then elsewhere",
+    ),
+    RoutingRow(
+        _K.CONTEXT_LENGTH_EXCEEDED,
+        None,
+        _A.LARGER_WINDOW,
+        "only a larger window can carry it; else the caller compacts",
+    ),
+    RoutingRow(_K.CONTENT_FILTER, None, _A.SURFACE, "the provider's verdict on the content"),
+    RoutingRow(_K.AUTH, None, _A.SURFACE, "a credential to fix, not a fault to route around"),
+    RoutingRow(_K.INVALID_REQUEST, None, _A.SURFACE, "the request itself is wrong"),
+    RoutingRow(
+        _K.PAYLOAD_TOO_LARGE, None, _A.SURFACE, "images stripped on the route first; then too big"
+    ),
+    RoutingRow(
+        _K.MAX_TOKENS_TRUNCATION, None, _A.SURFACE, "the output cap was reached: the caller's"
+    ),
+    RoutingRow(
+        _K.FLEET_UNAVAILABLE, None, _A.SURFACE, "the shared limiter is down: nothing was sent"
+    ),
+    RoutingRow(_K.INTERNAL, None, _A.SURFACE, "a bug of ours is never routed around"),
+)
+
+_BY_KEY: Mapping[tuple[SamplingErrorKind, str | None], RouteAction] = MappingProxyType(
+    {(row.kind, row.code): row.action for row in ROUTING}
+)
+
+
+def route_action(error: SamplingErrorInfo) -> RouteAction:
+    """The routing table's verdict on ``error`` (its code's row, else its kind's)."""
+    code = (error.error_code or "").lower() or None
+    action = _BY_KEY.get((error.kind, code))
+    return action if action is not None else _BY_KEY[(error.kind, None)]
+
+
+#: Failures that count against a route's breaker: the route, not the request, is at fault.
+BREAKER_COUNTS: Final[frozenset[RouteAction]] = frozenset(
+    {RouteAction.RETRY_THEN_NEXT, RouteAction.NEXT}
+)
+
+
+# -- the circuit breaker ---------------------------------------------------------------
+
+
+class BreakerState(enum.Enum):
+    """A route's circuit: closed (in use), open (routed around), half open (one probe)."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+def _check_positive(name: str) -> Callable[[Any, Any, Any], None]:
+    def check(_instance: Any, _attribute: Any, value: Any) -> None:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value <= 0
+        ):
+            raise ValueError(f"BreakerPolicy.{name} must be a positive number; got {value!r}")
+
+    return check
+
+
+def _check_count(owner: str, name: str) -> Callable[[Any, Any, Any], None]:
+    def check(_instance: Any, _attribute: Any, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{owner}.{name} must be a whole number >= 1; got {value!r}")
+
+    return check
+
+
+@attrs.frozen
+class BreakerPolicy:
+    """When a route's circuit opens, and how it is probed (``docs/routing.md``).
+
+    * Opens after ``consecutive_failures`` (5) failed attempts in a row, or when at least
+      ``min_attempts`` (10) attempts ended within the last ``window_s`` (30 s) and at
+      least ``failure_ratio`` (0.5) of them failed.
+    * Open for ``open_s`` (5 s); then half open: the next attempt is the one probe (other
+      requests keep routing around it). A probe that succeeds closes the circuit; one that
+      fails opens it again for ``backoff`` (2) times as long, at most ``max_open_s``
+      (30 s): 5, 10, 20, 30, 30 ... seconds. So a route that recovers is back in use
+      within ``max_open_s`` plus one request interval, and is never probed by more than
+      one request at a time.
+
+    Only failures the routing table blames on the route count (5xx, 429, transport,
+    timeouts, malformed streams); an invalid request, a content filter or a
+    context-length error does not.
+    """
+
+    consecutive_failures: int = attrs.field(
+        default=5, validator=_check_count("BreakerPolicy", "consecutive_failures")
+    )
+    failure_ratio: float = 0.5
+    window_s: float = attrs.field(default=30.0, validator=_check_positive("window_s"))
+    min_attempts: int = attrs.field(
+        default=10, validator=_check_count("BreakerPolicy", "min_attempts")
+    )
+    open_s: float = attrs.field(default=5.0, validator=_check_positive("open_s"))
+    backoff: float = 2.0
+    max_open_s: float = attrs.field(default=30.0, validator=_check_positive("max_open_s"))
+
+    def __attrs_post_init__(self) -> None:
+        ratio = self.failure_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
+            raise ValueError(
+                "BreakerPolicy.failure_ratio is a fraction in (0, 1], e.g. failure_ratio=0.5; "
+                f"got {ratio!r}"
+            )
+        backoff = self.backoff
+        if isinstance(backoff, bool) or not isinstance(backoff, int | float) or backoff < 1:
+            raise ValueError(
+                f"BreakerPolicy.backoff is a factor >= 1, e.g. backoff=2.0; got {backoff!r}"
+            )
+        if self.max_open_s < self.open_s:
+            raise ValueError(
+                f"BreakerPolicy.max_open_s ({self.max_open_s}) must be >= open_s ({self.open_s})"
+            )
+
+
+@attrs.frozen
+class BreakerTransition:
+    """A route's circuit changed state (given to ``RoutingPolicy.on_breaker_change``)."""
+
+    route: str
+    old: BreakerState
+    new: BreakerState
+    #: ``trio.current_time()`` of the change.
+    at: float
+    #: While open: how long until the next probe is allowed, in seconds.
+    open_for_s: float | None = None
+
+
+class CircuitBreaker(Protocol):
+    """The breaker interface the actor uses. The state may live elsewhere (a fleet could
+    share it across processes); every method takes the time on trio's clock."""
+
+    @property
+    def state(self) -> BreakerState: ...
+
+    def allow(self, now: float) -> bool:
+        """May an attempt go to this route now? In half open, True for one probe at a time."""
+        ...
+
+    def record_success(self, now: float) -> None: ...
+
+    def record_failure(self, now: float) -> None: ...
+
+    def record_abandoned(self, now: float) -> None:
+        """An allowed attempt ended without a verdict (cancelled, or a failure the route is
+        not blamed for): a probe's slot is free again."""
+        ...
+
+
+class RouteBreaker:
+    """The in-process :class:`CircuitBreaker` (see :class:`BreakerPolicy` for the rules).
+
+    Pure: it never reads a clock. ``on_change`` is called with each
+    :class:`BreakerTransition`, synchronously.
+    """
+
+    def __init__(
+        self,
+        route: str,
+        policy: BreakerPolicy,
+        on_change: Callable[[BreakerTransition], None] | None = None,
+    ) -> None:
+        self.route = route
+        self.policy = policy
+        self._on_change = on_change
+        self._state = BreakerState.CLOSED
+        self._consecutive = 0
+        #: ``(time, failed)`` of attempts ended within the window.
+        self._recent: collections.deque[tuple[float, bool]] = collections.deque()
+        self._open_for = policy.open_s
+        self._opened_at = 0.0
+        self._probing = False
+        #: How many times the circuit opened (metrics).
+        self.opened = 0
+
+    @property
+    def state(self) -> BreakerState:
+        return self._state
+
+    def reopens_in(self, now: float) -> float:
+        """Seconds until a probe is allowed (0 unless open)."""
+        if self._state is not BreakerState.OPEN:
+            return 0.0
+        return max(0.0, self._opened_at + self._open_for - now)
+
+    def allow(self, now: float) -> bool:
+        if self._state is BreakerState.OPEN and now >= self._opened_at + self._open_for:
+            self._move(BreakerState.HALF_OPEN, now)
+        if self._state is BreakerState.CLOSED:
+            return True
+        if self._state is BreakerState.HALF_OPEN and not self._probing:
+            self._probing = True
+            return True
+        return False
+
+    def record_success(self, now: float) -> None:
+        self._note(now, failed=False)
+        self._consecutive = 0
+        if self._state is not BreakerState.CLOSED:
+            self._probing = False
+            self._open_for = self.policy.open_s
+            self._recent.clear()
+            self._move(BreakerState.CLOSED, now)
+
+    def record_failure(self, now: float) -> None:
+        self._note(now, failed=True)
+        self._consecutive += 1
+        if self._state is BreakerState.HALF_OPEN:
+            self._probing = False
+            self._open_for = min(self.policy.max_open_s, self._open_for * self.policy.backoff)
+            self._open(now)
+        elif self._state is BreakerState.CLOSED and self._tripped():
+            self._open_for = self.policy.open_s
+            self._open(now)
+
+    def record_abandoned(self, now: float) -> None:
+        if self._state is BreakerState.HALF_OPEN:
+            self._probing = False
+
+    def _tripped(self) -> bool:
+        policy = self.policy
+        if self._consecutive >= policy.consecutive_failures:
+            return True
+        if len(self._recent) < policy.min_attempts:
+            return False
+        failures = sum(1 for _, failed in self._recent if failed)
+        return failures >= policy.failure_ratio * len(self._recent)
+
+    def _note(self, now: float, *, failed: bool) -> None:
+        recent = self._recent
+        recent.append((now, failed))
+        horizon = now - self.policy.window_s
+        while recent and recent[0][0] < horizon:
+            recent.popleft()
+
+    def _open(self, now: float) -> None:
+        self._opened_at = now
+        self.opened += 1
+        self._move(BreakerState.OPEN, now)
+
+    def _move(self, new: BreakerState, now: float) -> None:
+        old, self._state = self._state, new
+        if self._on_change is not None and (old is not new or new is BreakerState.OPEN):
+            open_for = self._open_for if new is BreakerState.OPEN else None
+            self._on_change(BreakerTransition(self.route, old, new, now, open_for))
+
+
+# -- hedging ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class HedgePolicy:
+    """Hedged attempts (opt-in): when an attempt has produced no content after the hedge
+    delay, a second attempt starts beside it; the first to produce content wins and the
+    other is cancelled (its usage, if any, is accounted).
+
+    * ``delay_s``: a fixed hedge delay in seconds; or
+    * ``percentile`` (e.g. 0.95): the delay is that percentile of the route's recent times
+      to first token (the last ``window`` attempts, at least ``min_samples`` of them;
+      ``delay_s`` is used until then, and is required as that fallback).
+    * ``next_route`` (False): the hedge goes to the next route of the chain when there is
+      one, instead of the same route.
+    """
+
+    delay_s: float = attrs.field(validator=_check_positive("delay_s"))
+    percentile: float | None = None
+    window: int = attrs.field(default=200, validator=_check_count("HedgePolicy", "window"))
+    min_samples: int = attrs.field(default=20, validator=_check_count("HedgePolicy", "min_samples"))
+    next_route: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        p = self.percentile
+        if p is not None and (
+            isinstance(p, bool) or not isinstance(p, int | float) or not 0 < p < 1
+        ):
+            raise ValueError(
+                f"HedgePolicy.percentile is a fraction in (0, 1), e.g. percentile=0.95; got {p!r}"
+            )
+
+
+def hedge_delay(policy: HedgePolicy, recent_ttft_s: Sequence[float]) -> float:
+    """The hedge delay given the route's recent times to first token. Pure."""
+    if policy.percentile is None or len(recent_ttft_s) < policy.min_samples:
+        return policy.delay_s
+    ordered = sorted(recent_ttft_s)
+    rank = max(1, math.ceil(policy.percentile * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+# -- the policy ------------------------------------------------------------------------
+
+
+def _routes(value: Iterable[Route]) -> tuple[Route, ...]:
+    if isinstance(value, Route | SamplerConfig | str | bytes):
+        raise TypeError(
+            "RoutingPolicy takes a list of routes, e.g. "
+            'RoutingPolicy([Route("primary", primary), Route("fallback", fallback)])'
+        )
+    return tuple(value)
+
+
+@attrs.frozen
+class RoutingPolicy:
+    """The sampler's chain and how it is run: ``open_sampler(config, routing=...)``.
+
+    * ``routes``: the default chain, in order (names unique). A request may name its own
+      chain from these routes: ``submit(request, chain=["fallback", "primary"])``.
+    * ``breaker`` (:class:`BreakerPolicy` by default; ``None``: no breaker): one circuit
+      per route, shared by every request of the sampler.
+    * ``hedge`` (``None`` by default): hedged attempts (:class:`HedgePolicy`).
+    * ``max_retry_wait_s`` (2 s): a retry on the same route that would first wait longer
+      than this (its backoff, or a ``Retry-After``) goes to the next route instead, when
+      one can take the request.
+    * ``on_breaker_change``: called with each :class:`BreakerTransition`.
+    """
+
+    routes: tuple[Route, ...] = attrs.field(converter=_routes)
+    breaker: BreakerPolicy | None = attrs.field(factory=BreakerPolicy)
+    hedge: HedgePolicy | None = None
+    max_retry_wait_s: float = 2.0
+    on_breaker_change: Callable[[BreakerTransition], None] | None = attrs.field(
+        default=None, eq=False
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if not self.routes:
+            raise ValueError(
+                "RoutingPolicy needs at least one route, e.g. "
+                'RoutingPolicy([Route("primary", primary), Route("fallback", fallback)])'
+            )
+        seen: set[str] = set()
+        for route in self.routes:
+            if not isinstance(route, Route):
+                raise TypeError(
+                    'each route is a Route, e.g. Route("fallback", SamplerConfig(...)); '
+                    f"got a {type(route).__name__}"
+                )
+            if route.name in seen:
+                raise ValueError(
+                    f"two routes are named {route.name!r}: give each route its own name"
+                )
+            seen.add(route.name)
+        if self.breaker is not None and not isinstance(self.breaker, BreakerPolicy):
+            raise TypeError(
+                "breaker must be a BreakerPolicy (or None for no breaker), e.g. breaker="
+                f"BreakerPolicy(consecutive_failures=5); got a {type(self.breaker).__name__}"
+            )
+        if self.hedge is not None and not isinstance(self.hedge, HedgePolicy):
+            raise TypeError(
+                "hedge must be a HedgePolicy (or None), e.g. hedge=HedgePolicy(delay_s=2.0); "
+                f"got a {type(self.hedge).__name__}"
+            )
+        wait = self.max_retry_wait_s
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0:
+            raise ValueError(
+                "RoutingPolicy.max_retry_wait_s is a number of seconds >= 0, e.g. "
+                f"max_retry_wait_s=2.0; got {wait!r}"
+            )
+        if self.on_breaker_change is not None and not callable(self.on_breaker_change):
+            raise TypeError("on_breaker_change must be a function taking a BreakerTransition")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(route.name for route in self.routes)
+
+    def chain(self, names: Sequence[str] | None) -> tuple[Route, ...]:
+        """The routes ``names`` picks, in that order (``None``: the default chain).
+        Raises ``ValueError`` naming the known routes for an unknown or repeated name."""
+        if names is None:
+            return self.routes
+        if isinstance(names, str):
+            raise TypeError(f"chain is a list of route names, e.g. chain=[{names!r}]; got a str")
+        by_name = {route.name: route for route in self.routes}
+        picked: list[Route] = []
+        for name in names:
+            route = by_name.get(name)
+            if route is None:
+                known = ", ".join(repr(n) for n in self.names)
+                raise ValueError(f"no route is named {name!r}; the routes are {known}")
+            if route in picked:
+                raise ValueError(f"the chain names {name!r} twice; name each route once")
+            picked.append(route)
+        if not picked:
+            raise ValueError("chain must name at least one route (or be None for the default)")
+        return tuple(picked)
+
+
+# -- per-route state ---------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class RouteState:
+    """What a sampler keeps per route, shared by all its requests: the circuit breaker,
+    recent times to first token (for hedging), and counters for metrics."""
+
+    route: Route
+    breaker: CircuitBreaker | None = None
+    #: Seconds from an attempt's start to its first content, most recent last.
+    ttft_s: collections.deque[float] = attrs.field(factory=lambda: collections.deque(maxlen=200))
+    attempts: int = 0
+    failures: int = 0
+    completions: int = 0
+
+    def snapshot(self) -> RouteSnapshot:
+        breaker = self.breaker
+        return RouteSnapshot(
+            route=self.route.name,
+            state=None if breaker is None else breaker.state,
+            attempts=self.attempts,
+            failures=self.failures,
+            completions=self.completions,
+            opened=getattr(breaker, "opened", 0),
+        )
+
+
+@attrs.frozen
+class RouteSnapshot:
+    """A route's state as ``SamplerHandle.route_stats()`` reports it."""
+
+    route: str
+    #: The circuit's state (``None``: no breaker).
+    state: BreakerState | None
+    #: Attempts that ended on the route, the failed ones, and those that completed.
+    attempts: int
+    failures: int
+    completions: int
+    #: How many times the circuit opened.
+    opened: int
