@@ -15,6 +15,7 @@ from trio_sampler.actor import open_sampler
 from trio_sampler.config import RetryPolicy
 from trio_sampler.doom_loop import DoomLoopPolicy, TailRepetitionDetector, parse_trigger
 from trio_sampler.types import (
+    ApiBackend,
     Completed,
     ConversationRequest,
     Failed,
@@ -29,6 +30,11 @@ from trio_sampler.types import (
 
 REQUEST = ConversationRequest(items=[User("think")])
 LOOP = "I should check the premise again before answering. "
+
+
+def in_one_read(chunks: list[bytes | float]) -> bytes:
+    """The whole body as one network read."""
+    return b"".join(chunk for chunk in chunks if isinstance(chunk, bytes))
 
 
 def looping_reasoning(repeats: int) -> list[bytes | float]:
@@ -96,6 +102,8 @@ async def test_doom_loop_resamples_then_accepts_disarmed(
     terminal = one_terminal(events)
     assert isinstance(terminal, Completed) and terminal.response.text == "answer"
     assert len(transport.requests) == 3  # two resamples, then the disarmed attempt
+    # The disarmed attempt looped too: it is accepted, carrying the local trigger.
+    assert terminal.response.doom_loop_signals == ("tail_repetition:4@reasoning",)
 
 
 async def test_doom_loop_can_be_disabled(autojump_clock: trio.testing.MockClock) -> None:
@@ -106,6 +114,123 @@ async def test_doom_loop_can_be_disabled(autojump_clock: trio.testing.MockClock)
         events = await drain(await sampler.submit(REQUEST))
     assert not [e for e in events if isinstance(e, Retrying)]
     assert isinstance(one_terminal(events), Completed)
+
+
+async def test_doom_loop_completed_in_the_final_read_is_judged(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The whole looping stream, terminator included, arrives in one network read.
+    transport = ScriptedTransport([Reply(chunks=[in_one_read(looping_reasoning(6))])])
+    async with open_sampler(make_config(), transport=transport, seed=1) as sampler:
+        events = await drain(await sampler.submit(REQUEST))
+    retrying = [e for e in events if isinstance(e, Retrying)]
+    assert [r.kind for r in retrying] == [SamplingErrorKind.DOOM_LOOP_DETECTED] * 2
+    assert all(r.doom_loop_triggers == ("tail_repetition:4@reasoning",) for r in retrying)
+    assert all(r.discard_partial for r in retrying)
+    terminal = one_terminal(events)
+    assert isinstance(terminal, Completed) and terminal.response.text == "answer"
+    assert terminal.response.doom_loop_signals == ("tail_repetition:4@reasoning",)
+    assert len(transport.requests) == 3
+
+
+@pytest.mark.parametrize("one_read", [False, True])
+async def test_accepted_response_records_the_local_trigger_without_resampling(
+    autojump_clock: trio.testing.MockClock, one_read: bool
+) -> None:
+    chunks = looping_reasoning(6)
+    transport = ScriptedTransport([Reply(chunks=[in_one_read(chunks)] if one_read else chunks)])
+    doom = DoomLoopPolicy(max_resamples=0)
+    async with open_sampler(make_config(), transport=transport, doom_loop=doom) as sampler:
+        events = await drain(await sampler.submit(REQUEST))
+    assert not [e for e in events if isinstance(e, Retrying)]
+    terminal = one_terminal(events)
+    assert isinstance(terminal, Completed)
+    assert terminal.response.doom_loop_signals == ("tail_repetition:4@reasoning",)
+    assert len(transport.requests) == 1
+
+
+async def test_disabled_detection_records_no_local_trigger(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    transport = ScriptedTransport([Reply(chunks=looping_reasoning(6))])
+    doom = DoomLoopPolicy(enabled=False)
+    async with open_sampler(make_config(), transport=transport, doom_loop=doom) as sampler:
+        events = await drain(await sampler.submit(REQUEST))
+    terminal = one_terminal(events)
+    assert isinstance(terminal, Completed) and terminal.response.doom_loop_signals == ()
+
+
+def _responses_looping_body(*, server_triggers: list[str]) -> bytes:
+    """A Responses stream: looping reasoning text, a server doom-loop check, an answer."""
+
+    def event(payload: dict[str, object]) -> bytes:
+        return (
+            b"event: "
+            + str(payload["type"]).encode()
+            + b"\ndata: "
+            + orjson.dumps(payload)
+            + b"\n\n"
+        )
+
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": []}
+    answer = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "answer", "annotations": []}],
+    }
+    payloads: list[dict[str, object]] = [
+        {"type": "response.created", "response": {"id": "resp_1", "model": "m", "output": []}},
+        {"type": "response.output_item.added", "output_index": 0, "item": reasoning},
+        *(
+            {
+                "type": "response.reasoning_text.delta",
+                "item_id": "rs_1",
+                "output_index": 0,
+                "content_index": 0,
+                "delta": LOOP,
+            }
+            for _ in range(6)
+        ),
+        {"type": "response.doom_loop_check", "doom_loop_check": {"triggers": server_triggers}},
+        {"type": "response.output_item.done", "output_index": 0, "item": reasoning},
+        {
+            "type": "response.output_item.added",
+            "output_index": 1,
+            "item": {**answer, "content": []},
+        },
+        {
+            "type": "response.output_text.delta",
+            "item_id": "msg_1",
+            "output_index": 1,
+            "content_index": 0,
+            "delta": "answer",
+        },
+        {"type": "response.output_item.done", "output_index": 1, "item": answer},
+        {
+            "type": "response.completed",
+            "response": {"id": "resp_1", "model": "m", "status": "completed", "output": []},
+        },
+    ]
+    return b"".join(event(p) for p in payloads)
+
+
+async def test_accepted_response_carries_server_and_local_triggers(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    body = _responses_looping_body(server_triggers=["low_logprob@response"])
+    transport = ScriptedTransport([Reply(chunks=[body])])
+    config = make_config(backend=ApiBackend.RESPONSES)
+    doom = DoomLoopPolicy(max_resamples=0)
+    async with open_sampler(config, transport=transport, doom_loop=doom) as sampler:
+        events = await drain(await sampler.submit(REQUEST))
+    terminal = one_terminal(events)
+    assert isinstance(terminal, Completed) and terminal.response.text == "answer"
+    assert terminal.response.doom_loop_signals == (
+        "low_logprob@response",
+        "tail_repetition:4@reasoning",
+    )
 
 
 async def test_images_stripped_once_on_413(autojump_clock: trio.testing.MockClock) -> None:

@@ -156,6 +156,8 @@ class ResponseStream:
         self._response = response
         self._raw: AsyncGenerator[bytes, None] | None = None
         self._decoder = _BodyDecoder(response.headers.get("content-encoding", ""), max_bytes)
+        #: Taken out of its ``open_stream`` block (:meth:`detach`): the block leaves it open.
+        self.detached = False
 
     @property
     def status(self) -> int:
@@ -192,6 +194,27 @@ class ResponseStream:
             decoded = self._decoder.feed(chunk)
             if decoded:
                 return decoded
+
+    def detach(self) -> ResponseStream:
+        """Take the response out of its :meth:`SamplingClient.open_stream` block: leaving
+        the block no longer closes it, and the caller must (:meth:`drain_and_close`, or
+        :meth:`aclose`). For reading the end of a body in another task."""
+        self.detached = True
+        return self
+
+    async def drain_and_close(self, *, max_bytes: int, max_seconds: float) -> None:
+        """Read what is left of the body, at most ``max_bytes`` within ``max_seconds``, so
+        the connection goes back to the pool; then close the response (and with it the
+        connection, if the body still has not ended)."""
+        try:
+            with trio.move_on_after(max_seconds):
+                left = max_bytes
+                while left > 0:
+                    left -= len(await self.__anext__())
+        except (StopAsyncIteration, SamplingClientError):
+            pass  # the end of the body, or a connection that will not be reused
+        finally:
+            await self.aclose()
 
     async def aclose(self) -> None:
         """Close the response (and its connection, if the body is unfinished). Idempotent."""
@@ -434,7 +457,8 @@ class SamplingClient:
                     yield body
                 finally:
                     if body is not None:
-                        await body.aclose()
+                        if not body.detached:
+                            await body.aclose()
                     else:
                         with trio.CancelScope(shield=True) as scope:
                             scope.relative_deadline = _CLOSE_TIMEOUT

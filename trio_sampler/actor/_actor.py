@@ -138,6 +138,8 @@ class _SamplerActor:
         self.closed = True
         for state in list(self.live.values()):
             state.cancel("the sampler was shut down")
+        # Connections still being drained after a completed stream are closed.
+        self.runner.drains.close()
 
 
 @attrs.frozen(eq=False)
@@ -383,6 +385,7 @@ async def _open_sampler(
         )
         body_error: BaseException | None = None
         async with trio.open_nursery() as nursery:
+            runner.drains.open(nursery)
             actor = _SamplerActor(
                 config,
                 runner,

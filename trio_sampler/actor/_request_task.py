@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import AsyncIterator
 
 import attrs
 import trio
 
 from ..admission import AdmissionGate, AdmissionRefusedError
-from ..client import SamplingClient, SamplingClientError
+from ..client import ResponseStream, SamplingClient, SamplingClientError
 from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy, TailRepetitionDetector, parse_trigger
 from ..models import ModelCatalog
@@ -68,7 +67,7 @@ from ..wire.errors import internal_error
 from ._metrics import AttemptMetrics
 from ._stream import RequestState, partial_output
 
-__all__ = ["RequestRunner"]
+__all__ = ["ConnectionDrains", "RequestRunner"]
 
 _CONTENT = frozenset(
     {ChannelToken, ToolCallDelta, FirstToken, BackendToolCallStarted, BackendToolCallCompleted}
@@ -77,6 +76,52 @@ _REASONING = SamplingChannel.REASONING
 # After a completed stream, read at most this much more to reuse the connection.
 _DRAIN_MAX_BYTES = 64 * 1024
 _DRAIN_MAX_SECONDS = 1.0
+
+
+class ConnectionDrains:
+    """Reads the end of completed responses in the background, for connection reuse.
+
+    A stream's terminator is usually followed by a few bytes (the last chunk of a chunked
+    body) before the connection can go back to the pool. Reading them is not the
+    request's business: its ``Completed`` is delivered as soon as the terminator is
+    parsed, and the drain runs afterwards in a task of the sampler's nursery, off the
+    request's clock and outside its cancel scope, bounded to ``_DRAIN_MAX_BYTES`` and
+    ``_DRAIN_MAX_SECONDS`` (after that the connection is closed). :meth:`close` (the
+    sampler shutting down) cancels every drain: their connections are closed at once.
+    """
+
+    def __init__(self) -> None:
+        self._nursery: trio.Nursery | None = None
+        self._scopes: set[trio.CancelScope] = set()
+        self._closed = False
+
+    def open(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+
+    def start(self, stream: ResponseStream) -> None:
+        """Take ``stream`` over and drain it in the background. Without a nursery (or once
+        closed) the stream is left to its ``open_stream`` block, which closes it."""
+        if self._nursery is None or self._closed:
+            return
+        self._nursery.start_soon(self._drain, stream.detach(), name="trio_sampler connection drain")
+
+    async def _drain(self, stream: ResponseStream) -> None:
+        with trio.CancelScope() as scope:
+            if self._closed:
+                scope.cancel()
+            self._scopes.add(scope)
+            try:
+                await stream.drain_and_close(
+                    max_bytes=_DRAIN_MAX_BYTES, max_seconds=_DRAIN_MAX_SECONDS
+                )
+            finally:
+                self._scopes.discard(scope)
+
+    def close(self) -> None:
+        """Cancel every drain (their connections are closed); start no more."""
+        self._closed = True
+        for scope in self._scopes:
+            scope.cancel()
 
 
 @attrs.define
@@ -213,6 +258,8 @@ class RequestRunner:
         self._rng = rng
         self._limiter = limiter
         self._budgets: dict[tuple[float, float], RetryBudget] = {}
+        #: Where completed responses are drained for connection reuse (the sampler's).
+        self.drains = ConnectionDrains()
 
     @property
     def routes(self) -> dict[str, RouteState]:
@@ -711,7 +758,8 @@ class RequestRunner:
             except AdmissionRefusedError as exc:
                 return _AttemptResult(error=exc.info)
         transform = new_transform(config.backend, state.request_id, provider=config.provider)
-        detector = TailRepetitionDetector(self._doom) if armed else None
+        # Disarmed attempts run the detector too: an accepted response carries its trigger.
+        detector = TailRepetitionDetector(self._doom) if self._doom.enabled else None
         state.transform = transform
         timeouts = config.timeouts
         emitted = False
@@ -751,8 +799,11 @@ class RequestRunner:
                         emitted = True
                     if detector is not None and reasoning:
                         trigger = detector.feed(reasoning)
-                        if trigger is not None and not done:
+                        if trigger is not None:
                             triggers = (trigger,)
+                        # A trigger in the read that also ended the stream is judged
+                        # with the response (``_judge``): nothing is left to abort.
+                        if trigger is not None and armed and not done:
                             batch_tail = transform.abort(
                                 _error(
                                     SamplingErrorKind.DOOM_LOOP_DETECTED,
@@ -768,23 +819,11 @@ class RequestRunner:
                     if done:
                         break
                 if not body_done and terminal and isinstance(terminal[0], Completed):
-                    await self._drain(chunks)
+                    # The rest of the body is drained off the request's clock.
+                    self.drains.start(stream)
         except SamplingClientError as exc:
             return _AttemptResult(error=exc.info, partial=state.partial(), emitted_output=emitted)
         return self._judge(terminal, emitted, armed, triggers)
-
-    @staticmethod
-    async def _drain(chunks: AsyncIterator[bytes]) -> None:
-        """Read what little follows a completed stream (the end of a chunked body), so the
-        connection goes back to the pool instead of being closed. Bounded in bytes and
-        time; whatever is left after that is dropped with the connection."""
-        left = _DRAIN_MAX_BYTES
-        with trio.move_on_after(_DRAIN_MAX_SECONDS):
-            try:
-                while left > 0:
-                    left -= len(await chunks.__anext__())
-            except (StopAsyncIteration, SamplingClientError):
-                pass
 
     @staticmethod
     def _timeout_error(emitted: bool) -> SamplingErrorInfo:
@@ -851,7 +890,11 @@ class RequestRunner:
         armed: bool,
         triggers: tuple[str, ...],
     ) -> _AttemptResult:
-        """Turn the transform's terminal into the attempt's result (empty, doom checks)."""
+        """Turn the transform's terminal into the attempt's result (empty, doom checks).
+
+        ``triggers`` are the local detector's: on an armed attempt they resample like a
+        confident server signal, and an accepted response carries them beside the
+        server's in ``doom_loop_signals``."""
         end = terminal[0] if terminal else None
         if isinstance(end, Failed):
             return _AttemptResult(
@@ -862,17 +905,24 @@ class RequestRunner:
         confident = tuple(
             s for s in response.doom_loop_signals if self._doom.is_confident(parse_trigger(s))
         )
-        if armed and confident:
+        local = tuple(t for t in triggers if t not in response.doom_loop_signals)
+        if local:
+            response = attrs.evolve(
+                response, doom_loop_signals=(*response.doom_loop_signals, *local)
+            )
+        if armed and (confident or triggers):
+            reason = (
+                f"the server detected a doom loop ({', '.join(confident)})"
+                if confident
+                else "the reasoning is repeating itself; resampling"
+            )
             return _AttemptResult(
                 error=_error(
-                    SamplingErrorKind.DOOM_LOOP_DETECTED,
-                    f"the server detected a doom loop ({', '.join(confident)})",
-                    retryable=True,
-                    code="doom_loop",
+                    SamplingErrorKind.DOOM_LOOP_DETECTED, reason, retryable=True, code="doom_loop"
                 ),
                 partial=response,
                 emitted_output=emitted,
-                doom_triggers=confident,
+                doom_triggers=(*confident, *local),
             )
         if response.is_empty and response.stop_reason not in (
             StopReason.CONTENT_FILTER,

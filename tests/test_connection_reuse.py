@@ -1,0 +1,290 @@
+"""Connection reuse over real loopback HTTP/1.1, with servers written by hand.
+
+* After a stream's terminator the rest of the body (the last chunk of a chunked body) is
+  read off the request's clock: ``Completed`` does not wait for it, ``Timeouts.total``
+  does not count it, and the connection still goes back to the pool.
+* The keep-alive race (the server closed an idle pooled connection just as it was
+  reused) is resent at once on another connection, invisibly and without spending
+  ``max_retries``; the same failure on a fresh connection is an ordinary retry.
+
+Each server is a ``trio.serve_tcp`` on 127.0.0.1, port 0, that keeps connections open
+(keep-alive) and answers each request with whatever the test wants.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import attrs
+import orjson
+import trio
+import trio.testing
+from fakes import Reply, ScriptedTransport, chat_stream, make_config
+
+from trio_sampler.actor import open_sampler
+from trio_sampler.config import RetryPolicy, SamplerConfig, Timeouts
+from trio_sampler.types import (
+    ApiBackend,
+    Completed,
+    ConversationRequest,
+    Failed,
+    SamplingEvent,
+    User,
+)
+
+REQUEST = ConversationRequest(items=[User("hello")])
+KEY = "sk-REUSE-0123456789abcdef"
+
+
+def _chunk(payload: dict[str, object]) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def sse_body(text: str = "hi") -> bytes:
+    """A complete Chat Completions stream: content, finish, usage, ``[DONE]``."""
+    base = {"id": "c", "object": "chat.completion.chunk", "model": "m"}
+    return b"".join(
+        [
+            _chunk({**base, "choices": [{"index": 0, "delta": {"content": text}}]}),
+            _chunk({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+            _chunk(
+                {
+                    **base,
+                    "choices": [],
+                    "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+                }
+            ),
+            b"data: [DONE]\n\n",
+        ]
+    )
+
+
+CHUNKED_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+)
+
+
+def http_chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+LAST_CHUNK = b"0\r\n\r\n"
+
+
+def complete_response(text: str = "hi") -> bytes:
+    """A whole response with a length: nothing is left to read after the terminator."""
+    body = sse_body(text)
+    return b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n%s" % (
+        len(body),
+        body,
+    )
+
+
+@attrs.define
+class Server:
+    port: int = 0
+    #: Connections accepted, requests read (over all connections).
+    connections: int = 0
+    requests: int = 0
+    #: Requests read and then dropped with their connection, unanswered.
+    unanswered: int = 0
+    #: When (trio time) each connection was closed by the client, in order.
+    closed_by_client: list[float] = attrs.field(factory=list)
+    #: Set when the client closes a connection.
+    client_closed: trio.Event = attrs.field(factory=trio.Event)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+
+class _Reader:
+    """Reads HTTP/1.1 requests (head and a content-length body) off one connection."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self._stream = stream
+        self._buffer = b""
+
+    async def _more(self) -> bool:
+        data = await self._stream.receive_some(65536)
+        self._buffer += data
+        return bool(data)
+
+    async def request(self) -> bytes | None:
+        """The next request, or ``None`` once the client closed the connection."""
+        while b"\r\n\r\n" not in self._buffer:
+            if not await self._more():
+                return None
+        head, _, self._buffer = self._buffer.partition(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value.strip())
+        while len(self._buffer) < length:
+            if not await self._more():
+                return None
+        body, self._buffer = self._buffer[:length], self._buffer[length:]
+        return head + b"\r\n\r\n" + body
+
+    async def wait_closed(self) -> None:
+        """Wait until the client closes the connection."""
+        while await self._more():
+            pass
+
+
+#: Answers the ``number``-th request on a connection (0 first); returns False to close it.
+Handler = Callable[[trio.SocketStream, _Reader, Server, int], Awaitable[bool]]
+
+
+@asynccontextmanager
+async def keep_alive_server(handler: Handler) -> AsyncIterator[Server]:
+    server = Server()
+
+    async def on_connection(stream: trio.SocketStream) -> None:
+        server.connections += 1
+        reader = _Reader(stream)
+        try:
+            number = 0
+            while await reader.request() is not None:
+                server.requests += 1
+                if not await handler(stream, reader, server, number):
+                    break
+                number += 1
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, on_connection, 0, host="127.0.0.1")
+        )
+        server.port = listeners[0].socket.getsockname()[1]
+        yield server
+        nursery.cancel_scope.cancel()
+
+
+def config_for(server: Server, **changes: object) -> SamplerConfig:
+    base = SamplerConfig(
+        base_url=server.base_url,
+        backend=ApiBackend.CHAT_COMPLETIONS,
+        model="m",
+        api_key=KEY,
+        timeouts=Timeouts(connect=5.0, response_headers=5.0, first_token=5.0, idle=5.0),
+        retry=RetryPolicy(max_retries=0),
+    )
+    return base.evolve(**changes) if changes else base
+
+
+def terminal_of(events: list[SamplingEvent]) -> Completed | Failed:
+    end = events[-1]
+    assert isinstance(end, Completed | Failed), events
+    assert sum(isinstance(e, Completed | Failed) for e in events) == 1
+    return end
+
+
+# -- the drain after the terminator ---------------------------------------------------
+
+
+async def hold_body_open(
+    stream: trio.SocketStream, reader: _Reader, server: Server, number: int
+) -> bool:
+    """The whole stream, terminator included, in an unfinished chunked body held open
+    until the client closes the connection."""
+    await stream.send_all(CHUNKED_HEAD + http_chunk(sse_body()))
+    await reader.wait_closed()
+    server.closed_by_client.append(trio.current_time())
+    server.client_closed.set()
+    return False
+
+
+async def test_completed_does_not_wait_for_the_end_of_the_body(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with (
+        keep_alive_server(hold_body_open) as server,
+        open_sampler(config_for(server)) as sampler,
+    ):
+        start = trio.current_time()
+        events = [event async for event in await sampler.submit(REQUEST)]
+        completed_after = trio.current_time() - start
+        end = terminal_of(events)
+        assert isinstance(end, Completed) and end.response.text == "hi"
+        # Delivered when the terminator was parsed: no virtual time passed at all.
+        assert completed_after == 0.0
+        # The unfinished body is still drained in the background, bounded in time
+        # (one second), and then the connection is closed.
+        with trio.fail_after(5):
+            await server.client_closed.wait()
+        assert 1.0 <= server.closed_by_client[0] - start < 1.1
+
+
+async def test_total_timeout_does_not_count_the_drain(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with keep_alive_server(hold_body_open) as server:
+        config = config_for(server, timeouts=Timeouts(total=0.5))
+        async with open_sampler(config) as sampler:
+            events = [event async for event in await sampler.submit(REQUEST)]
+    end = terminal_of(events)
+    assert isinstance(end, Completed), end
+
+
+async def test_leaving_the_sampler_closes_a_connection_being_drained(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with keep_alive_server(hold_body_open) as server:
+        async with open_sampler(config_for(server)) as sampler:
+            events = [event async for event in await sampler.submit(REQUEST)]
+            assert isinstance(terminal_of(events), Completed)
+            left_at = trio.current_time()
+        # Leaving did not wait out the drain's second: the connection was closed at once.
+        assert trio.current_time() == left_at
+        with trio.fail_after(5):
+            await server.client_closed.wait()
+        assert server.closed_by_client[0] < left_at + 0.1
+
+
+async def test_connection_is_reused_after_a_late_end_of_body(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The last chunk comes 0.2 s after the terminator: ``Completed`` does not wait for
+    it, and the next request still goes over the same connection."""
+
+    async def late_end(
+        stream: trio.SocketStream, reader: _Reader, server: Server, number: int
+    ) -> bool:
+        await stream.send_all(CHUNKED_HEAD + http_chunk(sse_body(f"reply {number}")))
+        await trio.sleep(0.2)
+        await stream.send_all(LAST_CHUNK)
+        return True
+
+    async with keep_alive_server(late_end) as server, open_sampler(config_for(server)) as sampler:
+        texts = []
+        for _ in range(3):
+            start = trio.current_time()
+            events = [event async for event in await sampler.submit(REQUEST)]
+            assert trio.current_time() == start  # Completed before the last chunk
+            end = terminal_of(events)
+            assert isinstance(end, Completed)
+            texts.append(end.response.text)
+            await trio.sleep(0.5)  # the drain has read the last chunk by now
+    assert texts == ["reply 0", "reply 1", "reply 2"]
+    assert server.connections == 1
+
+
+async def test_scripted_stall_after_the_terminator_does_not_delay_completed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    transport = ScriptedTransport([Reply(chunks=chat_stream("hi"), then="stall")])
+    config = make_config(timeouts=Timeouts(total=0.5))
+    async with open_sampler(config, transport=transport) as sampler:
+        start = trio.current_time()
+        events = [event async for event in await sampler.submit(REQUEST)]
+        assert trio.current_time() == start
+    end = terminal_of(events)
+    assert isinstance(end, Completed) and end.response.text == "hi"
+    assert transport.closed_bodies == transport.opened_bodies == 1
