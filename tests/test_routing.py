@@ -4,12 +4,15 @@ mock clock)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import attrs
 import httpx2
+import orjson
 import pytest
 import trio
-from fakes import Reply, ScriptedTransport, chat_stream, error_reply, make_config
+from fakes import Reply, ScriptedTransport, chat_chunk, chat_stream, error_reply, make_config
 
 from trio_sampler import (
     AttemptOutcome,
@@ -19,13 +22,16 @@ from trio_sampler import (
     Failed,
     HedgePolicy,
     ImagePart,
+    Retrying,
     Route,
     RouteCapabilities,
     RoutingPolicy,
     SamplingErrorKind,
+    SamplingEvent,
     TextPart,
     User,
     WebSearch,
+    collect,
     open_sampler,
 )
 from trio_sampler.config import RetryPolicy, SamplerConfig
@@ -295,6 +301,17 @@ async def test_submit_checks_chain(autojump_clock: trio.abc.Clock) -> None:
 # -- the sampler along a chain -------------------------------------------------------------
 
 
+def by_host(**transports: ScriptedTransport) -> ScriptedTransport:
+    """Requests to ``a.test`` go to ``transports["a"]``, and so on."""
+
+    def reply(request: httpx2.Request, _index: int) -> Reply:
+        server = transports[request.url.host.removesuffix(".test")]
+        server.requests.append(request)
+        return server._next(request)
+
+    return ScriptedTransport(reply)
+
+
 def hosts(**replies: list[Reply]) -> tuple[ScriptedTransport, dict[str, int]]:
     """One scripted transport answering per host (``a.test`` ...), counting requests."""
     counts = dict.fromkeys(replies, 0)
@@ -309,13 +326,13 @@ def hosts(**replies: list[Reply]) -> tuple[ScriptedTransport, dict[str, int]]:
 
 
 def on(host: str, **changes: object) -> SamplerConfig:
-    return make_config(
-        base_url=f"http://{host}.test/v1",
-        model=f"{host}-model",
-        api_key=f"sk-{host}-SECRET-0123456789",
-        retry=RetryPolicy(max_retries=1, base_delay=0.1, max_delay=0.1, jitter=0.0),
-        **changes,
-    )
+    fields: dict[str, object] = {
+        "base_url": f"http://{host}.test/v1",
+        "model": f"{host}-model",
+        "api_key": f"sk-{host}-SECRET-0123456789",
+        "retry": RetryPolicy(max_retries=1, base_delay=0.1, max_delay=0.1, jitter=0.0),
+    }
+    return make_config(**{**fields, **changes})
 
 
 REQUEST = ConversationRequest(items=[User("hi")])
@@ -411,3 +428,139 @@ def test_error_info_is_what_the_table_reads() -> None:
         kind=SamplingErrorKind.RATE_LIMITED, message="x", error_code="INSUFFICIENT_QUOTA"
     )
     assert route_action(info) is RouteAction.NEXT
+
+
+# -- continuing a broken stream by prefill ---------------------------------------------------
+
+WHOLE = "The quick brown fox jumps over the lazy dog."
+SHOWN = "The quick brown fox"
+
+
+def cut_after(*pieces: str) -> Reply:
+    return Reply(chunks=[chat_chunk({"content": p}) for p in pieces], then="drop")
+
+
+def continuing(prefix: str, rest: str) -> Callable[[httpx2.Request, int], Reply]:
+    """A server that continues a trailing assistant message, and answers whole otherwise."""
+
+    def reply(request: httpx2.Request, _index: int) -> Reply:
+        messages = orjson.loads(request.content)["messages"]
+        if messages[-1] == {"role": "assistant", "content": prefix}:
+            return Reply(chunks=chat_stream(rest))
+        return Reply(chunks=chat_stream(WHOLE))
+
+    return reply
+
+
+def prefill_routing(**fallback: object) -> RoutingPolicy:
+    no_retry = RetryPolicy(max_retries=0)
+    return RoutingPolicy(
+        [
+            Route("a", on("a", retry=no_retry)),
+            Route("b", on("b", **fallback), RouteCapabilities(accepts_prefill=True)),
+        ],
+        continue_by_prefill=True,
+    )
+
+
+async def run_events(
+    routing: RoutingPolicy, transport: httpx2.AsyncBaseTransport
+) -> list[SamplingEvent]:
+    async with open_sampler(routing.routes[0].config, routing=routing, transport=transport) as s:
+        stream = await s.submit(REQUEST)
+        return [event async for event in stream]
+
+
+async def test_a_cut_stream_continues_by_prefill_where_declared(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    fallback = ScriptedTransport(continuing(SHOWN, " jumps over the lazy dog."))
+    transport = by_host(a=ScriptedTransport([cut_after("The quick ", "brown fox")]), b=fallback)
+    events = await run_events(prefill_routing(), transport)
+    end = events[-1]
+    assert isinstance(end, Completed) and end.route == "b"
+    assert end.response.text == WHOLE  # the continued text, then the continuation
+    # The consumer keeps what it was shown: no discard, and the fold gives the whole text.
+    assert [(r.route, r.discard_partial) for r in events if isinstance(r, Retrying)] == [
+        ("b", False)
+    ]
+    assert collect(events).text == WHOLE
+    sent = orjson.loads(fallback.requests[0].content)["messages"]
+    assert sent[-1] == {"role": "assistant", "content": SHOWN}
+
+
+async def test_no_continuation_where_prefill_is_not_declared(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    fallback = ScriptedTransport(continuing(SHOWN, " jumps over the lazy dog."))
+    transport = by_host(a=ScriptedTransport([cut_after("The quick ", "brown fox")]), b=fallback)
+    routing = prefill_routing()
+    routing = attrs.evolve(
+        routing,
+        routes=(
+            routing.routes[0],
+            attrs.evolve(routing.routes[1], capabilities=RouteCapabilities()),
+        ),
+    )
+    events = await run_events(routing, transport)
+    end = events[-1]
+    assert isinstance(end, Completed) and end.response.text == WHOLE
+    assert [r.discard_partial for r in events if isinstance(r, Retrying)] == [True]
+    assert orjson.loads(fallback.requests[0].content)["messages"][-1]["role"] == "user"
+
+
+async def test_a_rejected_continuation_restarts_and_never_becomes_the_error(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    refusal = error_reply(
+        400,
+        {
+            "error": {
+                "message": "assistant prefill is not supported",
+                "type": "invalid_request_error",
+            }
+        },
+    )
+    fallback = ScriptedTransport([refusal, Reply(chunks=chat_stream(WHOLE))])
+    transport = by_host(a=ScriptedTransport([cut_after("The quick ", "brown fox")]), b=fallback)
+    events = await run_events(prefill_routing(), transport)
+    end = events[-1]
+    assert isinstance(end, Completed) and end.route == "b" and end.response.text == WHOLE
+    # Continue (no discard), refused, then restart (discard what was shown).
+    assert [(r.route, r.discard_partial) for r in events if isinstance(r, Retrying)] == [
+        ("b", False),
+        ("b", True),
+    ]
+    assert collect(events).text == WHOLE
+
+
+async def test_after_a_rejected_continuation_the_real_failure_is_reported(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    refusal = error_reply(
+        400,
+        {
+            "error": {
+                "message": "assistant prefill is not supported",
+                "type": "invalid_request_error",
+            }
+        },
+    )
+    fallback = ScriptedTransport([refusal, error_reply(503)])
+    transport = by_host(a=ScriptedTransport([cut_after("The quick ", "brown fox")]), b=fallback)
+    events = await run_events(
+        prefill_routing(retry=RetryPolicy(max_retries=1, base_delay=0.1, max_delay=0.1)), transport
+    )
+    end = events[-1]
+    assert isinstance(end, Failed)
+    assert end.error.kind is SamplingErrorKind.OVERLOADED  # not the refused prefill
+    assert "prefill" not in end.error.message
+
+
+async def test_whitespace_at_the_cut_restarts_instead(autojump_clock: trio.abc.Clock) -> None:
+    fallback = ScriptedTransport(continuing("The quick ", "brown fox jumps over the lazy dog."))
+    transport = by_host(a=ScriptedTransport([cut_after("The quick ")]), b=fallback)
+    events = await run_events(prefill_routing(), transport)
+    end = events[-1]
+    assert isinstance(end, Completed) and end.response.text == WHOLE
+    assert [r.discard_partial for r in events if isinstance(r, Retrying)] == [True]

@@ -15,7 +15,9 @@ from contextlib import AsyncExitStack
 from functools import partial
 from typing import Any
 
+import attrs
 import httpx2
+import pytest
 import trio
 from fakes import Reply, ScriptedTransport, chat_chunk, chat_stream, chat_usage
 
@@ -34,6 +36,7 @@ from trio_sampler import (
     SamplingEvent,
     StopReason,
     User,
+    collect,
     open_sampler,
 )
 from trio_sampler.config import RetryPolicy, Timeouts
@@ -88,13 +91,14 @@ async def run(
     return events, took
 
 
-def served(events: list[SamplingEvent], by: str) -> Completed:
-    """The one terminal is last, a ``Completed`` from route ``by`` with the whole text."""
+def served(events: list[SamplingEvent], by: str, model: str | None = None) -> Completed:
+    """The one terminal is last, a ``Completed`` from route ``by`` with the whole text
+    (and the model the server named, by default the emulator's echo of the route's)."""
     terminals = [e for e in events if isinstance(e, Completed | Failed)]
     assert len(terminals) == 1 and events[-1] is terminals[0]
     end = events[-1]
     assert isinstance(end, Completed), end
-    assert end.route == by and end.model == f"{by}-model"
+    assert end.route == by and end.model == (model or f"{by}-model")
     assert end.response.text == TEXT
     assert end.metrics is not None and end.metrics.route == by
     return end
@@ -510,3 +514,69 @@ async def test_primary_down_for_a_minute_is_returned_to_after_recovery(
     # Each failed probe doubles the open interval, capped at max_open_s (30 s).
     opens = [c.open_for_s for c in changes if c.new is BreakerState.OPEN]
     assert opens == [5.0, 10.0, 20.0, 30.0]
+
+
+async def test_fallback_rejecting_prefill(autojump_clock: trio.abc.Clock) -> None:
+    # The primary's stream is cut after "The quick brown fox"; the fallback declares
+    # accepts_prefill, so the chain continues there, but the fallback refuses the prefill.
+    # The refusal is not the request's error: the fallback restarts and serves it whole.
+    shown = [chat_chunk({"content": "The quick "}), chat_chunk({"content": "brown fox"})]
+    cut = ScriptedTransport([Reply(chunks=shown, then="drop")])
+    refusal = Reply(
+        status=400,
+        headers={"content-type": "application/json"},
+        chunks=[
+            b'{"error": {"type": "invalid_request_error", '
+            b'"message": "This model does not support assistant message prefill."}}'
+        ],
+    )
+    fallback = ScriptedTransport([refusal, Reply(chunks=chat_stream(TEXT))])
+    primary = route("primary", "http://primary.test/v1")
+    primary = attrs.evolve(primary, config=primary.config.evolve(retry=RetryPolicy(max_retries=0)))
+    routing = RoutingPolicy(
+        [
+            primary,
+            route(
+                "fallback",
+                "http://fallback.test/v1",
+                capabilities=RouteCapabilities(accepts_prefill=True),
+            ),
+        ],
+        continue_by_prefill=True,
+    )
+    events, took = await run(routing, HostTransport(primary=cut, fallback=fallback))
+    end = served(events, "fallback", model="test-model")
+    assert attempts_by_route(end) == [("primary", F), ("fallback", F), ("fallback", C)]
+    assert end.metrics is not None
+    assert [a.kind for a in end.metrics.attempts] == [
+        SamplingErrorKind.TRANSPORT,
+        SamplingErrorKind.INVALID_REQUEST,
+        None,
+    ]
+    assert [(r.route, r.discard_partial) for r in retries(events)] == [
+        ("fallback", False),
+        ("fallback", True),
+    ]
+    assert collect(events).text == TEXT
+    assert took < 1.0
+
+
+async def test_the_total_timeout_bounds_the_whole_chain(autojump_clock: trio.abc.Clock) -> None:
+    silent = ScriptedTransport([Reply(delay_headers=float("inf"))])
+    routing = RoutingPolicy(
+        [route("primary", "http://primary.test/v1"), route("fallback", "http://fallback.test/v1")]
+    )
+    bounded = routing.routes[0].config.evolve(
+        timeouts=Timeouts(first_token=10.0, idle=5.0, response_headers=10.0, total=15.0)
+    )
+    transport = HostTransport(primary=silent, fallback=silent)
+    async with transport, open_sampler(bounded, routing=routing, transport=transport) as sampler:
+        start = trio.current_time()
+        stream = await sampler.submit(REQUEST)
+        events = [event async for event in stream]
+        took = trio.current_time() - start
+    end = events[-1]
+    assert isinstance(end, Failed) and end.error.error_code == "total_timeout"
+    assert took == pytest.approx(15.0, abs=0.01)
+    # The fallback's attempt was cut short by the budget: recorded as cancelled.
+    assert attempts_by_route(end) == [("primary", F), ("fallback", AttemptOutcome.CANCELLED)]

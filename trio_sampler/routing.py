@@ -42,6 +42,7 @@ __all__ = [
     "RouteState",
     "RoutingPolicy",
     "RoutingRow",
+    "ends_in_prefill",
     "hedge_delay",
     "route_action",
     "unsupported_by",
@@ -534,6 +535,10 @@ class RoutingPolicy:
     * ``max_retry_wait_s`` (2 s): a retry on the same route that would first wait longer
       than this (its backoff, or a ``Retry-After``) goes to the next route instead, when
       one can take the request.
+    * ``continue_by_prefill`` (False): after a stream broke mid-answer, a route that
+      declares ``accepts_prefill`` continues the text already shown (sent as an assistant
+      prefill) instead of restarting; without it, or elsewhere, the next attempt restarts
+      with ``Retrying(discard_partial=True)``.
     * ``on_breaker_change``: called with each :class:`BreakerTransition`.
     """
 
@@ -541,6 +546,7 @@ class RoutingPolicy:
     breaker: BreakerPolicy | None = attrs.field(factory=BreakerPolicy)
     hedge: HedgePolicy | None = None
     max_retry_wait_s: float = 2.0
+    continue_by_prefill: bool = False
     on_breaker_change: Callable[[BreakerTransition], None] | None = attrs.field(
         default=None, eq=False
     )
@@ -578,6 +584,11 @@ class RoutingPolicy:
             raise ValueError(
                 "RoutingPolicy.max_retry_wait_s is a number of seconds >= 0, e.g. "
                 f"max_retry_wait_s=2.0; got {wait!r}"
+            )
+        if not isinstance(self.continue_by_prefill, bool):
+            raise TypeError(
+                "RoutingPolicy.continue_by_prefill is True or False, e.g. "
+                f"continue_by_prefill=True; got {self.continue_by_prefill!r}"
             )
         if self.on_breaker_change is not None and not callable(self.on_breaker_change):
             raise TypeError("on_breaker_change must be a function taking a BreakerTransition")

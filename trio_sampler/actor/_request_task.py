@@ -34,11 +34,13 @@ from ..routing import (
     RouteBreaker,
     RouteState,
     RoutingPolicy,
+    ends_in_prefill,
     route_action,
     unsupported_by,
 )
 from ..types import (
     ApiBackend,
+    Assistant,
     AttemptOutcome,
     BackendToolCallCompleted,
     BackendToolCallStarted,
@@ -221,6 +223,18 @@ _NOT_THE_ROUTES_FAULT = frozenset(
         SamplingErrorKind.DOOM_LOOP_DETECTED,
     }
 )
+
+
+def _continued(response: ConversationResponse, prefix: str) -> ConversationResponse:
+    """A continuation's response with the text it continued put back in front."""
+    items = list(response.items)
+    for index, item in enumerate(items):
+        if isinstance(item, Assistant):
+            items[index] = attrs.evolve(item, content=prefix + item.content)
+            break
+    else:
+        items.insert(0, Assistant(prefix))
+    return attrs.evolve(response, items=tuple(items))
 
 
 def _error(
@@ -441,25 +455,52 @@ class RequestRunner:
                 )
         return None
 
-    async def _fail_over(self, state: RequestState, failure: _FailOver, leg: _Leg) -> None:
-        """Tell the consumer the next attempt goes to ``leg`` (discarding what the failed
-        route streamed, if anything)."""
+    async def _fail_over(
+        self, state: RequestState, failure: _FailOver, leg: _Leg, *, continuing: bool
+    ) -> None:
+        """Tell the consumer the next attempt goes to ``leg``: what the failed route
+        streamed is discarded, unless the new attempt continues it."""
         await self._emit_retry(
             state,
             state.metrics.started,
             (self._retry_policy or leg.config.retry).max_retries,
             failure.error,
             0.0,
-            failure.emitted,
+            failure.emitted and not continuing,
             (),
             leg.name,
         )
+
+    def _continuation(
+        self, state: RequestState, leg: _Leg, failure: _FailOver | None
+    ) -> str | None:
+        """The text a fail-over may continue by prefill on ``leg`` (``None``: restart).
+
+        Only with ``RoutingPolicy.continue_by_prefill``, to a route that declares
+        ``accepts_prefill``, after an attempt that streamed text and nothing else (no
+        reasoning, tool calls or refusal, whose state a prefill cannot carry), ending
+        in a non-space (providers reject a prefill with trailing whitespace), for a
+        request that does not end in a prefill of its own."""
+        routing = self._routing
+        if failure is None or not failure.emitted or routing is None:
+            return None
+        if not routing.continue_by_prefill or leg.route is None:
+            return None
+        if not leg.route.capabilities.accepts_prefill or ends_in_prefill(state.request):
+            return None
+        partial = failure.partial
+        if partial is None or partial.tool_calls or partial.refusal:
+            return None
+        if partial.reasoning_items or partial.backend_tool_calls:
+            return None
+        text = partial.text
+        return text if text and text == text.rstrip() else None
 
     def _routing_verdict(
         self,
         leg: _Leg,
         error: SamplingErrorInfo,
-        result: _AttemptResult,
+        emitted: bool,
         decision: Decision,
         partial: ConversationResponse | None,
         *,
@@ -472,10 +513,10 @@ class RequestRunner:
         action = route_action(error)
         if action is RouteAction.LARGER_WINDOW:
             window = leg.route.capabilities.context_window or 0
-            return _FailOver(error, partial, result.emitted_output, action, min_window=window)
+            return _FailOver(error, partial, emitted, action, min_window=window)
         if action is RouteAction.SURFACE or not has_next:
             return None
-        fail_over = _FailOver(error, partial, result.emitted_output, action)
+        fail_over = _FailOver(error, partial, emitted, action)
         if action is RouteAction.NEXT or decision.action is RetryAction.FAIL:
             return fail_over
         assert self._routing is not None
@@ -533,15 +574,20 @@ class RequestRunner:
             budget.record_request(trio.current_time())
         last_partial: ConversationResponse | None = None
         model = request.model or config.model
+        prefix = self._continuation(state, leg, failure)
+        if prefix is not None:
+            request = attrs.evolve(request, items=(*request.items, Assistant(prefix)))
+        first = True
         while True:
-            if retries + resamples == 0:
+            if first:
                 # The breaker is asked once per route (a half-open circuit admits one
                 # probe); a retry on the route asks again in ``_routing_verdict``.
                 blocked = leg.blocked(trio.current_time())
                 if blocked is not None:
                     return _Skipped(blocked)
                 if failure is not None:
-                    await self._fail_over(state, failure, leg)
+                    await self._fail_over(state, failure, leg, continuing=prefix is not None)
+                first = False
             armed = resamples < doom_max
             attempt_metrics = metrics.start_attempt(trio.current_time(), leg.name, model)
             admitted: list[object] = []
@@ -575,16 +621,29 @@ class RequestRunner:
             if result.response is not None:
                 assert priced is not None
                 metrics.route = leg.name
+                response = priced if prefix is None else _continued(priced, prefix)
                 return Completed(
                     state.request_id,
-                    priced,
-                    metrics.build(priced),
+                    response,
+                    metrics.build(response),
                     route=leg.name,
                     model=priced.model or model,
                 )
             assert error is not None
             # A partial is billed too: priced like a response.
             last_partial = state.last_partial = priced
+            # The consumer may still hold the continued text: the next attempt discards it.
+            emitted = result.emitted_output or prefix is not None
+            if prefix is not None:
+                # A continuation that failed is not tried again: what follows starts over.
+                # A refused prefill is the route's answer to the continuation, not to the
+                # request, so it never becomes the request's error: restart at once.
+                prefix, request = None, state.request
+                if error.kind is SamplingErrorKind.INVALID_REQUEST:
+                    await self._emit_retry(
+                        state, metrics.started, policy.max_retries, error, 0.0, True, (), leg.name
+                    )
+                    continue
             if error.kind is SamplingErrorKind.DOOM_LOOP_DETECTED and armed:
                 resamples += 1
                 await self._emit_retry(
@@ -593,12 +652,12 @@ class RequestRunner:
                     doom_max,
                     error,
                     self._rng.uniform(0.0, 0.25),
-                    result.emitted_output,
+                    emitted,
                     result.doom_triggers,
                     leg.name,
                 )
                 continue
-            if result.emitted_output and not policy.retry_mid_stream:
+            if emitted and not policy.retry_mid_stream:
                 return Failed(state.request_id, error, last_partial, metrics.build(last_partial))
             decision = classify(
                 error,
@@ -628,13 +687,13 @@ class RequestRunner:
                     policy.max_retries,
                     error,
                     0.0,
-                    result.emitted_output,
+                    emitted,
                     (),
                     leg.name,
                 )
                 continue
             fail_over = self._routing_verdict(
-                leg, error, result, decision, last_partial, has_next=has_next
+                leg, error, emitted, decision, last_partial, has_next=has_next
             )
             if fail_over is not None:
                 return fail_over
@@ -665,7 +724,7 @@ class RequestRunner:
                 policy.max_retries,
                 error,
                 decision.delay,
-                result.emitted_output,
+                emitted,
                 (),
                 leg.name,
             )
