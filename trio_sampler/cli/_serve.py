@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 from typing import Any
 
-from ._errors import port, positive_int, run_interruptibly
+from ._errors import UsageError, port, positive_int, run_interruptibly
 
 __all__ = ["add_parser"]
 
@@ -40,12 +41,22 @@ def add_parser(commands: Any) -> None:
             "kernel spreads connections over them"
         ),
     )
+    parser.add_argument(
+        "--models",
+        metavar="FILE",
+        help=(
+            "a JSON file mapping model names to default scripts (the x-emulator-script "
+            'schema), e.g. {"primary": {"faults": [{"type": "status", "status": 503}]}, '
+            '"fallback": {}}: each model behaves and fails on its own'
+        ),
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..emulator._cli import serve_and_report
 
+    models = _models(args.models) if args.models else None
     return run_interruptibly(
         functools.partial(
             serve_and_report,
@@ -54,5 +65,26 @@ def run(args: argparse.Namespace) -> int:
             bench=args.bench,
             backlog=args.backlog,
             reuse_port=args.reuse_port,
+            models=models,
         )
     )
+
+
+def _models(path: str) -> dict[str, Any]:
+    """The ``--models`` table, checked (a bad script is a usage error naming the model)."""
+    from ..emulator import EmulatorApp, ScriptError
+
+    try:
+        with open(path, encoding="utf-8") as file:
+            table = json.load(file)
+    except OSError as exc:
+        raise UsageError(f"--models: cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise UsageError(f"--models: {path} is not valid JSON: {exc}") from None
+    if not isinstance(table, dict):
+        raise UsageError(f"--models: {path} must hold a JSON object of model name -> script")
+    try:
+        EmulatorApp(models=table)
+    except (ScriptError, ValueError, TypeError) as exc:
+        raise UsageError(f"--models: {exc}") from None
+    return table

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
+import attrs
 import orjson
 import trio
 
@@ -28,14 +29,18 @@ from ._render_messages import MessagesRenderer
 from ._render_responses import ResponsesRenderer
 from ._reply import Reply, RequestView, empty_reply, plan_reply
 from ._script import (
+    ContentFilterFault,
+    ContextLengthFault,
     DropFault,
     EmptyFault,
     MalformedFault,
+    NoTerminatorFault,
     Script,
     ScriptError,
     StatusFault,
     StreamErrorFault,
     TokenPacing,
+    merge_scripts,
     parse_script,
 )
 from ._sse import Renderer, dumps, is_token_frame, retry_after_headers
@@ -67,6 +72,12 @@ _SSE_HEADERS = [
     (b"cache-control", b"no-cache"),
 ]
 _JSON = (b"content-type", b"application/json")
+#: What newer Anthropic models answer (400) to a request ending with an assistant message;
+#: gateways that proxy them to OpenAI-compatible clients pass the same text on.
+PREFILL_REJECTED = (
+    "This model does not support assistant message prefill. "
+    "The conversation must end with a user message."
+)
 
 
 def _peer_check(backend: str, data: Mapping[str, Any]) -> None:
@@ -97,6 +108,12 @@ class EmulatorApp:
         rate_limits: server-side limits per API key (requests and tokens per window), with
             the providers' rate-limit headers on every answer and 429s past them; see
             :class:`RateLimits`. Bench shortcuts are off while limits are set.
+        models: a default script per model name (each a script object of the
+            ``x-emulator-script`` schema), so one server plays several models that behave
+            and fail independently: a request for a listed model runs that model's script,
+            with the keys of its own header (if any) on top, and its fault counters are
+            kept apart from every other model's. Checked here: a bad script raises
+            :class:`ScriptError` naming the model.
         body_timeout: seconds a request body may take to arrive in full; a slower one
             gets a 408 and its connection is closed (a slow-body client cannot hold a
             connection longer). The request head is bounded by the server's
@@ -112,6 +129,7 @@ class EmulatorApp:
         require_key: str | None = None,
         cache: PromptCache | None = None,
         rate_limits: RateLimits | None = None,
+        models: Mapping[str, Mapping[str, Any]] | None = None,
         body_timeout: float = DEFAULT_BODY_TIMEOUT,
         max_recorded_bytes: int = DEFAULT_MAX_RECORDED_BYTES,
         max_recorded_body_bytes: int = DEFAULT_MAX_RECORDED_BODY_BYTES,
@@ -128,6 +146,20 @@ class EmulatorApp:
         self.body_timeout = float(body_timeout)
         self.log = RequestLog(max_bytes=max_recorded_bytes, max_body_bytes=max_recorded_body_bytes)
         self._bench_bodies: dict[tuple[Any, ...], tuple[int, list[tuple[bytes, bytes]], bytes]] = {}
+        self.models = _checked_models(models)
+        self._epoch: float | None = None
+
+    def clock(self) -> float:
+        """The emulator's clock: seconds since its first request (or since
+        :meth:`start_clock`), on trio's clock. Faults with a time window read it."""
+        now = trio.current_time()
+        if self._epoch is None:
+            self._epoch = now
+        return now - self._epoch
+
+    def start_clock(self) -> None:
+        """Start the emulator's clock now (it otherwise starts at the first request)."""
+        self._epoch = trio.current_time()
 
     def __repr__(self) -> str:
         # Never show the key, even in a repr.
@@ -142,6 +174,8 @@ class EmulatorApp:
         used dropped first); tests that reuse a scenario name call this to start afresh.
         """
         self.faults.forget(scenario)
+        for model in self.models:
+            self.faults.forget(_model_key(model, scenario))
         self.log.forget(scenario)
 
     def requests(self, scenario: str | None = None) -> list[dict[str, Any]]:
@@ -210,10 +244,11 @@ class EmulatorApp:
         return self._require_key is None or _api_key(headers) == self._require_key
 
     def _models(self, anthropic: bool) -> dict[str, Any]:
+        names = list(dict.fromkeys([*EMULATOR_MODELS, *self.models]))
         if anthropic:
             data = [
                 {"type": "model", "id": m, "display_name": m, "created_at": "2025-01-01T00:00:00Z"}
-                for m in EMULATOR_MODELS
+                for m in names
             ]
             return {
                 "data": data,
@@ -223,7 +258,7 @@ class EmulatorApp:
             }
         models = [
             {"id": m, "object": "model", "created": 1735689600, "owned_by": "trio-sampler-emulator"}
-            for m in EMULATOR_MODELS
+            for m in names
         ]
         return {"object": "list", "data": models}
 
@@ -251,13 +286,19 @@ class EmulatorApp:
         request_id: str,
     ) -> None:
         read_at = trio.current_time()
+        now = self.clock()
+        model = _model_of(body) if self.models else None
+        model_script = None if model is None else self.models.get(model)
         try:
-            script = parse_script(headers.get("x-emulator-script"))
+            if model_script is None:
+                script = parse_script(headers.get("x-emulator-script"))
+            else:
+                script = merge_scripts(model_script, headers.get("x-emulator-script"))
         except ScriptError as exc:
             raise ApiError(str(exc)) from None
         pacing = TokenPacing.of(script, read_at)
         bench = (self.bench or headers.get("x-emulator-bench") == "1") and not (
-            script.faults or script.delay_ms or pacing or self.rate_limits
+            script.faults or script.delay_ms or pacing or self.rate_limits or model_script
         )
         if bench and await self._bench_hit(renderer, script, body, send):
             return
@@ -274,7 +315,13 @@ class EmulatorApp:
             self.log.add(script.scenario or "", path, headers, body)
         view = view_of(data, self.cache)
         _peer_check(renderer.backend, data)
+        if view.prefill and not script.accepts_prefill:
+            raise ApiError(PREFILL_REJECTED)
+        if script.context_window is not None and view.prompt.total > script.context_window:
+            raise _context_error(renderer.backend, view.prompt.total, script.context_window)
         key = script.scenario or ("script:" + hashlib.sha256(script.source.encode()).hexdigest())
+        if model_script is not None and model is not None:
+            key = _model_key(model, key)
         verdict: Verdict | None = None
         if self.rate_limits is not None:
             verdict = self.rate_limits.admit(
@@ -298,7 +345,9 @@ class EmulatorApp:
                     ],
                 )
                 return
-        plan = self.faults.plan(key, script.faults)
+        plan = self.faults.plan(key, script.faults, now)
+        for silence in plan.silences:
+            await _hold(receive, silence.seconds)
         base = [
             (renderer.request_id_header(), request_id.encode()),
             (b"x-emulator-attempt", str(plan.attempt).encode()),
@@ -306,9 +355,17 @@ class EmulatorApp:
         ]
         charge = verdict.charge if verdict is not None else None
         outcome = plan.outcome
-        if isinstance(outcome, StatusFault):
+        if isinstance(outcome, StatusFault | ContextLengthFault):
             if charge is not None and self.rate_limits is not None:
                 self.rate_limits.settle(charge, 0)
+            if isinstance(outcome, ContextLengthFault):
+                total = view.prompt.total
+                window = script.context_window
+                error = _context_error(
+                    renderer.backend, total, window if window and window < total else total - 1
+                )
+                await _respond(send, 400, renderer.error_body(error, request_id), base)
+                return
             error_body = outcome.body or renderer.error_body(
                 ApiError("", status=outcome.status), request_id
             )
@@ -316,6 +373,8 @@ class EmulatorApp:
                 send, outcome.status, error_body, base + retry_after_headers(outcome.retry_after)
             )
             return
+        if isinstance(outcome, ContentFilterFault):
+            script = attrs.evolve(script, stop="content_filter")
         if isinstance(outcome, EmptyFault):
             reply = empty_reply(view, body)
         else:
@@ -334,12 +393,22 @@ class EmulatorApp:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope)
                 await _emit(
-                    send, renderer, reply, view, frames, plan, script.delay_ms / 1000, pacing
+                    send,
+                    renderer,
+                    reply,
+                    view,
+                    frames,
+                    plan,
+                    script.delay_ms / 1000,
+                    pacing,
+                    read_at,
                 )
                 nursery.cancel_scope.cancel()
             return
+        if plan.first_token_after is not None:
+            await _hold(receive, read_at + plan.first_token_after - trio.current_time())
         for stall in plan.stalls:
-            await trio.sleep(stall.seconds)
+            await _hold(receive, stall.seconds)
         payload = dumps(renderer.body(reply, view))
         if isinstance(outcome, StreamErrorFault):
             error = ApiError("", status=529 if renderer.backend == "messages" else 500)
@@ -401,6 +470,65 @@ class EmulatorApp:
         return True
 
 
+def _checked_models(models: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:
+    """The per-model script table, each script checked now (a typo fails at construction)."""
+    if models is None:
+        return {}
+    if not isinstance(models, Mapping):
+        raise TypeError(
+            "models must map model names to script objects, e.g. "
+            '{"primary": {"faults": [{"type": "status", "status": 503}]}}'
+        )
+    table: dict[str, dict[str, Any]] = {}
+    for name, script in models.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"models: model names must be non-empty strings; got {name!r}")
+        if not isinstance(script, Mapping):
+            raise ScriptError(
+                f"models[{name!r}] must be a script object (the x-emulator-script schema)"
+            )
+        try:
+            merge_scripts(script, None)
+        except ScriptError as exc:
+            raise ScriptError(f"models[{name!r}]: {exc}") from None
+        table[name] = dict(script)
+    return table
+
+
+def _model_of(body: bytes) -> str | None:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    model = data.get("model") if isinstance(data, dict) else None
+    return model if isinstance(model, str) else None
+
+
+def _model_key(model: str, key: str) -> str:
+    """The fault-counter key of ``key`` on a model of the table (kept apart per model)."""
+    return f"model:{model}\0{key}"
+
+
+def _context_error(backend: str, total: int, window: int) -> ApiError:
+    """Each backend's real "context length exceeded" 400."""
+    if backend == "messages":
+        # Anthropic gives no machine code; clients match the message's prefix.
+        return ApiError(f"prompt is too long: {total} tokens > {window} maximum")
+    if backend == "responses":
+        return ApiError(
+            "Your input exceeds the context window of this model. "
+            "Please adjust your input and try again.",
+            param="input",
+            code="context_length_exceeded",
+        )
+    return ApiError(
+        f"This model's maximum context length is {window} tokens. However, your messages "
+        f"resulted in {total} tokens. Please reduce the length of the messages.",
+        param="messages",
+        code="context_length_exceeded",
+    )
+
+
 def _api_key(headers: Mapping[str, str]) -> str | None:
     bearer = headers.get("authorization", "")
     return bearer[7:] if bearer.lower().startswith("bearer ") else headers.get("x-api-key")
@@ -448,6 +576,31 @@ async def _watch_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
             return
 
 
+async def _hold(receive: Receive, seconds: float | None) -> None:
+    """Send nothing for ``seconds`` (``None``: until the client goes away).
+
+    Raises:
+        _ClientGone: the client disconnected meanwhile (nothing more is sent).
+    """
+    if seconds is not None and seconds <= 0:
+        return
+    gone = False
+    async with trio.open_nursery() as nursery:
+
+        async def watch() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch)
+        await trio.sleep(math.inf if seconds is None else seconds)
+        nursery.cancel_scope.cancel()
+    if gone:
+        raise _ClientGone
+
+
 async def _send_start(send: Send, status: int, headers: list[tuple[bytes, bytes]]) -> None:
     await send({"type": "http.response.start", "status": status, "headers": headers})
 
@@ -469,6 +622,7 @@ async def _emit(
     plan: AttemptPlan,
     delay: float,
     pacing: TokenPacing | None = None,
+    read_at: float = 0.0,
 ) -> None:
     """Send ``frames`` with the attempt's pacing and outcome faults applied.
 
@@ -496,7 +650,12 @@ async def _emit(
     cut = math.inf
     if isinstance(outcome, StreamErrorFault | DropFault | MalformedFault):
         # Never past the terminator: a fault always interrupts a real stream.
-        cut = min(outcome.after_events, len(frames) - 1)
+        after = len(frames) // 2 if outcome.after_events is None else outcome.after_events
+        cut = min(after, len(frames) - 1)
+    if isinstance(outcome, NoTerminatorFault):
+        frames = frames[:-1]
+    middle = len(frames) // 2
+    first_token_due = None if plan.first_token_after is None else read_at + plan.first_token_after
     for index, frame in enumerate(frames):
         if index == cut:
             if isinstance(outcome, StreamErrorFault):
@@ -507,15 +666,18 @@ async def _emit(
                 return  # no final message: the server closes the connection mid-body
             pending += renderer.malformed()
         for stall in plan.stalls:
-            if stall.after_events == index:
+            if (middle if stall.after_events is None else stall.after_events) == index:
                 await flush()
-                await trio.sleep(stall.seconds)
+                await trio.sleep(math.inf if stall.seconds is None else stall.seconds)
         if delay and index:
             await flush()
             await trio.sleep(delay)
-        if pacing is not None and is_token_frame(frame):
+        if (pacing is not None or first_token_due is not None) and is_token_frame(frame):
             await flush()
-            await trio.sleep_until(pacing.deadline(token_number))
+            if pacing is not None:
+                await trio.sleep_until(pacing.deadline(token_number))
+            if first_token_due is not None and token_number == 0:
+                await trio.sleep_until(first_token_due)
             token_number += 1
         pending += frame
     await flush()

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 import trio
 
+from ._app import EmulatorApp
 from ._serve import serve
 
 __all__ = ["main_serve", "run_serve", "serve_and_report"]
@@ -40,14 +43,30 @@ def run_serve(
 
 
 async def serve_and_report(
-    host: str, port: int, *, bench: bool = False, backlog: int = 1024, reuse_port: bool = False
+    host: str,
+    port: int,
+    *,
+    bench: bool = False,
+    backlog: int = 1024,
+    reuse_port: bool = False,
+    models: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> int:
-    """Serve until cancelled, printing the ``listening on`` line; 1 when it cannot listen."""
+    """Serve until cancelled, printing the ``listening on`` line; 1 when it cannot listen.
+
+    ``models`` is :class:`~trio_sampler.emulator.EmulatorApp`'s table of per-model scripts.
+    """
+    app = EmulatorApp(bench=bench, models=models) if models else None
     async with trio.open_nursery() as nursery:
         try:
             server = await nursery.start(
                 functools.partial(
-                    serve, host=host, port=port, bench=bench, backlog=backlog, reuse_port=reuse_port
+                    serve,
+                    host=host,
+                    port=port,
+                    bench=bench,
+                    backlog=backlog,
+                    reuse_port=reuse_port,
+                    app=app,
                 )
             )
         except (OSError, ValueError) as failure:  # handled here: the nursery would wrap it

@@ -28,6 +28,13 @@ _STOP = {
     "content_filter": "refusal",
 }
 
+#: The ``stop_details`` of a refusal (``stop_reason: "refusal"``), in the API's shape.
+REFUSAL_DETAILS = {
+    "type": "refusal",
+    "category": "general_harms",
+    "explanation": "The request was declined by the emulated safety filter.",
+}
+
 _ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -259,6 +266,8 @@ class MessagesRenderer:
                 event_frame("content_block_stop", {"type": "content_block_stop", "index": index})
             )
         delta: dict[str, Any] = {"stop_reason": _STOP[reply.stop], "stop_sequence": None}
+        if reply.stop == "content_filter":
+            delta["stop_details"] = REFUSAL_DETAILS
         if reply.hosted is not None and reply.hosted.name == "code_execution":
             # Code execution runs in a container; the stream names it here (real captures).
             delta["container"] = {
@@ -282,6 +291,7 @@ class MessagesRenderer:
             "content": [final for _, final, _ in _blocks(reply)],
             "stop_reason": _STOP[reply.stop],
             "stop_sequence": None,
+            **({"stop_details": REFUSAL_DETAILS} if reply.stop == "content_filter" else {}),
             "usage": usage,
         }
 

@@ -89,6 +89,8 @@ class RequestView:
     forced_tool: str | None = None
     tools_disabled: bool = False
     last_is_user: bool = True
+    #: The last message is the assistant's (a prefill the reply would continue).
+    prefill: bool = False
     tool_result: str | None = None
     prompt: CacheResult = attrs.field(factory=lambda: CacheResult(0))
     echo: Mapping[str, Any] = attrs.field(factory=dict)

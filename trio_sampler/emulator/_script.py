@@ -20,19 +20,26 @@ __all__ = [
     "HOSTED_TOOL_INPUTS",
     "STOP_VALUES",
     "USAGE_KEYS",
+    "ContentFilterFault",
+    "ContextLengthFault",
     "DropFault",
     "EmptyFault",
     "Fault",
     "HostedToolScript",
     "MalformedFault",
+    "NoTerminatorFault",
     "PingsFault",
     "Script",
     "ScriptError",
     "ScriptToolCall",
+    "SilentFault",
+    "SlowFirstTokenFault",
     "StallFault",
     "StatusFault",
     "StreamErrorFault",
+    "TimeWindow",
     "TokenPacing",
+    "merge_scripts",
     "parse_script",
     "script_headers",
 ]
@@ -103,6 +110,24 @@ HOSTED_TOOL_INPUTS: Mapping[str, Mapping[str, type]] = {
 
 
 @attrs.frozen
+class TimeWindow:
+    """When a fault is active, on the emulator's clock (seconds since its first request).
+
+    Active while ``start <= t < end``; with ``period``, the window repeats every
+    ``period`` seconds (``t`` is taken modulo ``period``), which makes a flapping route.
+    """
+
+    start: float = 0.0
+    end: float = math.inf
+    period: float | None = None
+
+    def contains(self, t: float) -> bool:
+        if self.period is not None:
+            t %= self.period
+        return self.start <= t < self.end
+
+
+@attrs.frozen
 class StatusFault:
     """Answer with an HTTP error status instead of a reply."""
 
@@ -110,40 +135,51 @@ class StatusFault:
     retry_after: float | None = None
     body: Mapping[str, Any] | None = None
     times: int | None = None
+    window: TimeWindow | None = None
 
 
 @attrs.frozen
 class StreamErrorFault:
-    """After ``after_events`` stream events, send the backend's in-stream error and end."""
+    """After ``after_events`` stream events, send the backend's in-stream error and end.
 
-    after_events: int
+    ``after_events=None``: in the middle of the stream.
+    """
+
+    after_events: int | None
     error_type: str | None = None
     times: int | None = None
+    window: TimeWindow | None = None
 
 
 @attrs.frozen
 class DropFault:
-    """After ``after_events`` stream events, close the connection with no terminator."""
+    """After ``after_events`` stream events (``None``: mid-stream), close the connection
+    with no terminator: the stream is cut."""
 
-    after_events: int
+    after_events: int | None
     times: int | None = None
+    window: TimeWindow | None = None
 
 
 @attrs.frozen
 class StallFault:
-    """After ``after_events`` stream events, go silent for ``seconds``, then carry on."""
+    """After ``after_events`` stream events (``None``: mid-stream), go silent for
+    ``seconds`` (``None``: until the client goes away), then carry on."""
 
-    after_events: int
-    seconds: float
+    after_events: int | None
+    seconds: float | None
     times: int | None = None
+    window: TimeWindow | None = None
 
 
 @attrs.frozen
 class MalformedFault:
-    """After ``after_events`` stream events, send one data line that is not JSON."""
+    """After ``after_events`` stream events (``None``: mid-stream), send one data line
+    that is not JSON."""
 
-    after_events: int
+    after_events: int | None
     times: int | None = None
+    window: TimeWindow | None = None
 
 
 @attrs.frozen
@@ -151,6 +187,7 @@ class EmptyFault:
     """Answer 200 with a well-formed reply that has no content."""
 
     times: int | None = None
+    window: TimeWindow | None = None
 
 
 @attrs.frozen
@@ -160,6 +197,53 @@ class PingsFault:
     count: int
     interval_ms: int = 0
     times: int | None = None
+    window: TimeWindow | None = None
+
+
+@attrs.frozen
+class SilentFault:
+    """Read the request, then send nothing, not even the status line, for ``seconds``
+    (``None``: until the client goes away); then answer as otherwise planned."""
+
+    seconds: float | None = None
+    times: int | None = None
+    window: TimeWindow | None = None
+
+
+@attrs.frozen
+class SlowFirstTokenFault:
+    """Send the headers at once but the first content delta ``seconds`` after the request
+    was read (a non-streaming answer is delayed as much)."""
+
+    seconds: float
+    times: int | None = None
+    window: TimeWindow | None = None
+
+
+@attrs.frozen
+class NoTerminatorFault:
+    """Stream the whole reply but its terminator (Chat's ``[DONE]``, Responses'
+    ``response.completed``, Messages' ``message_stop``), then end the body cleanly."""
+
+    times: int | None = None
+    window: TimeWindow | None = None
+
+
+@attrs.frozen
+class ContextLengthFault:
+    """Answer the backend's real "context length exceeded" 400, whatever the prompt's size."""
+
+    times: int | None = None
+    window: TimeWindow | None = None
+
+
+@attrs.frozen
+class ContentFilterFault:
+    """Answer with the content filter's stop (Chat ``content_filter``, Responses
+    ``incomplete``/``content_filter``, Messages ``refusal`` with ``stop_details``)."""
+
+    times: int | None = None
+    window: TimeWindow | None = None
 
 
 Fault: TypeAlias = (
@@ -170,6 +254,11 @@ Fault: TypeAlias = (
     | MalformedFault
     | EmptyFault
     | PingsFault
+    | SilentFault
+    | SlowFirstTokenFault
+    | NoTerminatorFault
+    | ContextLengthFault
+    | ContentFilterFault
 )
 
 
@@ -197,6 +286,12 @@ class Script:
     #: Text and reasoning for a request whose last item is a tool result (an agent loop's
     #: second step); when set, such a request gets no tool calls and no hosted tool.
     after_tool_result: AfterToolResult | None = None
+    #: ``False``: a request whose last message is the assistant's (a prefill) gets the
+    #: 400 newer models answer.
+    accepts_prefill: bool = True
+    #: The model's context window in tokens: a longer prompt gets the backend's
+    #: "context length exceeded" 400.
+    context_window: int | None = None
     #: The header's exact text: the bench-mode cache key and the implicit scenario.
     source: str = ""
 
@@ -242,19 +337,28 @@ _SCRIPT_KEYS = frozenset(
         "scenario",
         "faults",
         "after_tool_result",
+        "accepts_prefill",
+        "context_window",
     }
 )
 
-# fault type -> (required keys, optional keys); "type" and "times" are always allowed.
+# fault type -> (required keys, optional keys); "type", "times" and the window keys
+# ("from_s", "until_s", "period_s") are always allowed.
 _FAULT_KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "status": (frozenset({"status"}), frozenset({"retry_after", "body"})),
-    "stream_error": (frozenset({"after_events"}), frozenset({"error_type"})),
-    "drop": (frozenset({"after_events"}), frozenset()),
-    "stall": (frozenset({"after_events", "seconds"}), frozenset()),
-    "malformed": (frozenset({"after_events"}), frozenset()),
+    "stream_error": (frozenset(), frozenset({"after_events", "error_type"})),
+    "drop": (frozenset(), frozenset({"after_events"})),
+    "stall": (frozenset(), frozenset({"after_events", "seconds"})),
+    "malformed": (frozenset(), frozenset({"after_events"})),
     "empty": (frozenset(), frozenset()),
     "pings": (frozenset({"count"}), frozenset({"interval_ms"})),
+    "silent": (frozenset(), frozenset({"seconds"})),
+    "slow_first_token": (frozenset({"seconds"}), frozenset()),
+    "no_terminator": (frozenset(), frozenset()),
+    "context_length": (frozenset(), frozenset()),
+    "content_filter": (frozenset(), frozenset()),
 }
+_WINDOW_KEYS = frozenset({"from_s", "until_s", "period_s"})
 
 
 def script_headers(**script: Any) -> dict[str, str]:
@@ -284,6 +388,38 @@ def parse_script(raw: str | bytes | None) -> Script:
         raise ScriptError(f"x-emulator-script is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ScriptError("x-emulator-script must be a JSON object")
+    return script_of(data, text)
+
+
+def merge_scripts(base: Mapping[str, Any], override: str | bytes | None) -> Script:
+    """``base`` (a script object) with the keys of the ``override`` header value on top:
+    a key the header gives replaces the base's value (lists such as ``faults`` included).
+
+    Raises:
+        ScriptError: either is not a valid script.
+    """
+    if override is None:
+        return script_of(base, orjson.dumps(dict(base)).decode())
+    text = override.decode("utf-8", "replace") if isinstance(override, bytes) else override
+    if not text.strip():
+        return script_of(base, orjson.dumps(dict(base)).decode())
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise ScriptError(f"x-emulator-script is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ScriptError("x-emulator-script must be a JSON object")
+    merged = {**base, **data}
+    return script_of(merged, orjson.dumps(merged).decode())
+
+
+def script_of(data: Mapping[str, Any], source: str) -> Script:
+    """The :class:`Script` of a parsed script object; ``source`` is its text (the cache and
+    scenario key).
+
+    Raises:
+        ScriptError: ``data`` is not of the documented schema.
+    """
     unknown = sorted(set(data) - _SCRIPT_KEYS)
     if unknown:
         raise ScriptError(
@@ -317,7 +453,9 @@ def parse_script(raw: str | bytes | None) -> Script:
         scenario=_opt(data, "scenario", str, "script"),
         faults=_faults(data.get("faults")),
         after_tool_result=_after_tool_result(data.get("after_tool_result")),
-        source=text,
+        accepts_prefill=_opt(data, "accepts_prefill", bool, "script") is not False,
+        context_window=_opt_int(data, "context_window", "script", minimum=1),
+        source=source,
     )
 
 
@@ -466,10 +604,11 @@ def _fault(index: int, data: Any) -> Fault:
     missing = sorted(required - set(data))
     if missing:
         raise ScriptError(f"x-emulator-script: {where} ({kind}) needs {', '.join(missing)}")
-    unknown = sorted(set(data) - required - optional - {"type", "times"})
+    unknown = sorted(set(data) - required - optional - _WINDOW_KEYS - {"type", "times"})
     if unknown:
         raise ScriptError(f"x-emulator-script: {where} ({kind}) has unknown key(s) {unknown}")
     times = _opt_int(data, "times", where, minimum=1)
+    window = _window(data, where)
     if kind == "status":
         status = _opt_int(data, "status", where, required=True, minimum=400)
         assert status is not None
@@ -479,23 +618,51 @@ def _fault(index: int, data: Any) -> Fault:
         if body is not None and not isinstance(body, dict):
             raise ScriptError(f"x-emulator-script: {where}.body must be a JSON object")
         retry_after = _opt_number(data, "retry_after", where)
-        return StatusFault(status, retry_after, body, times)
-    if kind == "empty":
-        return EmptyFault(times)
+        return StatusFault(status, retry_after, body, times, window)
     if kind == "pings":
         count = _opt_int(data, "count", where, required=True)
         interval = _opt_int(data, "interval_ms", where) or 0
         assert count is not None
-        return PingsFault(count, interval, times)
-    after = _opt_int(data, "after_events", where, required=True)
-    assert after is not None
+        return PingsFault(count, interval, times, window)
+    if kind == "silent":
+        return SilentFault(_opt_number(data, "seconds", where), times, window)
+    if kind == "slow_first_token":
+        seconds = _opt_number(data, "seconds", where, required=True)
+        assert seconds is not None
+        return SlowFirstTokenFault(seconds, times, window)
+    simple: dict[
+        str, type[EmptyFault | NoTerminatorFault | ContextLengthFault | ContentFilterFault]
+    ] = {
+        "empty": EmptyFault,
+        "no_terminator": NoTerminatorFault,
+        "context_length": ContextLengthFault,
+        "content_filter": ContentFilterFault,
+    }
+    if kind in simple:
+        return simple[kind](times, window)
+    after = _opt_int(data, "after_events", where)
     if kind == "stream_error":
         error_type = _opt(data, "error_type", str, where)
-        return StreamErrorFault(after, error_type, times)
+        return StreamErrorFault(after, error_type, times, window)
     if kind == "drop":
-        return DropFault(after, times)
+        return DropFault(after, times, window)
     if kind == "malformed":
-        return MalformedFault(after, times)
-    seconds = _opt_number(data, "seconds", where, required=True)
-    assert seconds is not None
-    return StallFault(after, seconds, times)
+        return MalformedFault(after, times, window)
+    return StallFault(after, _opt_number(data, "seconds", where), times, window)
+
+
+def _window(data: Mapping[str, Any], where: str) -> TimeWindow | None:
+    if not _WINDOW_KEYS & set(data):
+        return None
+    start = _opt_number(data, "from_s", where) or 0.0
+    end = _opt_number(data, "until_s", where)
+    period = _opt_number(data, "period_s", where)
+    end = math.inf if end is None else end
+    if end <= start:
+        raise ScriptError(f"x-emulator-script: {where}.until_s must be greater than from_s")
+    if period is not None and (period == 0 or end > period):
+        raise ScriptError(
+            f"x-emulator-script: {where}.period_s must be positive and at least until_s "
+            "(the window repeats every period_s seconds)"
+        )
+    return TimeWindow(start, end, period)

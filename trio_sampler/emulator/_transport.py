@@ -146,14 +146,20 @@ class EmulatorTransport(httpx2.AsyncBaseTransport):
                     await send({"type": "error", "error": exc})
 
         self._nursery.start_soon(run_app)
-        async for message in receive_channel:
-            if message["type"] == "error":
-                raise message["error"]
-            if message["type"] == "http.response.start":
-                return httpx2.Response(
-                    status_code=message["status"],
-                    headers=list(message.get("headers", [])),
-                    stream=_BodyStream(receive_channel, disconnect, app_scope),
-                    request=request,
-                )
+        try:
+            async for message in receive_channel:
+                if message["type"] == "error":
+                    raise message["error"]
+                if message["type"] == "http.response.start":
+                    return httpx2.Response(
+                        status_code=message["status"],
+                        headers=list(message.get("headers", [])),
+                        stream=_BodyStream(receive_channel, disconnect, app_scope),
+                        request=request,
+                    )
+        except BaseException:
+            # Given up before the headers (a timeout, a cancel): the client is gone.
+            disconnect.set()
+            app_scope.cancel()
+            raise
         raise httpx2.RemoteProtocolError("the emulator app sent no response")

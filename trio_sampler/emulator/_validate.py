@@ -183,6 +183,7 @@ def view_chat(body: Mapping[str, Any], cache: PromptCache) -> RequestView:
         forced_tool=forced if isinstance(forced, str) else None,
         tools_disabled=choice == "none",
         last_is_user=last.get("role") == "user",
+        prefill=last.get("role") == "assistant" and not last.get("tool_calls"),
         tool_result=_text_of(last.get("content")) if last.get("role") == "tool" else None,
         prompt=cache.automatic(f"openai\0{model}", blocks),
     )
@@ -319,6 +320,7 @@ def view_responses(body: Mapping[str, Any], cache: PromptCache) -> RequestView:
         forced_tool=forced if isinstance(forced, str) else None,
         tools_disabled=choice == "none",
         last_is_user=last_kind == "message" and last.get("role") == "user",
+        prefill=last_kind == "message" and last.get("role") == "assistant",
         tool_result=tool_result,
         prompt=cache.automatic(f"openai\0{model}", blocks),
         echo={key: body[key] for key in _ECHOED if key in body}
@@ -396,6 +398,7 @@ def view_messages(body: Mapping[str, Any], cache: PromptCache) -> RequestView:
         forced_tool=choice.get("name") if isinstance(choice, Mapping) else None,
         tools_disabled=isinstance(choice, Mapping) and choice.get("type") == "none",
         last_is_user=last.get("role") == "user" and not results,
+        prefill=last.get("role") == "assistant",
         tool_result=" ".join(_text_of(b.get("content")) for b in results) if results else None,
         prompt=cache.breakpoints(f"anthropic\0{model}", blocks),
     )
