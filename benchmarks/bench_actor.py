@@ -880,11 +880,123 @@ async def cell_cancel_load(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# -- hedged attempts ---------------------------------------------------------------------
+
+#: The hedging cell's route: time to first token 90 % fast, 10 % slow, drawn per attempt.
+HEDGE_FAST_MS = 50.0
+HEDGE_SLOW_MS = 1500.0
+HEDGE_SLOW_SHARE = 0.10
+
+
+class _BimodalTTFT(httpx2.AsyncBaseTransport):
+    """The in-process emulator, each attempt's first token drawn fast or slow (seeded).
+
+    The draw is per HTTP request, so a hedge of a slow attempt is itself fast 90 % of the
+    time, as with a real server whose slowness is per request (a cold replica, a queue)."""
+
+    def __init__(self, seed: int) -> None:
+        from trio_sampler.emulator import EmulatorTransport
+
+        self.inner = EmulatorTransport()
+        self.rng = random.Random(seed)
+        self.attempts = 0
+
+    async def __aenter__(self) -> _BimodalTTFT:
+        await self.inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.inner.__aexit__(None, None, None)
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        from trio_sampler.emulator import script_headers
+
+        self.attempts += 1
+        slow = self.rng.random() < HEDGE_SLOW_SHARE
+        headers = script_headers(
+            text=_PROSE, chunk_chars=16, first_token_ms=HEDGE_SLOW_MS if slow else HEDGE_FAST_MS
+        )
+        request.headers.update(headers)
+        return await self.inner.handle_async_request(request)
+
+
+async def _hedging_run(spec: dict[str, Any], hedge: Any) -> dict[str, Any]:
+    from trio_sampler.routing import Route, RoutingPolicy
+
+    config = SamplerConfig(
+        base_url="http://bench.invalid/v1",
+        model=MODEL,
+        retry=RetryPolicy(max_retries=0),
+        timeouts=Timeouts(first_token=30.0),
+    )
+    routing = RoutingPolicy([Route("bench", config)], breaker=None, hedge=hedge)
+    ttfts: list[float] = []
+    errors = 0
+    request = ConversationRequest(items=[User("hello")])
+    limit = trio.CapacityLimiter(spec["concurrency"])
+    async with _BimodalTTFT(spec["seed"]) as transport:
+        async with open_sampler(config, routing=routing, transport=transport) as sampler:
+
+            async def one() -> None:
+                nonlocal errors
+                async with limit:
+                    start = time.perf_counter()
+                    stream = await sampler.submit(request)
+                    first: float | None = None
+                    async with stream:
+                        async for event in stream:
+                            if first is None and type(event) is ChannelToken:
+                                first = time.perf_counter() - start
+                    if first is None or not isinstance(stream.terminal, Completed):
+                        errors += 1
+                    else:
+                        ttfts.append(first * 1000.0)
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(spec["requests"]):
+                    nursery.start_soon(one)
+        attempts = transport.attempts
+    ttfts.sort()
+    return {
+        "hedge": None if hedge is None else repr(hedge),
+        "requests": spec["requests"],
+        "errors": errors,
+        "attempts_per_request": attempts / spec["requests"],
+        "ttft_p50_ms": percentile(ttfts, 0.50),
+        "ttft_p90_ms": percentile(ttfts, 0.90),
+        "ttft_p95_ms": percentile(ttfts, 0.95),
+        "ttft_p99_ms": percentile(ttfts, 0.99),
+        "over_1s": sum(1 for t in ttfts if t > 1000.0),
+        "ttft_max_ms": ttfts[-1] if ttfts else None,
+    }
+
+
+async def cell_hedging(spec: dict[str, Any]) -> dict[str, Any]:
+    """p99 time to first token against a bimodal route, hedging off, fixed, percentile."""
+    from trio_sampler.routing import HedgePolicy
+
+    modes = {
+        "off": None,
+        "fixed 200 ms": HedgePolicy(delay_s=0.2),
+        "p90 of recent TTFT": HedgePolicy(delay_s=0.2, percentile=0.9, min_samples=20),
+    }
+    runs = {name: await _hedging_run(spec, hedge) for name, hedge in modes.items()}
+    return {
+        "cell": "hedging",
+        "fast_ms": HEDGE_FAST_MS,
+        "slow_ms": HEDGE_SLOW_MS,
+        "slow_share": HEDGE_SLOW_SHARE,
+        "concurrency": spec["concurrency"],
+        "runs": runs,
+    }
+
+
 CELLS: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
     "throughput": cell_throughput,
     "memory": cell_memory,
     "cancel": cell_cancel,
     "cancel_load": cell_cancel_load,
+    "hedging": cell_hedging,
 }
 
 
@@ -1198,6 +1310,8 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             )
         if args.cancel_streams and "ours" in impls:
             results["cancel_load"] = run_load_cell(args, server)
+        if "ours" in impls:
+            results["hedging"] = run_hedging_cell(args)
         if args.profile:
             run_cell(
                 {
@@ -1229,8 +1343,15 @@ def run_load_cell(args: argparse.Namespace, server: Server) -> dict[str, Any]:
     return cell
 
 
+def run_hedging_cell(args: argparse.Namespace) -> dict[str, Any]:
+    requests = 1000 if args.quick else 5000
+    cell = run_cell({"cell": "hedging", "requests": requests, "concurrency": 10, "seed": 7})
+    print(f"hedging: {json.dumps(cell)}", flush=True)
+    return cell
+
+
 #: Cells ``--only`` can run by themselves (their results replace those in ``--json``).
-ONLY_CELLS = ("cancel_load",)
+ONLY_CELLS = ("cancel_load", "hedging")
 
 
 def run_only(args: argparse.Namespace) -> dict[str, Any]:
@@ -1245,6 +1366,8 @@ def run_only(args: argparse.Namespace) -> dict[str, Any]:
         for name in args.only.split(","):
             if name.strip() == "cancel_load":
                 results["cancel_load"] = run_load_cell(args, server)
+            elif name.strip() == "hedging":
+                results["hedging"] = run_hedging_cell(args)
             else:
                 raise SystemExit(f"--only: unknown cell {name!r}; choose from {ONLY_CELLS}")
     finally:
@@ -1274,6 +1397,7 @@ def print_report(results: dict[str, Any]) -> None:
     print(render_table(rows))
     print_cancel(results.get("cancel") or {})
     print_cancel_load(results.get("cancel_load") or {})
+    print_hedging(results.get("hedging") or {})
     print()
     for target in results["targets"]:
         print(f"{target['status']:<4}  {target['target']}: {target['value']}")
@@ -1290,6 +1414,26 @@ def print_cancel(cancel: dict[str, Any]) -> None:
                 f"{data['not_cancelled_terminal']} without a Cancelled terminal; "
                 f"{data['cpu_us_per_cancel']:.0f} µs CPU per cancel)"
             )
+
+
+def print_hedging(cell: dict[str, Any]) -> None:
+    if not cell:
+        return
+    if "failed" in cell:
+        print(f"hedging: failed: {cell['failed']}")
+        return
+    print(
+        f"hedging: time to first token {cell['fast_ms']:g} ms, or {cell['slow_ms']:g} ms for "
+        f"{cell['slow_share']:.0%} of attempts; {cell['concurrency']} at once"
+    )
+    for name, run in cell["runs"].items():
+        print(
+            f"  {name:<20} p50 {_fmt(run['ttft_p50_ms'], ',.0f')} ms, p90 "
+            f"{_fmt(run['ttft_p90_ms'], ',.0f')} ms, p95 {_fmt(run['ttft_p95_ms'], ',.0f')} ms, "
+            f"p99 {_fmt(run['ttft_p99_ms'], ',.0f')} ms, max {_fmt(run['ttft_max_ms'], ',.0f')} "
+            f"ms, {run['over_1s']} over 1 s; {run['attempts_per_request']:.2f} attempts per "
+            f"request, {run['errors']} errors of {run['requests']:,}"
+        )
 
 
 def print_cancel_load(cell: dict[str, Any]) -> None:

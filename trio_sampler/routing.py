@@ -482,15 +482,15 @@ class HedgePolicy:
     * ``percentile`` (e.g. 0.95): the delay is that percentile of the route's recent times
       to first token (the last ``window`` attempts, at least ``min_samples`` of them;
       ``delay_s`` is used until then, and is required as that fallback).
-    * ``next_route`` (False): the hedge goes to the next route of the chain when there is
-      one, instead of the same route.
+
+    The hedge goes to the same route (its breaker permitting: a half-open circuit's probe
+    is never hedged), at most one per attempt.
     """
 
     delay_s: float = attrs.field(validator=_check_positive("delay_s"))
     percentile: float | None = None
     window: int = attrs.field(default=200, validator=_check_count("HedgePolicy", "window"))
     min_samples: int = attrs.field(default=20, validator=_check_count("HedgePolicy", "min_samples"))
-    next_route: bool = False
 
     def __attrs_post_init__(self) -> None:
         p = self.percentile

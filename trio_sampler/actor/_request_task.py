@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Protocol
 
 import attrs
 import trio
@@ -29,12 +30,14 @@ from ..retry import Decision, RetryAction, RetryBudget, classify
 from ..routing import (
     BREAKER_COUNTS,
     BreakerState,
+    HedgePolicy,
     Route,
     RouteAction,
     RouteBreaker,
     RouteState,
     RoutingPolicy,
     ends_in_prefill,
+    hedge_delay,
     route_action,
     unsupported_by,
 )
@@ -223,6 +226,68 @@ _NOT_THE_ROUTES_FAULT = frozenset(
         SamplingErrorKind.DOOM_LOOP_DETECTED,
     }
 )
+
+
+class _AttemptSink(Protocol):
+    """Where one attempt sends its events: the request itself, or a hedging lane."""
+
+    request_id: str
+    submitted_at: float
+    transform: StreamTransform | None
+
+    async def emit(self, batch: list[SamplingEvent]) -> None: ...
+
+    def partial(self) -> ConversationResponse | None: ...
+
+
+class _Race:
+    """Two attempts of one request racing: the first to produce content wins."""
+
+    def __init__(self, state: RequestState) -> None:
+        self.state = state
+        self.lanes: list[_Lane] = []
+        self.winner: _Lane | None = None
+        #: Lanes whose attempt has ended, in the order they ended.
+        self.ended: list[_Lane] = []
+        #: Set when a lane produced content, or when every lane has ended without.
+        self.settled = trio.Event()
+
+
+class _Lane:
+    """One attempt of a race. Its events wait here until it wins (the first batch with
+    content); then they go to the request, and the other lane is cancelled."""
+
+    def __init__(self, race: _Race, metrics: AttemptMetrics) -> None:
+        self.race = race
+        self.metrics = metrics
+        self.request_id = race.state.request_id
+        self.submitted_at = race.state.submitted_at
+        self.transform: StreamTransform | None = None
+        self.scope = trio.CancelScope()
+        self.held: list[list[SamplingEvent]] = []
+        self.result: _AttemptResult | None = None
+        self.admitted: list[object] = []
+
+    async def emit(self, batch: list[SamplingEvent]) -> None:
+        race = self.race
+        if race.winner is None and any(type(event) in _CONTENT for event in batch):
+            race.winner = self
+            race.state.transform = self.transform
+            for other in race.lanes:
+                if other is not self:
+                    other.scope.cancel()
+            race.settled.set()
+            held, self.held = self.held, []
+            for earlier in held:
+                await race.state.emit(earlier)
+        if race.winner is self:
+            await race.state.emit(batch)
+        else:
+            self.held.append(batch)
+            await trio.lowlevel.checkpoint()
+
+    def partial(self) -> ConversationResponse | None:
+        return partial_output(self.transform)
 
 
 def _continued(response: ConversationResponse, prefix: str) -> ConversationResponse:
@@ -527,12 +592,17 @@ class RequestRunner:
         return None
 
     def _end_cancelled(
-        self, state: RequestState, leg: _Leg, attempt: AttemptMetrics, config: SamplerConfig
+        self,
+        state: RequestState,
+        leg: _Leg,
+        attempt: AttemptMetrics,
+        config: SamplerConfig,
+        sink: _AttemptSink | None = None,
     ) -> None:
         """An attempt cut short by the request's cancel or total timeout: recorded with
         the usage it had reached; the route is not blamed. Synchronous (it runs while
         the request is being cancelled)."""
-        partial = self._priced(partial_output(state.transform), config)
+        partial = self._priced(partial_output((sink or state).transform), config)
         state.metrics.end_attempt(
             attempt,
             trio.current_time(),
@@ -589,24 +659,31 @@ class RequestRunner:
                     await self._fail_over(state, failure, leg, continuing=prefix is not None)
                 first = False
             armed = resamples < doom_max
-            attempt_metrics = metrics.start_attempt(trio.current_time(), leg.name, model)
-            admitted: list[object] = []
-            result = None
-            try:
-                result = await self._attempt(
-                    state,
-                    request,
-                    config,
-                    attempt_metrics,
-                    armed=armed,
-                    attempt=metrics.started,
-                    admitted=admitted,
+            hedge = self._routing.hedge if self._routing is not None else None
+            if hedge is not None and leg.state is not None:
+                result, attempt_metrics = await self._race(
+                    state, request, leg, hedge, armed=armed, model=model
                 )
-            finally:
-                if admitted:
-                    await self._settle(admitted[0], state, result)
-                if result is None:  # cancelled: the request's cancel or its total timeout
-                    self._end_cancelled(state, leg, attempt_metrics, config)
+            else:
+                attempt_metrics = metrics.start_attempt(trio.current_time(), leg.name, model)
+                admitted: list[object] = []
+                result = None
+                try:
+                    result = await self._attempt(
+                        state,
+                        request,
+                        config,
+                        attempt_metrics,
+                        armed=armed,
+                        attempt=metrics.started,
+                        admitted=admitted,
+                    )
+                finally:
+                    if admitted:
+                        await self._settle(admitted[0], state, result)
+                    if result is None:  # cancelled: the request's cancel or its total timeout
+                        self._end_cancelled(state, leg, attempt_metrics, config)
+            assert result is not None
             error = result.error
             usage_from = result.response if result.response is not None else result.partial
             priced = self._priced(usage_from, config)
@@ -729,8 +806,112 @@ class RequestRunner:
                 leg.name,
             )
 
+    # -- hedged attempts ------------------------------------------------------------------
+
+    async def _race(
+        self,
+        state: RequestState,
+        request: ConversationRequest,
+        leg: _Leg,
+        hedge: HedgePolicy,
+        *,
+        armed: bool,
+        model: str | None,
+    ) -> tuple[_AttemptResult, AttemptMetrics]:
+        """One attempt, and a second one on the same route if the first has produced no
+        content after the hedge delay; both are tasks of a nursery inside the request's
+        scope. The first to produce content wins and the other is cancelled (recorded as
+        a lost hedge, with whatever usage it had). Returns the result the retry loop
+        judges — the winner's, or, if neither produced content, the last to end — with
+        its attempt's timings (not yet ended in the metrics)."""
+        assert leg.state is not None
+        delay = hedge_delay(hedge, list(leg.state.ttft_s))
+        race = _Race(state)
+        try:
+            async with trio.open_nursery() as nursery:
+                first = self._lane(race, leg, model)
+                nursery.start_soon(self._run_lane, race, first, request, leg, armed)
+                with trio.move_on_after(delay):
+                    await race.settled.wait()
+                # A half-open circuit has admitted its one probe: no hedge beside it.
+                if not race.settled.is_set() and leg.blocked(trio.current_time()) is None:
+                    second = self._lane(race, leg, model)
+                    nursery.start_soon(self._run_lane, race, second, request, leg, armed)
+        except BaseException:  # the request's cancel or total timeout: every lane ends
+            for lane in race.lanes:
+                if lane.result is None:
+                    self._end_cancelled(state, leg, lane.metrics, leg.config, lane)
+            raise
+        # The winner; or, if neither produced content, the one that ended last.
+        chosen = race.winner or race.ended[-1]
+        for lane in race.lanes:
+            if lane is not chosen:
+                self._end_lane(state, leg, lane)
+        state.transform = chosen.transform
+        assert chosen.result is not None
+        return chosen.result, chosen.metrics
+
+    def _lane(self, race: _Race, leg: _Leg, model: str | None) -> _Lane:
+        lane = _Lane(race, race.state.metrics.start_attempt(trio.current_time(), leg.name, model))
+        race.lanes.append(lane)
+        return lane
+
+    async def _run_lane(
+        self,
+        race: _Race,
+        lane: _Lane,
+        request: ConversationRequest,
+        leg: _Leg,
+        armed: bool,
+    ) -> None:
+        try:
+            with lane.scope:
+                lane.result = await self._attempt(
+                    lane,
+                    request,
+                    leg.config,
+                    lane.metrics,
+                    armed=armed,
+                    attempt=lane.metrics.number,
+                    admitted=lane.admitted,
+                )
+        finally:
+            if lane.admitted:
+                await self._settle(lane.admitted[0], lane, lane.result)
+            if lane.result is not None:
+                race.ended.append(lane)
+            if race.winner is None and len(race.ended) == len(race.lanes):
+                race.settled.set()  # every lane has ended without content
+
+    def _end_lane(self, state: RequestState, leg: _Leg, lane: _Lane) -> None:
+        """Record a lane that is not the race's result: a lost hedge (cancelled), or an
+        attempt that failed by itself while the other went on."""
+        now = trio.current_time()
+        result = lane.result
+        if result is None:
+            partial = self._priced(lane.partial(), leg.config)
+            state.metrics.end_attempt(
+                lane.metrics,
+                now,
+                None,
+                outcome=AttemptOutcome.LOST_HEDGE,
+                usage=None if partial is None else partial.usage,
+                cost_usd_ticks=None if partial is None else partial.cost_usd_ticks,
+            )
+            leg.abandon(now)
+            return
+        priced = self._priced(result.partial, leg.config)
+        state.metrics.end_attempt(
+            lane.metrics,
+            now,
+            result.error,
+            usage=None if priced is None else priced.usage,
+            cost_usd_ticks=None if priced is None else priced.cost_usd_ticks,
+        )
+        leg.record(result.error, now, lane.metrics)
+
     async def _settle(
-        self, ticket: object, state: RequestState, result: _AttemptResult | None
+        self, ticket: object, state: _AttemptSink, result: _AttemptResult | None
     ) -> None:
         """Tell the admission how an attempt ended (shielded: it runs on cancellation too;
         the admission bounds its own time)."""
@@ -778,7 +959,7 @@ class RequestRunner:
 
     async def _attempt(
         self,
-        state: RequestState,
+        state: _AttemptSink,
         request: ConversationRequest,
         config: SamplerConfig,
         metrics: AttemptMetrics,

@@ -1,0 +1,178 @@
+"""Hedged attempts under the mock clock: the second attempt starts after the hedge delay,
+the first to produce content wins, the other is cancelled and accounted."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+from fakes import Reply, ScriptedTransport, chat_stream, chat_usage, error_reply
+from test_routing import on
+
+from trio_sampler import (
+    AttemptOutcome,
+    Cancelled,
+    Completed,
+    ConversationRequest,
+    HedgePolicy,
+    Route,
+    RoutingPolicy,
+    SamplingEvent,
+    StreamStarted,
+    User,
+    collect,
+    open_sampler,
+)
+from trio_sampler.config import RetryPolicy
+from trio_sampler.routing import hedge_delay
+
+REQUEST = ConversationRequest(items=[User("hi")])
+
+
+def slow(seconds: float, text: str = "slow answer") -> Reply:
+    """Headers at once, then nothing for ``seconds``, then the answer."""
+    return Reply(chunks=[seconds, *chat_stream(text)])
+
+
+def hedged(delay: float = 1.0, **policy: object) -> RoutingPolicy:
+    return RoutingPolicy(
+        [Route("a", on("a", retry=RetryPolicy(max_retries=1, base_delay=0.1, max_delay=0.1)))],
+        hedge=HedgePolicy(delay_s=delay, **policy),  # type: ignore[arg-type]
+    )
+
+
+async def run(
+    routing: RoutingPolicy, transport: ScriptedTransport
+) -> tuple[list[SamplingEvent], float]:
+    async with open_sampler(routing.routes[0].config, routing=routing, transport=transport) as s:
+        start = trio.current_time()
+        stream = await s.submit(REQUEST)
+        events = [event async for event in stream]
+        return events, trio.current_time() - start
+
+
+async def test_a_slow_first_token_is_hedged_and_the_fast_attempt_wins(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    transport = ScriptedTransport([slow(10.0), Reply(chunks=chat_stream("fast answer"))])
+    events, took = await run(hedged(delay=1.0), transport)
+    end = events[-1]
+    assert isinstance(end, Completed) and end.response.text == "fast answer"
+    assert took == pytest.approx(1.0, abs=0.01)  # the hedge delay, then the fast reply
+    assert end.metrics is not None
+    assert [(a.attempt, a.outcome) for a in end.metrics.attempts] == [
+        (1, AttemptOutcome.LOST_HEDGE),
+        (2, AttemptOutcome.COMPLETED),
+    ]
+    # Only the winner's events reach the consumer: one attempt's stream, no Retrying.
+    assert [e.attempt for e in events if isinstance(e, StreamStarted)] == [2]
+    assert collect(events).text == "fast answer"
+    assert transport.closed_bodies == transport.opened_bodies == 2  # the loser was closed
+
+
+async def test_no_hedge_when_content_comes_before_the_delay(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    transport = ScriptedTransport([slow(0.5, "first"), Reply(chunks=chat_stream("never"))])
+    events, _ = await run(hedged(delay=1.0), transport)
+    end = events[-1]
+    assert isinstance(end, Completed) and end.response.text == "first"
+    assert len(transport.requests) == 1
+
+
+async def test_the_first_attempt_may_still_win(autojump_clock: trio.abc.Clock) -> None:
+    transport = ScriptedTransport([slow(1.5, "first"), slow(10.0, "hedge")])
+    events, took = await run(hedged(delay=1.0), transport)
+    end = events[-1]
+    assert isinstance(end, Completed) and end.response.text == "first"
+    assert took == pytest.approx(1.5, abs=0.01)
+    assert end.metrics is not None
+    assert [a.outcome for a in end.metrics.attempts] == [
+        AttemptOutcome.COMPLETED,
+        AttemptOutcome.LOST_HEDGE,
+    ]
+
+
+async def test_a_lost_hedge_is_billed_what_it_reported(autojump_clock: trio.abc.Clock) -> None:
+    # The hedge reports usage before any content (some servers send it first), then loses.
+    usage_first = Reply(chunks=[chat_usage(prompt=7, completion=0), 10.0, *chat_stream("late")])
+    transport = ScriptedTransport([slow(1.5, "first"), usage_first])
+    events, _ = await run(hedged(delay=1.0), transport)
+    end = events[-1]
+    assert isinstance(end, Completed) and end.metrics is not None
+    lost = end.metrics.attempts[1]
+    assert lost.outcome is AttemptOutcome.LOST_HEDGE
+    assert lost.usage is not None and lost.usage.input_tokens == 7
+    assert end.metrics.total_usage is not None
+    served = end.response.usage
+    assert served is not None
+    assert end.metrics.total_usage.input_tokens == served.input_tokens + 7
+
+
+async def test_a_fast_failure_is_retried_not_hedged(autojump_clock: trio.abc.Clock) -> None:
+    transport = ScriptedTransport([error_reply(503), Reply(chunks=chat_stream("retried"))])
+    events, _ = await run(hedged(delay=1.0), transport)
+    end = events[-1]
+    assert isinstance(end, Completed) and end.response.text == "retried"
+    assert end.metrics is not None
+    assert [a.outcome for a in end.metrics.attempts] == [
+        AttemptOutcome.FAILED,
+        AttemptOutcome.COMPLETED,
+    ]
+
+
+async def test_both_failing_without_content_goes_to_the_retry_policy(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    silent_then_cut = Reply(chunks=[3.0], then="drop")
+    transport = ScriptedTransport(
+        [silent_then_cut, silent_then_cut, Reply(chunks=chat_stream("third"))]
+    )
+    events, _ = await run(hedged(delay=1.0), transport)
+    end = events[-1]
+    assert isinstance(end, Completed) and end.response.text == "third"
+    assert end.metrics is not None
+    assert [a.outcome for a in end.metrics.attempts] == [
+        AttemptOutcome.FAILED,
+        AttemptOutcome.FAILED,
+        AttemptOutcome.COMPLETED,
+    ]
+
+
+async def test_a_cancel_during_the_race_ends_both(autojump_clock: trio.abc.Clock) -> None:
+    transport = ScriptedTransport([slow(10.0), slow(10.0)])
+    routing = hedged(delay=1.0)
+    async with open_sampler(routing.routes[0].config, routing=routing, transport=transport) as s:
+        stream = await s.submit(REQUEST)
+        await trio.sleep(2.0)
+        stream.cancel()
+        events = [event async for event in stream]
+        await stream.aclose()
+        assert await s.active_count() == 0
+        stats = await s.route_stats()
+    assert isinstance(events[-1], Cancelled)
+    assert transport.closed_bodies == transport.opened_bodies == 2
+    assert stats["a"].state is not None and stats["a"].state.value == "closed"
+
+
+def test_the_percentile_delay_follows_recent_first_tokens() -> None:
+    policy = HedgePolicy(delay_s=5.0, percentile=0.9, min_samples=10)
+    assert hedge_delay(policy, [0.2] * 18 + [3.0, 4.0]) == 0.2
+    assert hedge_delay(policy, [0.2] * 17 + [3.0, 4.0, 4.5]) == 3.0
+
+
+async def test_a_percentile_hedge_uses_the_routes_recent_ttft(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Ten fast requests teach the route its TTFT (0.2 s); the eleventh is slow and is
+    # hedged at that delay instead of the 5 s fallback.
+    replies = [slow(0.2, "fast")] * 10 + [slow(10.0, "slow"), slow(0.2, "hedge")]
+    transport = ScriptedTransport(replies)
+    routing = hedged(delay=5.0, percentile=0.9, min_samples=10)
+    async with open_sampler(routing.routes[0].config, routing=routing, transport=transport) as s:
+        for _ in range(10):
+            await s.submit_and_collect(REQUEST)
+        start = trio.current_time()
+        response = await s.submit_and_collect(REQUEST)
+        took = trio.current_time() - start
+    assert response.text == "hedge"
+    assert took == pytest.approx(0.4, abs=0.01)  # hedged at 0.2 s, answered 0.2 s later
