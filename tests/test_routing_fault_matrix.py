@@ -19,7 +19,7 @@ import attrs
 import httpx2
 import pytest
 import trio
-from fakes import Reply, ScriptedTransport, chat_chunk, chat_stream, chat_usage
+from fakes import Reply, ScriptedTransport, chat_chunk, chat_stream
 
 from trio_sampler import (
     ApiBackend,
@@ -40,7 +40,7 @@ from trio_sampler import (
     open_sampler,
 )
 from trio_sampler.config import RetryPolicy, Timeouts
-from trio_sampler.emulator import EmulatorTransport, script_headers, serve
+from trio_sampler.emulator import EmulatorApp, EmulatorTransport, script_headers, serve
 from trio_sampler.routing import BreakerPolicy, BreakerState, BreakerTransition
 from trio_sampler.testing import EmulatorFixture
 
@@ -386,6 +386,42 @@ class HostTransport(httpx2.AsyncBaseTransport):
         return await self.by_host[host].handle_async_request(request)
 
 
+def models(**scripts: dict[str, Any]) -> tuple[EmulatorTransport, EmulatorApp]:
+    """The in-process emulator playing models ``primary`` and ``fallback`` (and any
+    others named), each with its own default script and fault counters."""
+    table: dict[str, dict[str, Any]] = {
+        "primary": {"text": TEXT, "chunk_chars": 6},
+        "fallback": {"text": TEXT, "chunk_chars": 6},
+    }
+    for name, script in scripts.items():
+        table[name] = {**table.get(name, {"text": TEXT, "chunk_chars": 6}), **script}
+    app = EmulatorApp(models=table)
+    return EmulatorTransport(app), app
+
+
+def model_route(
+    name: str,
+    *,
+    backend: ApiBackend = ApiBackend.CHAT_COMPLETIONS,
+    capabilities: RouteCapabilities | None = None,
+    retry: RetryPolicy = RETRY,
+) -> Route:
+    """A route to the emulator's model ``name`` (its script is the model's)."""
+    config = SamplerConfig(
+        base_url="http://emulator.test/v1",
+        backend=backend,
+        model=name,
+        api_key=f"sk-{name}-route-key-0123",
+        retry=retry,
+        timeouts=Timeouts(first_token=10.0, idle=5.0, response_headers=10.0),
+    )
+    return Route(name, config, capabilities or RouteCapabilities())
+
+
+def requests_for(app: EmulatorApp, model: str) -> list[dict[str, Any]]:
+    return [r for r in app.requests() if (r.get("body") or {}).get("model") == model]
+
+
 def in_process() -> tuple[HostTransport, EmulatorTransport]:
     emulator = EmulatorTransport()
     return HostTransport(primary=emulator, fallback=emulator), emulator
@@ -394,16 +430,13 @@ def in_process() -> tuple[HostTransport, EmulatorTransport]:
 async def test_silent_primary_ends_within_twice_the_timeout(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    silent = ScriptedTransport([Reply(delay_headers=float("inf"))])
-    transport = HostTransport(primary=silent, fallback=EmulatorTransport())
-    routing = RoutingPolicy(
-        [route("primary", "http://primary.test/v1"), route("fallback", "http://fallback.test/v1")]
-    )
+    transport, app = models(primary={"faults": [{"type": "silent"}]})
+    routing = RoutingPolicy([model_route("primary"), model_route("fallback")])
     events, took = await run(routing, transport)
-    end = served(events, "fallback")
+    end = served(events, "fallback", model="fallback")
     # No headers within response_headers (10 s): fail over after the first timeout.
     assert attempts_by_route(end) == [("primary", F), ("fallback", C)]
-    assert len(silent.requests) == 1
+    assert len(requests_for(app, "primary")) == 1
     assert 10.0 <= took < 2 * 10.0
 
 
@@ -440,18 +473,26 @@ async def test_stall_mid_stream_is_rescued_within_the_idle_timeout(
     assert len(emulator.app.requests("primary")) == 1  # a stalled route is not retried
 
 
-async def test_no_done_marker(autojump_clock: trio.abc.Clock) -> None:
-    # Finish reason and usage arrive, then the body ends without ``data: [DONE]``.
-    body = [chat_chunk({"content": TEXT}), chat_chunk({}, "stop"), chat_usage()]
-    primary_server = ScriptedTransport([Reply(chunks=body)])
-    transport = HostTransport(primary=primary_server, fallback=EmulatorTransport())
-    routing = RoutingPolicy(
-        [route("primary", "http://primary.test/v1"), route("fallback", "http://fallback.test/v1")]
-    )
+@pytest.mark.parametrize("backend", list(ApiBackend), ids=lambda b: b.value)
+async def test_no_done_marker(autojump_clock: trio.abc.Clock, backend: ApiBackend) -> None:
+    # The whole reply but its final event (Chat's ``data: [DONE]``, Messages'
+    # ``message_stop``, Responses' ``response.completed``), then a clean end of body.
+    transport, app = models(primary={"faults": [{"type": "no_terminator"}]})
+    routing = RoutingPolicy([model_route("primary", backend=backend), model_route("fallback")])
     events, _ = await run(routing, transport)
     end = events[-1]
     assert isinstance(end, Completed) and end.response.text == TEXT
-    assert end.route == "primary"
+    assert end.metrics is not None
+    if backend is ApiBackend.RESPONSES:
+        # Without response.completed the reply never said it was done: a cut stream,
+        # never a Completed; the fallback serves the answer.
+        assert end.route == "fallback"
+        assert [a.outcome for a in end.metrics.attempts][:-1] == [F] * 3
+    else:
+        # The stop reason and usage arrived before the missing terminator: whole.
+        assert end.route == "primary"
+        assert attempts_by_route(end) == [("primary", C)]
+        assert not requests_for(app, "fallback")
 
 
 async def test_a_cut_before_the_finish_is_never_reported_completed(
@@ -473,23 +514,18 @@ async def test_primary_down_for_a_minute_is_returned_to_after_recovery(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     recovered_at = 60.0
-    start = trio.current_time()
-
-    def primary_reply(_request: httpx2.Request, _index: int) -> Reply:
-        if trio.current_time() - start < recovered_at:
-            return Reply(status=503, headers={"content-type": "application/json"}, chunks=[b"{}"])
-        return Reply(chunks=chat_stream(TEXT))
-
-    primary_server = ScriptedTransport(primary_reply)
-    transport = HostTransport(primary=primary_server, fallback=EmulatorTransport())
+    # Down for the emulator's first minute (its clock starts now), then healthy.
+    outage = {"type": "status", "status": 503, "until_s": recovered_at}
+    transport, app = models(primary={"faults": [outage]})
     changes: list[BreakerTransition] = []
     routing = RoutingPolicy(
-        [route("primary", "http://primary.test/v1"), route("fallback", "http://fallback.test/v1")],
-        on_breaker_change=changes.append,
+        [model_route("primary"), model_route("fallback")], on_breaker_change=changes.append
     )
     served_by: list[tuple[float, str | None]] = []
     config = routing.routes[0].config
     async with transport, open_sampler(config, routing=routing, transport=transport) as s:
+        app.start_clock()
+        start = trio.current_time()
         for n in range(20):
             await trio.sleep_until(start + 4.0 * n)
             stream = await s.submit(REQUEST)
@@ -504,7 +540,7 @@ async def test_primary_down_for_a_minute_is_returned_to_after_recovery(
     assert all(by == "primary" for at, by in served_by if at > back)
     # No probe storm: the outage cost the primary its trip (5 failures) and one probe per
     # open interval (5, 10, 20, 30 s).
-    failed_on_primary = sum(1 for r in primary_server.requests) - sum(
+    failed_on_primary = len(requests_for(app, "primary")) - sum(
         1 for _, by in served_by if by == "primary"
     )
     assert failed_on_primary <= 9
@@ -516,7 +552,45 @@ async def test_primary_down_for_a_minute_is_returned_to_after_recovery(
     assert opens == [5.0, 10.0, 20.0, 30.0]
 
 
-async def test_fallback_rejecting_prefill(autojump_clock: trio.abc.Clock) -> None:
+async def test_fallback_rejecting_prefill_with_the_real_refusal(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # The primary's stream is cut after "The quick brown fo". The fallback is declared as
+    # accepting prefill, but the model refuses one (a newer model), with the provider's
+    # real 400. That refusal is not the request's error: the fallback restarts.
+    transport, app = models(
+        primary={"faults": [{"type": "drop", "after_events": 4}]},
+        fallback={"accepts_prefill": False},
+    )
+    routing = RoutingPolicy(
+        [
+            model_route("primary", retry=RetryPolicy(max_retries=0)),
+            model_route(
+                "fallback",
+                backend=ApiBackend.MESSAGES,
+                capabilities=RouteCapabilities(accepts_prefill=True),
+            ),
+        ],
+        continue_by_prefill=True,
+    )
+    events, took = await run(routing, transport)
+    end = served(events, "fallback", model="fallback")
+    assert attempts_by_route(end) == [("primary", F), ("fallback", F), ("fallback", C)]
+    assert end.metrics is not None
+    assert end.metrics.attempts[1].kind is SamplingErrorKind.INVALID_REQUEST
+    assert [(r.route, r.discard_partial) for r in retries(events)] == [
+        ("fallback", False),
+        ("fallback", True),
+    ]
+    assert collect(events).text == TEXT
+    sent = [r["body"]["messages"][-1] for r in requests_for(app, "fallback")]
+    assert sent[0]["role"] == "assistant" and sent[1]["role"] == "user"
+    assert took < 1.0
+
+
+async def test_a_refused_continuation_from_a_hand_written_server(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     # The primary's stream is cut after "The quick brown fox"; the fallback declares
     # accepts_prefill, so the chain continues there, but the fallback refuses the prefill.
     # The refusal is not the request's error: the fallback restarts and serves it whole.
