@@ -27,6 +27,20 @@ received its first token). For ours alone: cancel-to-terminal latency with 1,000
 in flight (``RequestStream.cancel()`` to the ``Cancelled`` event arriving at the consumer),
 one cancel at a time (the target) and all at once (reported).
 
+**Per request** (``run_per_request``): against an independent server in its own process
+(``benchmarks/sse_server.py``: standard-library asyncio, pre-rendered Chat Completions
+bodies in one chunked write, keep-alive; no code shared with the library or the
+emulator), ours and the floor run streams of 1, 200 and 2,000 text deltas one after the
+other (C = 1), each cell in a fresh process: 30 unmeasured streams, then 400 / 300 / 40
+measured ones. Per cell: client CPU per request and per event (``time.process_time()``
+over the measured streams: everything the process did, background work included), TTFT
+p50 at the consumer, time to the response headers, and generation-0 collections per
+request (allocation churn). The two contenders alternate (floor first in even repeats,
+ours first in odd ones; 5 repeats), and the result per size is the median over the
+repeats of ours ÷ floor (CPU) and ours − floor (TTFT), each taken within one repeat, so a
+change in machine load between repeats does not bias the comparison. The load average
+is recorded before and after. ``--only per_request`` runs just these cells.
+
 Run ``python benchmarks/bench_actor.py`` (``--quick`` for a short run); see
 ``docs/benchmarks-actor.md``. It prints a table and PASS/FAIL per target (progress goes to
 stderr), writes JSON, and exits 1 when a target is missed (2 when it cannot run).
@@ -93,6 +107,12 @@ TARGET_VS_OPENAI = 15.0  # ours events/s >= 15x openai's, at C = TARGET_AT
 TARGET_AT = 500
 TARGET_MAX_C = 10000  # streams without errors
 TARGET_CANCEL_P99_MS = 5.0
+#: Per request, C = 1, against the independent server (``run_per_request``).
+TARGET_REQUEST_TOKENS = 200
+TARGET_REQUEST_CPU_VS_FLOOR = 1.3  # client CPU per request of a 200-delta stream
+TARGET_ADDED_TTFT_MS = 0.5  # TTFT p50 minus the floor's, 200-delta stream
+LONG_TOKENS = 2000
+TARGET_LONG_CPU_VS_FLOOR = 2.0  # client CPU per event of a 2,000-delta stream
 
 _PROSE = (
     "The weather in Edinburgh is mild today, with light rain expected after noon and a "
@@ -315,11 +335,22 @@ class Server:
 class Rec:
     """What one stream saw, at its consumer."""
 
-    __slots__ = ("error", "events", "first", "metric_ttft_ms", "ok", "start", "terminal_at")
+    __slots__ = (
+        "error",
+        "events",
+        "first",
+        "headers_ms",
+        "metric_ttft_ms",
+        "ok",
+        "start",
+        "terminal_at",
+    )
 
     def __init__(self) -> None:
         self.start = 0.0
         self.first: float | None = None
+        #: From the start to the response headers (ours: ``metrics.time_to_headers_ms``).
+        self.headers_ms: float | None = None
         self.events = 0
         self.ok = False
         self.error: str | None = None
@@ -344,11 +375,22 @@ class StartCounter:
 class Contender:
     """Opens what a contender needs (an actor, a client) and runs one stream on it."""
 
-    def __init__(self, impl: str, origin: str, tokens: int, script: str) -> None:
+    def __init__(
+        self,
+        impl: str,
+        origin: str,
+        tokens: int,
+        script: str,
+        *,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.impl = impl
         self.origin = origin
         self.tokens = tokens
-        self.headers = {"x-emulator-script": script, "x-emulator-bench": "1"}
+        #: The emulator reads its script from these; ``headers`` replaces them (another server).
+        self.headers = (
+            {"x-emulator-script": script, "x-emulator-bench": "1"} if headers is None else headers
+        )
         self.handle: SamplerHandle | None = None
         self.http: httpx2.AsyncClient | None = None
         # The SDKs are imported only by their own cells: each cell's process loads just its
@@ -477,6 +519,7 @@ class Contender:
                     rec.terminal_at = time.perf_counter()
                     if event.metrics is not None:
                         rec.metric_ttft_ms = event.metrics.time_to_first_token_ms
+                        rec.headers_ms = event.metrics.time_to_headers_ms
                     if isinstance(event, Completed):
                         rec.ok = True
                     elif isinstance(event, Failed):
@@ -489,6 +532,7 @@ class Contender:
         headers = {**self.headers, "content-type": "application/json"}
         url = self.origin + "/v1/chat/completions"
         async with self.http.stream("POST", url, content=self.floor_body, headers=headers) as r:
+            rec.headers_ms = (time.perf_counter() - rec.start) * 1000.0
             if r.status_code != 200:
                 raise RuntimeError(f"HTTP {r.status_code}")
             pending = b""
@@ -596,6 +640,54 @@ async def cell_throughput(spec: dict[str, Any]) -> dict[str, Any]:
         ttft_p50_ms=percentile(ttft, 0.5),
         ttft_p99_ms=percentile(ttft, 0.99),
         metric_ttft_p50_ms=percentile(metric_ttft, 0.5),
+    )
+    return out
+
+
+async def cell_per_request(spec: dict[str, Any]) -> dict[str, Any]:
+    """``requests`` streams of ``tokens`` text deltas one after the other (C = 1) against the
+    independent server (``benchmarks/sse_server.py``), after ``warmup`` unmeasured ones.
+
+    CPU is the client process's ``time.process_time()`` over the measured streams (ours
+    includes its background work: the actor, the drain of each body's end); TTFT is each
+    stream's start (before ``submit`` / the request call) to its first text delta at the
+    consumer. ``gen0_per_request`` counts the collector's generation-0 runs (one per ~700
+    net container allocations) per stream: allocation churn, not time.
+    """
+    impl, tokens = spec["impl"], int(spec["tokens"])
+    requests, warmup = int(spec["requests"]), int(spec["warmup"])
+    headers = {"x-bench-events": str(tokens), "x-bench-chunk-chars": "4"}
+    contender = Contender(impl, spec["origin"], tokens, "", headers=headers)
+    recs = [Rec() for _ in range(requests)]
+    out: dict[str, Any] = {"impl": impl, "tokens": tokens, "requests": requests}
+
+    async def body() -> None:
+        for _ in range(warmup):
+            await _warm_up(contender)
+        gc.collect()
+        gen0 = gc.get_stats()[0]["collections"]
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        with GcClock() as collector:
+            for rec in recs:
+                await contender.stream(rec)
+        out["cpu_s"] = time.process_time() - cpu0
+        out["wall_s"] = time.perf_counter() - wall0
+        out["gc_s"] = collector.seconds
+        out["gen0_per_request"] = (gc.get_stats()[0]["collections"] - gen0) / requests
+
+    await contender.run(body)
+    errors, samples = _errors(recs)
+    ttft = [(r.first - r.start) * 1000.0 for r in recs if r.first is not None]
+    to_headers = [r.headers_ms for r in recs if r.headers_ms is not None]
+    out.update(
+        errors=errors,
+        error_samples=samples,
+        cpu_ms_per_request=out["cpu_s"] / requests * 1000.0,
+        cpu_us_per_event=out["cpu_s"] / (requests * tokens) * 1e6,
+        wall_ms_per_request=out["wall_s"] / requests * 1000.0,
+        ttft_p50_ms=percentile(ttft, 0.5),
+        ttft_p90_ms=percentile(ttft, 0.9),
+        headers_p50_ms=percentile(to_headers, 0.5),
     )
     return out
 
@@ -997,6 +1089,7 @@ CELLS: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
     "cancel": cell_cancel,
     "cancel_load": cell_cancel_load,
     "hedging": cell_hedging,
+    "per_request": cell_per_request,
 }
 
 
@@ -1176,6 +1269,7 @@ def judge(results: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str,
             else ("PASS" if p99 <= TARGET_CANCEL_P99_MS and complete else "FAIL"),
         }
     )
+    targets.extend(judge_per_request(results.get("per_request") or {}))
     load = results.get("cancel_load") or {}
     load_p99 = (load.get("terminal") or {}).get("p99_ms")
     load_ok = (
@@ -1194,6 +1288,53 @@ def judge(results: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str,
         }
     )
     return targets
+
+
+def judge_per_request(per_request: dict[str, Any]) -> list[dict[str, Any]]:
+    sizes = per_request.get("sizes", {})
+    short = sizes.get(str(TARGET_REQUEST_TOKENS), {})
+    long = sizes.get(str(LONG_TOKENS), {})
+    ratio = short.get("cpu_vs_floor")
+    added = short.get("added_ttft_p50_ms")
+    long_ratio = None
+    if long.get("ours_cpu_us_per_event") and long.get("floor_cpu_us_per_event"):
+        long_ratio = _median(
+            [
+                p["ours"]["cpu_us_per_event"] / p["floor"]["cpu_us_per_event"]
+                for p in long["runs"]
+                if "failed" not in p["ours"] and "failed" not in p["floor"]
+            ]
+        )
+    where = f"{TARGET_REQUEST_TOKENS}-delta streams, C=1, independent server"
+    return [
+        {
+            "target": f"client CPU/request <= {TARGET_REQUEST_CPU_VS_FLOOR:g}x the floor ({where})",
+            "value": None
+            if ratio is None
+            else f"{ratio:.2f}x ({short['ours_cpu_ms_per_request']:.3f} vs "
+            f"{short['floor_cpu_ms_per_request']:.3f} ms)",
+            "status": _status(ratio, ratio is not None and ratio <= TARGET_REQUEST_CPU_VS_FLOOR),
+        },
+        {
+            "target": f"TTFT p50 within {TARGET_ADDED_TTFT_MS:g} ms of the floor's ({where})",
+            "value": None
+            if added is None
+            else f"+{added:.3f} ms ({short['ours_ttft_p50_ms']:.3f} vs "
+            f"{short['floor_ttft_p50_ms']:.3f} ms)",
+            "status": _status(added, added is not None and added <= TARGET_ADDED_TTFT_MS),
+        },
+        {
+            "target": f"client CPU/event <= {TARGET_LONG_CPU_VS_FLOOR:g}x the floor "
+            f"({LONG_TOKENS:,}-delta streams, C=1, independent server)",
+            "value": None
+            if long_ratio is None
+            else f"{long_ratio:.2f}x ({long['ours_cpu_us_per_event']:.2f} vs "
+            f"{long['floor_cpu_us_per_event']:.2f} µs)",
+            "status": _status(
+                long_ratio, long_ratio is not None and long_ratio <= TARGET_LONG_CPU_VS_FLOOR
+            ),
+        },
+    ]
 
 
 def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
@@ -1326,6 +1467,8 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             )
     finally:
         server.close()
+    if not args.no_per_request:
+        results["per_request"] = run_per_request(args)
     return results
 
 
@@ -1350,8 +1493,127 @@ def run_hedging_cell(args: argparse.Namespace) -> dict[str, Any]:
     return cell
 
 
+#: The per-request cells: text deltas per stream, and streams measured per cell (quick).
+PER_REQUEST_SIZES = {1: (400, 60), 200: (300, 60), LONG_TOKENS: (40, 10)}
+PER_REQUEST_WARMUP = 30
+PER_REQUEST_REPEATS = 5
+
+
+class RawServer:
+    """``benchmarks/sse_server.py`` in its own process: pre-rendered Chat Completions
+    streams from a server that shares no code with the library."""
+
+    def __init__(self) -> None:
+        script = Path(__file__).with_name("sse_server.py")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(script)], stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        if not line.startswith("listening on "):
+            self.close()
+            raise RuntimeError(f"the SSE server did not start (first line {line!r})")
+        self.origin = line.removeprefix("listening on ")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    present = sorted(v for v in values if v is not None)
+    if not present:
+        return None
+    mid = len(present) // 2
+    return present[mid] if len(present) % 2 else (present[mid - 1] + present[mid]) / 2
+
+
+def run_per_request(args: argparse.Namespace) -> dict[str, Any]:
+    """The per-request cells: ours and the floor, each in a fresh process, alternating
+    (floor first in even repeats, ours first in odd ones) so both see the same machine;
+    per size, the medians over the repeats of each value and of ours ÷ floor (CPU) and
+    ours − floor (TTFT), each ratio taken within one repeat."""
+    repeats = args.per_request_repeats
+    server = RawServer()
+    out: dict[str, Any] = {
+        "server": "benchmarks/sse_server.py (asyncio, pre-rendered, chunked, keep-alive)",
+        "concurrency": 1,
+        "warmup": PER_REQUEST_WARMUP,
+        "repeats": repeats,
+        "load_average_before": list(os.getloadavg()),
+        "sizes": {},
+    }
+    try:
+        for tokens, (full, quick) in PER_REQUEST_SIZES.items():
+            requests = quick if args.quick else full
+            runs: list[dict[str, Any]] = []
+            for repeat in range(repeats):
+                order = ("floor", "ours") if repeat % 2 == 0 else ("ours", "floor")
+                pair: dict[str, Any] = {}
+                for impl in order:
+                    spec = {
+                        "cell": "per_request",
+                        "impl": impl,
+                        "tokens": tokens,
+                        "requests": requests,
+                        "warmup": PER_REQUEST_WARMUP,
+                        "origin": server.origin,
+                    }
+                    pair[impl] = cell = run_cell(spec)
+                    print(
+                        f"per request, {tokens:>5} deltas, {impl:<5} "
+                        + (
+                            f"failed: {cell['failed']}"
+                            if "failed" in cell
+                            else f"{cell['cpu_ms_per_request']:.3f} ms CPU/request  "
+                            f"{cell['cpu_us_per_event']:.2f} µs/ev  "
+                            f"TTFT p50 {cell['ttft_p50_ms']:.3f} ms  "
+                            f"headers p50 {cell['headers_p50_ms']:.3f} ms  "
+                            f"gen0/req {cell['gen0_per_request']:.2f}  errors {cell['errors']}"
+                        ),
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                runs.append(pair)
+            out["sizes"][str(tokens)] = {"requests": requests, "runs": runs, **_summary(runs)}
+    finally:
+        server.close()
+    out["load_average_after"] = list(os.getloadavg())
+    return out
+
+
+def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the repeats (cells that failed or had errors are left out)."""
+
+    def good(cell: dict[str, Any]) -> bool:
+        return "failed" not in cell and cell.get("errors") == 0
+
+    pairs = [p for p in runs if good(p["ours"]) and good(p["floor"])]
+    summary: dict[str, Any] = {"valid_repeats": len(pairs)}
+    for key in (
+        "cpu_ms_per_request",
+        "cpu_us_per_event",
+        "ttft_p50_ms",
+        "headers_p50_ms",
+        "gen0_per_request",
+    ):
+        for impl in ("ours", "floor"):
+            summary[f"{impl}_{key}"] = _median([p[impl][key] for p in pairs])
+    summary["cpu_vs_floor"] = _median(
+        [p["ours"]["cpu_ms_per_request"] / p["floor"]["cpu_ms_per_request"] for p in pairs]
+    )
+    summary["added_ttft_p50_ms"] = _median(
+        [p["ours"]["ttft_p50_ms"] - p["floor"]["ttft_p50_ms"] for p in pairs]
+    )
+    return summary
+
+
 #: Cells ``--only`` can run by themselves (their results replace those in ``--json``).
-ONLY_CELLS = ("cancel_load", "hedging")
+ONLY_CELLS = ("cancel_load", "hedging", "per_request")
 
 
 def run_only(args: argparse.Namespace) -> dict[str, Any]:
@@ -1361,17 +1623,20 @@ def run_only(args: argparse.Namespace) -> dict[str, Any]:
     if "machine" not in results:
         raise SystemExit(f"--only updates an existing results file; {path} has no full run")
     raise_nofile()
-    server = Server(args.backlog, args.server_procs)
-    try:
-        for name in args.only.split(","):
-            if name.strip() == "cancel_load":
-                results["cancel_load"] = run_load_cell(args, server)
-            elif name.strip() == "hedging":
-                results["hedging"] = run_hedging_cell(args)
-            else:
-                raise SystemExit(f"--only: unknown cell {name!r}; choose from {ONLY_CELLS}")
-    finally:
-        server.close()
+    names = [name.strip() for name in args.only.split(",") if name.strip()]
+    for name in names:
+        if name not in ONLY_CELLS:
+            raise SystemExit(f"--only: unknown cell {name!r}; choose from {ONLY_CELLS}")
+    if "cancel_load" in names:
+        server = Server(args.backlog, args.server_procs)
+        try:
+            results["cancel_load"] = run_load_cell(args, server)
+        finally:
+            server.close()
+    if "hedging" in names:
+        results["hedging"] = run_hedging_cell(args)
+    if "per_request" in names:
+        results["per_request"] = run_per_request(args)
     results.setdefault("updated", []).append(
         {
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -1398,6 +1663,7 @@ def print_report(results: dict[str, Any]) -> None:
     print_cancel(results.get("cancel") or {})
     print_cancel_load(results.get("cancel_load") or {})
     print_hedging(results.get("hedging") or {})
+    print_per_request(results.get("per_request") or {})
     print()
     for target in results["targets"]:
         print(f"{target['status']:<4}  {target['target']}: {target['value']}")
@@ -1433,6 +1699,37 @@ def print_hedging(cell: dict[str, Any]) -> None:
             f"p99 {_fmt(run['ttft_p99_ms'], ',.0f')} ms, max {_fmt(run['ttft_max_ms'], ',.0f')} "
             f"ms, {run['over_1s']} over 1 s; {run['attempts_per_request']:.2f} attempts per "
             f"request, {run['errors']} errors of {run['requests']:,}"
+        )
+
+
+def print_per_request(per_request: dict[str, Any]) -> None:
+    if not per_request:
+        return
+    load = per_request.get("load_average_before") or [math.nan]
+    print(
+        f"\nper request (C=1, {per_request['server']}; medians of {per_request['repeats']} "
+        f"alternating repeats; load average {load[0]:.2f} before)"
+    )
+    print(
+        "| deltas | ours CPU ms/req | floor CPU ms/req | CPU × floor | ours µs/ev | floor µs/ev "
+        "| ours TTFT p50 ms | floor TTFT p50 ms | added TTFT ms | ours headers ms "
+        "| floor headers ms | ours gen0/req | floor gen0/req |"
+    )
+    print("|" + "---|" * 13)
+    for tokens, size in per_request["sizes"].items():
+        print(
+            f"| {int(tokens):>6,} | {_fmt(size['ours_cpu_ms_per_request'], '.3f'):>15} "
+            f"| {_fmt(size['floor_cpu_ms_per_request'], '.3f'):>16} "
+            f"| {_fmt(size['cpu_vs_floor'], '.2f'):>11} "
+            f"| {_fmt(size['ours_cpu_us_per_event'], '.2f'):>10} "
+            f"| {_fmt(size['floor_cpu_us_per_event'], '.2f'):>11} "
+            f"| {_fmt(size['ours_ttft_p50_ms'], '.3f'):>16} "
+            f"| {_fmt(size['floor_ttft_p50_ms'], '.3f'):>17} "
+            f"| {_fmt(size['added_ttft_p50_ms'], '+.3f'):>13} "
+            f"| {_fmt(size['ours_headers_p50_ms'], '.3f'):>15} "
+            f"| {_fmt(size['floor_headers_p50_ms'], '.3f'):>16} "
+            f"| {_fmt(size['ours_gen0_per_request'], '.2f'):>13} "
+            f"| {_fmt(size['floor_gen0_per_request'], '.2f'):>14} |"
         )
 
 
@@ -1499,6 +1796,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"run only these cells ({','.join(ONLY_CELLS)}) and merge them into --json",
     )
     parser.add_argument("--no-memory", action="store_true", help="skip the memory cells")
+    parser.add_argument("--no-per-request", action="store_true", help="skip the per-request cells")
+    parser.add_argument(
+        "--per-request-repeats",
+        type=int,
+        default=None,
+        help=f"alternating repeats of the per-request cells ({PER_REQUEST_REPEATS}; quick 1)",
+    )
     parser.add_argument(
         "--profile",
         type=int,
@@ -1529,6 +1833,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.sdk_max_concurrency = 200 if quick else 2000
     if args.cancel_streams is None:
         args.cancel_streams = 200 if quick else 1000
+    if args.per_request_repeats is None:
+        args.per_request_repeats = 1 if quick else PER_REQUEST_REPEATS
     return args
 
 
