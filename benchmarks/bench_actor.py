@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import gc
 import importlib.metadata
 import io
@@ -60,6 +61,7 @@ import platform
 import pstats
 import random
 import resource
+import select
 import subprocess
 import sys
 import time
@@ -81,6 +83,7 @@ from trio_sampler.types import (
     Completed,
     ConversationRequest,
     Failed,
+    Retrying,
     User,
 )
 
@@ -1083,6 +1086,121 @@ async def cell_hedging(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: The keep-alive race cell: requests one after another, each sent 0 to
+#: ``RACE_SPACING_MAX_S`` after the previous one ended, to a server that closes every
+#: connection ``RACE_CLOSE_AFTER_S`` after its response.
+RACE_REQUESTS = 300
+RACE_CLOSE_AFTER_S = 0.020
+RACE_SPACING_MAX_S = 0.030
+
+
+def _race_response(number: int) -> bytes:
+    base = {"id": "c", "object": "chat.completion.chunk", "model": MODEL}
+    chunks = [
+        {**base, "choices": [{"index": 0, "delta": {"content": f"reply {number}"}}]},
+        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+    ]
+    body = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+    return b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n%s" % (
+        len(body),
+        body,
+    )
+
+
+async def _read_request(stream: trio.SocketStream) -> bool:
+    """Read one request (head and content-length body); False if the peer closed first."""
+    buffer = b""
+    while b"\r\n\r\n" not in buffer:
+        data = await stream.receive_some(65536)
+        if not data:
+            return False
+        buffer += data
+    head, _, body = buffer.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        data = await stream.receive_some(65536)
+        if not data:
+            return False
+        body += data
+    return True
+
+
+async def cell_keepalive_race(spec: dict[str, Any]) -> dict[str, Any]:
+    """The keep-alive race, over loopback: the server answers a connection's request and
+    closes the connection ``close_after_s`` later, without saying so (no ``connection:
+    close``), as a server or proxy that drops connections soon after a response does. The
+    client keeps the connection for reuse and sends its next request 0 to
+    ``spacing_max_s`` after the previous one ended: a request sent before the close goes
+    out on a connection the server is about to drop, unanswered. Counted: the
+    ``Retrying`` events the consumer saw (the target: 0), the requests that met the race
+    (they arrived at a connection as the server closed it), failures, connections."""
+    requests = int(spec.get("requests", RACE_REQUESTS))
+    close_after = float(spec.get("close_after_s", RACE_CLOSE_AFTER_S))
+    spacing_max = float(spec.get("spacing_max_s", RACE_SPACING_MAX_S))
+    rng = random.Random(7)
+    counts = {"connections": 0, "answered": 0, "races": 0}
+
+    async def on_connection(stream: trio.SocketStream) -> None:
+        counts["connections"] += 1
+        try:
+            if not await _read_request(stream):
+                return
+            counts["answered"] += 1
+            await stream.send_all(_race_response(counts["answered"]))
+            await trio.sleep(close_after)
+            # A request that arrived meanwhile (the socket is readable) met the race.
+            readable, _, _ = select.select([stream.socket.fileno()], [], [], 0)
+            counts["races"] += bool(readable)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            await stream.aclose()
+
+    retrying = 0
+    failed: list[str] = []
+    out: dict[str, Any] = {
+        "impl": "ours",
+        "requests": requests,
+        "close_after_s": close_after,
+        "spacing_max_s": spacing_max,
+    }
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, on_connection, 0, host="127.0.0.1")
+        )
+        port = listeners[0].socket.getsockname()[1]
+        config = SamplerConfig(
+            base_url=f"http://127.0.0.1:{port}/v1",
+            backend=ApiBackend.CHAT_COMPLETIONS,
+            model=MODEL,
+            api_key="sk-bench-0123456789",
+            connection_pools=1,
+        )
+        request = ConversationRequest(items=[User("hello")])
+        wall0 = time.perf_counter()
+        async with open_sampler(config, seed=1) as sampler:
+            for _ in range(requests):
+                async for event in await sampler.submit(request):
+                    if isinstance(event, Retrying):
+                        retrying += 1
+                    elif isinstance(event, Failed):
+                        failed.append(str(event.error)[:200])
+                await trio.sleep(rng.uniform(0.0, spacing_max))
+        out["wall_s"] = time.perf_counter() - wall0
+        nursery.cancel_scope.cancel()
+    out["visible_retries"] = retrying
+    out["failed"] = len(failed)
+    out["failed_samples"] = [f"{k} x {v}" for k, v in Counter(failed).most_common(3)]
+    out["races"] = counts["races"]
+    out["answered"] = counts["answered"]
+    out["connections"] = counts["connections"]
+    return out
+
+
 CELLS: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
     "throughput": cell_throughput,
     "memory": cell_memory,
@@ -1090,6 +1208,7 @@ CELLS: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
     "cancel_load": cell_cancel_load,
     "hedging": cell_hedging,
     "per_request": cell_per_request,
+    "keepalive_race": cell_keepalive_race,
 }
 
 
@@ -1287,6 +1406,17 @@ def judge(results: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str,
             else ("PASS" if load_ok and load_p99 <= TARGET_CANCEL_P99_MS else "FAIL"),
         }
     )
+    race = results.get("keepalive_race") or {}
+    visible = race.get("visible_retries")
+    targets.append(
+        {
+            "target": f"keep-alive race: 0 visible retries out of {race.get('requests', 0)}",
+            "value": None
+            if visible is None
+            else f"{visible} visible, {race['failed']} failed ({race['races']} races hit)",
+            "status": _status(visible, visible == 0 and race.get("failed") == 0),
+        }
+    )
     return targets
 
 
@@ -1453,6 +1583,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             results["cancel_load"] = run_load_cell(args, server)
         if "ours" in impls:
             results["hedging"] = run_hedging_cell(args)
+            results["keepalive_race"] = run_race_cell()
         if args.profile:
             run_cell(
                 {
@@ -1612,8 +1743,14 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
+def run_race_cell() -> dict[str, Any]:
+    cell = run_cell({"cell": "keepalive_race", "requests": RACE_REQUESTS})
+    print(f"keep-alive race: {json.dumps(cell)}", flush=True)
+    return cell
+
+
 #: Cells ``--only`` can run by themselves (their results replace those in ``--json``).
-ONLY_CELLS = ("cancel_load", "hedging", "per_request")
+ONLY_CELLS = ("cancel_load", "hedging", "per_request", "keepalive_race")
 
 
 def run_only(args: argparse.Namespace) -> dict[str, Any]:
@@ -1637,6 +1774,8 @@ def run_only(args: argparse.Namespace) -> dict[str, Any]:
         results["hedging"] = run_hedging_cell(args)
     if "per_request" in names:
         results["per_request"] = run_per_request(args)
+    if "keepalive_race" in names:
+        results["keepalive_race"] = run_race_cell()
     results.setdefault("updated", []).append(
         {
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -1664,6 +1803,7 @@ def print_report(results: dict[str, Any]) -> None:
     print_cancel_load(results.get("cancel_load") or {})
     print_hedging(results.get("hedging") or {})
     print_per_request(results.get("per_request") or {})
+    print_race(results.get("keepalive_race") or {})
     print()
     for target in results["targets"]:
         print(f"{target['status']:<4}  {target['target']}: {target['value']}")
@@ -1759,6 +1899,21 @@ def print_cancel_load(cell: dict[str, Any]) -> None:
             + ("" if steps is None else f", {steps:.0f} task steps per round on average")
             + ")"
         )
+
+
+def print_race(cell: dict[str, Any]) -> None:
+    if not cell:
+        return
+    if "failed_samples" not in cell:
+        print(f"keep-alive race: failed: {cell.get('failed')}")
+        return
+    print(
+        f"keep-alive race (ours): visible retries {cell['visible_retries']} out of "
+        f"{cell['requests']} (the server closes each connection "
+        f"{cell['close_after_s'] * 1000:g} ms after its response, requests 0 to "
+        f"{cell['spacing_max_s'] * 1000:g} ms apart; {cell['races']} requests met the race, "
+        f"{cell['failed']} failed, {cell['connections']} connections, {cell['wall_s']:.1f} s)"
+    )
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

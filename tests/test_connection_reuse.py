@@ -23,13 +23,16 @@ import trio
 import trio.testing
 from fakes import Reply, ScriptedTransport, chat_stream, make_config
 
-from trio_sampler.actor import open_sampler
+from trio_sampler.actor import SamplerHandle, open_sampler
+from trio_sampler.client import STALE_CONNECTION_RESENDS
 from trio_sampler.config import RetryPolicy, SamplerConfig, Timeouts
 from trio_sampler.types import (
     ApiBackend,
     Completed,
     ConversationRequest,
     Failed,
+    Retrying,
+    SamplingErrorKind,
     SamplingEvent,
     User,
 )
@@ -288,3 +291,118 @@ async def test_scripted_stall_after_the_terminator_does_not_delay_completed(
     end = terminal_of(events)
     assert isinstance(end, Completed) and end.response.text == "hi"
     assert transport.closed_bodies == transport.opened_bodies == 1
+
+
+# -- the keep-alive race ----------------------------------------------------------------
+
+
+async def drop_on_reuse(
+    stream: trio.SocketStream, reader: _Reader, server: Server, number: int
+) -> bool:
+    """Answer a connection's first request; on the next one, close without answering:
+    what the client sees when the server closed an idle connection just as it was reused."""
+    if number == 0:
+        await stream.send_all(complete_response(f"reply {server.requests}"))
+        return True
+    server.unanswered += 1
+    return False
+
+
+async def collect(sampler: SamplerHandle) -> list[SamplingEvent]:
+    return [event async for event in await sampler.submit(REQUEST)]
+
+
+async def test_keep_alive_race_is_resent_invisibly() -> None:
+    """300 requests, each sent on a pooled connection the server then drops unanswered:
+    every one completes, none shows a ``Retrying``, and no retry is spent (there are
+    none to spend: ``max_retries=0``)."""
+    with trio.fail_after(60):
+        async with (
+            keep_alive_server(drop_on_reuse) as server,
+            open_sampler(config_for(server, retry=RetryPolicy(max_retries=0))) as sampler,
+        ):
+            runs = [await collect(sampler) for _ in range(300)]
+    retrying = [e for events in runs for e in events if isinstance(e, Retrying)]
+    assert retrying == []
+    ends = [terminal_of(events) for events in runs]
+    assert all(isinstance(end, Completed) for end in ends), [
+        end for end in ends if not isinstance(end, Completed)
+    ][:3]
+    # The race was really run: every request after the first met a dropped connection.
+    assert server.unanswered == 299
+    assert server.connections == 300
+
+
+async def test_the_same_failure_on_a_fresh_connection_is_a_visible_retry() -> None:
+    async def drop_everything(
+        stream: trio.SocketStream, reader: _Reader, server: Server, number: int
+    ) -> bool:
+        server.unanswered += 1
+        return False
+
+    with trio.fail_after(30):
+        async with keep_alive_server(drop_everything) as server:
+            config = config_for(server, retry=RetryPolicy(max_retries=1, base_delay=0.01))
+            async with open_sampler(config) as sampler:
+                events = await collect(sampler)
+    retrying = [e for e in events if isinstance(e, Retrying)]
+    assert [r.kind for r in retrying] == [SamplingErrorKind.TRANSPORT]
+    end = terminal_of(events)
+    assert isinstance(end, Failed) and end.error.kind is SamplingErrorKind.TRANSPORT
+    assert server.connections == 2 and server.requests == 2  # nothing resent unseen
+
+
+async def test_a_response_cut_after_its_headers_is_not_resent() -> None:
+    """Bytes of a response arrived: that is a broken response, not the race."""
+
+    async def cut_on_reuse(
+        stream: trio.SocketStream, reader: _Reader, server: Server, number: int
+    ) -> bool:
+        if number == 0:
+            await stream.send_all(complete_response())
+            return True
+        await stream.send_all(CHUNKED_HEAD + http_chunk(sse_body()[:40]))
+        return False
+
+    with trio.fail_after(30):
+        async with (
+            keep_alive_server(cut_on_reuse) as server,
+            open_sampler(config_for(server)) as sampler,
+        ):
+            first = terminal_of(await collect(sampler))
+            second = terminal_of(await collect(sampler))
+    assert isinstance(first, Completed)
+    assert isinstance(second, Failed) and second.error.kind is SamplingErrorKind.TRANSPORT
+    assert server.requests == 2 and server.connections == 1
+
+
+async def test_invisible_resends_are_bounded() -> None:
+    """Five pooled connections, all dropped when reused, and no new connection answers:
+    the request is resent on at most ``STALE_CONNECTION_RESENDS`` of them, then fails."""
+    answering = True
+
+    async def answer_while_told(
+        stream: trio.SocketStream, reader: _Reader, server: Server, number: int
+    ) -> bool:
+        if answering and number == 0:
+            await trio.sleep(0.05)  # keep the five first requests concurrent
+            await stream.send_all(complete_response())
+            return True
+        server.unanswered += 1
+        return False
+
+    with trio.fail_after(30):
+        async with (
+            keep_alive_server(answer_while_told) as server,
+            # One pool, so that the five connections are the same pool's.
+            open_sampler(config_for(server, connection_pools=1)) as sampler,
+        ):
+            async with trio.open_nursery() as nursery:
+                for _ in range(5):
+                    nursery.start_soon(collect, sampler)
+            assert server.connections == 5
+            answering = False
+            end = terminal_of(await collect(sampler))
+    assert isinstance(end, Failed) and end.error.kind is SamplingErrorKind.TRANSPORT
+    assert (server.unanswered, server.connections) == (1 + STALE_CONNECTION_RESENDS, 5)
+    assert server.connections == 5  # every resend went to a pooled connection

@@ -40,13 +40,25 @@ from .types import SamplingErrorInfo, SamplingErrorKind
 from .wire._request import WireRequest
 from .wire.errors import classify_http_error, classify_transport_error
 
-__all__ = ["MAX_ERROR_BODY_BYTES", "ResponseStream", "SamplingClient", "SamplingClientError"]
+__all__ = [
+    "MAX_ERROR_BODY_BYTES",
+    "STALE_CONNECTION_RESENDS",
+    "ResponseStream",
+    "SamplingClient",
+    "SamplingClientError",
+]
 
 #: A non-2xx body is read up to this many bytes for classification, no more.
 MAX_ERROR_BODY_BYTES = 64 * 1024
 # Closing a response is local (socket close, or an h2 RST_STREAM); bound it anyway so a
 # cancelled request never waits on the network while shielded.
 _CLOSE_TIMEOUT = 5.0
+#: A request that failed on a reused connection before any response arrived is resent at
+#: once, at most this many times (each failure closes the connection it was sent on).
+STALE_CONNECTION_RESENDS = 3
+# The failures a server's close of an idle pooled connection shows as: its FIN (nothing
+# to read: "Server disconnected without sending a response"), its RST, or a failed write.
+_STALE_CONNECTION_ERRORS = (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError)
 
 _USER_AGENT = f"trio-sampler/0.1 httpx2/{httpx2.__version__}"
 
@@ -226,6 +238,30 @@ class ResponseStream:
             await self._response.aclose()
 
 
+class _ConnectionTrace:
+    """An httpcore ``trace`` extension: was the request sent on a reused connection?
+
+    Yes when httpcore sent it over HTTP/1.1 or HTTP/2 without first opening a connection
+    for it. A transport that is not httpcore's (a mock, the in-memory emulator) emits no
+    events, and its requests count as not reused."""
+
+    __slots__ = ("connected", "sent")
+
+    def __init__(self) -> None:
+        self.connected = False
+        self.sent = False
+
+    @property
+    def reused(self) -> bool:
+        return self.sent and not self.connected
+
+    async def __call__(self, event: str, info: object) -> None:
+        if event.startswith("connection.connect_"):  # connect_tcp, connect_unix_socket
+            self.connected = True
+        elif event.startswith(("http11.send_request_headers", "http2.send_request_headers")):
+            self.sent = True
+
+
 class _BorrowedTransport(httpx2.AsyncBaseTransport):
     """A transport the caller owns: requests go through, closing is left to the caller
     (``httpx2.AsyncClient.aclose`` would otherwise close it, possibly from the wrong task
@@ -287,6 +323,9 @@ class SamplingClient:
             for _ in range(shards)
         ]
         self._in_flight = [0] * shards
+        #: Requests resent at once because a reused connection turned out to be closed
+        #: by the server (the keep-alive race); never visible as a retry.
+        self.stale_connection_resends = 0
         # Installed last: nothing above can fail after it, so it is always removed by
         # ``aclose``.
         self._log_filter = RedactingFilter()
@@ -378,7 +417,7 @@ class SamplingClient:
     ) -> httpx2.Response:
         try:
             with trio.fail_after(headers_timeout):
-                return await client.send(request, stream=True)
+                return await self._send_resending_stale(client, request)
         except trio.TooSlowError:
             info = SamplingErrorInfo(
                 kind=SamplingErrorKind.IDLE_TIMEOUT,
@@ -389,6 +428,33 @@ class SamplingClient:
             # Not chained: an httpx exception holds the request, and the request the key.
             info = classify_transport_error(exc)
         raise SamplingClientError(info)
+
+    async def _send_resending_stale(
+        self, client: httpx2.AsyncClient, request: httpx2.Request
+    ) -> httpx2.Response:
+        """``client.send``, resending at once when a reused connection failed before any
+        response arrived.
+
+        The keep-alive race: a server closes a connection that sat idle in the pool just
+        as a request is sent on it (the pool checks each idle connection before reuse, so
+        only a close that arrives during the send gets through). Nothing of a response was
+        received and the server dropped the connection without reading on, so the request
+        is sent again on another connection, invisibly: no ``Retrying``, no backoff, no
+        retry spent. The same failure on a connection opened for this request is a real
+        one and is raised (the actor's retry policy decides). Bounded by
+        :data:`STALE_CONNECTION_RESENDS`; the header timeout spans every resend.
+        """
+        resends = 0
+        while True:
+            trace = _ConnectionTrace()
+            request.extensions["trace"] = trace
+            try:
+                return await client.send(request, stream=True)
+            except _STALE_CONNECTION_ERRORS:
+                if not trace.reused or resends >= STALE_CONNECTION_RESENDS:
+                    raise
+            resends += 1
+            self.stale_connection_resends += 1
 
     async def _raise_for_status(self, response: httpx2.Response, read_timeout: float) -> None:
         if 200 <= response.status_code < 300:
