@@ -564,3 +564,29 @@ async def test_whitespace_at_the_cut_restarts_instead(autojump_clock: trio.abc.C
     end = events[-1]
     assert isinstance(end, Completed) and end.response.text == WHOLE
     assert [r.discard_partial for r in events if isinstance(r, Retrying)] == [True]
+
+
+# -- the transform's outcome -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ending", ["complete", "fail"])
+def test_a_transforms_outcome_is_its_terminal_and_last(ending: str) -> None:
+    from trio_sampler.types import ApiBackend
+    from trio_sampler.wire import SSEDecoder, new_transform
+
+    transform = new_transform(ApiBackend.CHAT_COMPLETIONS, "r")
+    before = transform.outcome
+    assert before is None
+    events = transform.start()
+    body = b"".join(b for b in chat_stream("hi") if isinstance(b, bytes))
+    if ending == "fail":
+        body = body[: body.index(b"[DONE]") // 2]
+    decoder = SSEDecoder()
+    for sse in [*decoder.feed(body), *decoder.close()]:
+        events += transform.feed(sse)
+    events += transform.close()
+    outcome = transform.outcome
+    assert isinstance(outcome, Completed if ending == "complete" else Failed)
+    assert events[-1] is outcome
+    assert not [e for e in events[:-1] if isinstance(e, Completed | Failed)]
+    assert transform.close() == [] and transform.outcome is outcome

@@ -1004,7 +1004,6 @@ class RequestRunner:
         timeouts = config.timeouts
         emitted = False
         triggers: tuple[str, ...] = ()
-        terminal: list[SamplingEvent] = []
         try:
             async with self._client.open_stream(wire, config=config) as stream:
                 now = trio.current_time()
@@ -1032,7 +1031,7 @@ class RequestRunner:
                         events = self._feed(transform, decoder, chunk)
                     now = trio.current_time()
                     metrics.last_byte_at = now
-                    batch, done, content, reasoning = self._split(events, terminal)
+                    batch, done, content, reasoning = self._split(events, transform)
                     if content:
                         deadline = now + timeouts.idle
                         metrics.tokens(now, content)
@@ -1052,18 +1051,18 @@ class RequestRunner:
                                     code="doom_loop",
                                 )
                             )
-                            extra, done, _, _ = self._split(batch_tail, terminal)
+                            extra, done, _, _ = self._split(batch_tail, transform)
                             batch.extend(extra)
                     if batch:
                         await state.emit(batch)
                     if done:
                         break
-                if not body_done and terminal and isinstance(terminal[0], Completed):
+                if not body_done and isinstance(transform.outcome, Completed):
                     # The rest of the body is drained off the request's clock.
                     self.drains.start(stream)
         except SamplingClientError as exc:
             return _AttemptResult(error=exc.info, partial=state.partial(), emitted_output=emitted)
-        return self._judge(terminal, emitted, armed, triggers)
+        return self._judge(transform.outcome, emitted, armed, triggers)
 
     @staticmethod
     def _timeout_error(emitted: bool) -> SamplingErrorInfo:
@@ -1103,19 +1102,22 @@ class RequestRunner:
 
     @staticmethod
     def _split(
-        events: list[SamplingEvent], terminal: list[SamplingEvent]
+        events: list[SamplingEvent], transform: StreamTransform
     ) -> tuple[list[SamplingEvent], bool, int, str]:
-        """Forwardable events, whether the transform ended, content count, reasoning text."""
+        """Forwardable events, whether the transform ended, content count, reasoning text.
+
+        The transform's terminal is its outcome (``transform.outcome``), not an event to
+        forward: the request's own terminal comes later, from the retry loop. It is the
+        last event of the call that ended the stream, so it is held back by position."""
+        outcome = transform.outcome
+        done = outcome is not None
+        if done and events and events[-1] is outcome:
+            events = events[:-1]
         batch: list[SamplingEvent] = []
-        done = False
         content = 0
         reasoning: list[str] = []
         for event in events:
             kind = type(event)
-            if kind is Completed or kind is Failed:
-                terminal.append(event)
-                done = True
-                continue
             if kind in _CONTENT:
                 content += 1
                 if kind is ChannelToken and event.channel is _REASONING:  # type: ignore[union-attr]
@@ -1125,7 +1127,7 @@ class RequestRunner:
 
     def _judge(
         self,
-        terminal: list[SamplingEvent],
+        end: Completed | Failed | None,
         emitted: bool,
         armed: bool,
         triggers: tuple[str, ...],
@@ -1135,7 +1137,6 @@ class RequestRunner:
         ``triggers`` are the local detector's: on an armed attempt they resample like a
         confident server signal, and an accepted response carries them beside the
         server's in ``doom_loop_signals``."""
-        end = terminal[0] if terminal else None
         if isinstance(end, Failed):
             return _AttemptResult(
                 error=end.error, partial=end.partial, emitted_output=emitted, doom_triggers=triggers

@@ -72,6 +72,9 @@ class StreamAccumulator:
         self.origin = origin
         self.fold = ResponseFold()
         self.finished = False
+        #: How the attempt ended, once it has: the ``Completed`` or ``Failed`` that
+        #: :meth:`complete` or :meth:`fail` also appended, last, to its ``out``.
+        self.outcome: Completed | Failed | None = None
         self.first_token_sent = False
         self.chunk_index = 0
         # Output items in wire order: the next index, and the open run of text (-1: none).
@@ -374,7 +377,8 @@ class StreamAccumulator:
         self._complete_tools(out)
         response = self.build_response()
         self.finished = True
-        out.append(Completed(self.request_id, response))
+        self.outcome = Completed(self.request_id, response)
+        out.append(self.outcome)
 
     def fail(self, error: SamplingErrorInfo, out: list[SamplingEvent]) -> None:
         """Emit ``Failed`` (once), with what was received so far as ``partial``."""
@@ -383,4 +387,5 @@ class StreamAccumulator:
         self._flush_backend(out)
         partial = self.build_response() if self.has_content() or self.usage else None
         self.finished = True
-        out.append(Failed(self.request_id, error, partial))
+        self.outcome = Failed(self.request_id, error, partial)
+        out.append(self.outcome)

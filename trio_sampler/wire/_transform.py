@@ -29,7 +29,9 @@ import orjson
 from ..providers import CostField, profile_for
 from ..types import (
     ApiBackend,
+    Completed,
     ConversationResponse,
+    Failed,
     ModelMetadata,
     SamplingErrorInfo,
     SamplingErrorKind,
@@ -131,6 +133,13 @@ class StreamTransform(abc.ABC):
     def finished(self) -> bool:
         """True once the terminal event was produced."""
         return self.acc.finished
+
+    @property
+    def outcome(self) -> Completed | Failed | None:
+        """How the stream ended, as a value of its own (``None`` until it has): the
+        terminal event, which is also the last event of the call that produced it, so a
+        caller that forwards events can hold it back without looking at every event."""
+        return self.acc.outcome
 
     def start(
         self, headers: Mapping[str, str] | None = None, *, attempt: int = 1
