@@ -109,13 +109,20 @@ def _too_large(limit: int) -> SamplingClientError:
                 "raise SamplerConfig.max_response_bytes if this is expected"
             ),
             retryable=False,
+            error_code="response_too_large",
         )
     )
 
 
+#: A compressed body is inflated at most this much at a time: a few KiB of gzip can
+#: expand into the whole ``max_response_bytes``, which must never exist at once.
+INFLATE_STEP_BYTES = 256 * 1024
+
+
 class _BodyDecoder:
     """Counts body bytes against a limit, and undoes gzip/deflate if the server applied it
-    despite ``accept-encoding: identity``, never producing more than the limit."""
+    despite ``accept-encoding: identity``, never producing more than the limit, and never
+    more than :data:`INFLATE_STEP_BYTES` per call (the rest waits: :attr:`pending`)."""
 
     def __init__(self, content_encoding: str, limit: int) -> None:
         self._limit = limit
@@ -135,10 +142,20 @@ class _BodyDecoder:
                 )
             )
 
+    @property
+    def pending(self) -> bool:
+        """Compressed input is left from the last call: call :meth:`feed` with ``b""``
+        before feeding the next chunk."""
+        return self._zlib is not None and bool(self._zlib.unconsumed_tail)
+
     def feed(self, chunk: bytes) -> bytes:
         if self._zlib is not None:
+            if self._zlib.unconsumed_tail:
+                chunk = self._zlib.unconsumed_tail + chunk
             try:
-                chunk = self._zlib.decompress(chunk, self._limit - self._seen + 1)
+                chunk = self._zlib.decompress(
+                    chunk, min(INFLATE_STEP_BYTES, self._limit - self._seen + 1)
+                )
             except zlib.error:
                 raise SamplingClientError(
                     SamplingErrorInfo(
@@ -147,8 +164,6 @@ class _BodyDecoder:
                         retryable=True,
                     )
                 ) from None
-            if self._zlib.unconsumed_tail:
-                raise _too_large(self._limit)
         self._seen += len(chunk)
         if self._seen > self._limit:
             raise _too_large(self._limit)
@@ -197,12 +212,16 @@ class ResponseStream:
         if self._raw is None:
             self._raw = _raw_chunks(self._response)
         while True:
-            try:
-                chunk = await self._raw.__anext__()
-            except httpx2.RequestError as exc:
-                raise SamplingClientError(classify_transport_error(exc)) from None
-            except httpx2.StreamError:
-                raise StopAsyncIteration from None  # closed: the block has exited
+            if self._decoder.pending:
+                await trio.lowlevel.checkpoint()  # inflating is work: let others run
+                chunk = b""
+            else:
+                try:
+                    chunk = await self._raw.__anext__()
+                except httpx2.RequestError as exc:
+                    raise SamplingClientError(classify_transport_error(exc)) from None
+                except httpx2.StreamError:
+                    raise StopAsyncIteration from None  # closed: the block has exited
             decoded = self._decoder.feed(chunk)
             if decoded:
                 return decoded

@@ -39,6 +39,7 @@ from ..doom_loop import DoomLoopPolicy
 from ..models import ModelCatalog
 from ..routing import Route, RouteSnapshot, RoutingPolicy
 from ..types import ConversationRequest, ConversationResponse
+from ._memory import DEFAULT_MAX_BUFFERED_RESPONSE_BYTES, ResponseMemory
 from ._request_task import RequestRunner
 from ._stream import RequestState, RequestStream, open_request_channel
 
@@ -272,6 +273,7 @@ def open_sampler(
     models: ModelCatalog | None = None,
     admission: Admission | None = None,
     routing: RoutingPolicy | None = None,
+    max_buffered_response_bytes: int | None = DEFAULT_MAX_BUFFERED_RESPONSE_BYTES,
 ) -> AbstractAsyncContextManager[SamplerHandle]:
     """Run a sampler for the duration of the block: ``async with open_sampler(config) as
     sampler:``.
@@ -302,6 +304,11 @@ def open_sampler(
             and optional hedging (:class:`~trio_sampler.routing.RoutingPolicy`,
             ``docs/routing.md``). ``config`` still bounds every request end to end with
             its ``Timeouts.total``, and is what ``submit(config=...)`` overrides.
+        max_buffered_response_bytes: response text all in-flight requests may hold
+            together (1 GiB by default; ``None``: no sampler-wide limit). Past it the
+            largest streams end in ``Failed`` (``error_code="sampler_memory_cap"``, not
+            retried) until the total is back under it. One stream alone never holds more
+            than its ``max_response_bytes``.
     """
     _check_type("config", config, SamplerConfig, "SamplerConfig(base_url=..., model=...)")
     _check_type("retry_policy", retry_policy, RetryPolicy | None, "RetryPolicy(max_retries=2)")
@@ -309,6 +316,12 @@ def open_sampler(
     _check_count("max_buffered_batches", max_buffered_batches, "16")
     if max_concurrency is not None:
         _check_count("max_concurrency", max_concurrency, "100 (or None for no limit)")
+    if max_buffered_response_bytes is not None:
+        _check_count(
+            "max_buffered_response_bytes",
+            max_buffered_response_bytes,
+            "1 << 30 (or None for no limit)",
+        )
     _check_type(
         "transport", transport, httpx2.AsyncBaseTransport | None, "an httpx2.AsyncBaseTransport"
     )
@@ -337,6 +350,7 @@ def open_sampler(
         models=models,
         admission=admission,
         routing=routing,
+        max_buffered_response_bytes=max_buffered_response_bytes,
     )
 
 
@@ -366,6 +380,7 @@ async def _open_sampler(
     models: ModelCatalog | None,
     admission: Admission | None,
     routing: RoutingPolicy | None,
+    max_buffered_response_bytes: int | None,
 ) -> AsyncIterator[SamplerHandle]:
     rng = random.Random(seed)
     limiter = trio.CapacityLimiter(max_concurrency) if max_concurrency else None
@@ -382,6 +397,9 @@ async def _open_sampler(
             catalog=models if models is not None else ModelCatalog.load(),
             admission=gate,
             routing=routing,
+            memory=None
+            if max_buffered_response_bytes is None
+            else ResponseMemory(max_buffered_response_bytes),
         )
         body_error: BaseException | None = None
         async with trio.open_nursery() as nursery:

@@ -69,6 +69,7 @@ from ..types import (
 from ..wire import SSEDecodeError, SSEDecoder, StreamTransform, build_request, new_transform
 from ..wire._replay import decode_failure
 from ..wire.errors import internal_error
+from ._memory import ResponseMemory
 from ._metrics import AttemptMetrics
 from ._stream import RequestState, partial_output
 
@@ -322,8 +323,10 @@ class RequestRunner:
         catalog: ModelCatalog | None = None,
         admission: AdmissionGate | None = None,
         routing: RoutingPolicy | None = None,
+        memory: ResponseMemory | None = None,
     ) -> None:
         self._client = client
+        self._memory = memory
         self._routing = routing
         #: Per route name: the state every request of the sampler shares.
         self._routes: dict[str, RouteState] = {}
@@ -998,6 +1001,9 @@ class RequestRunner:
             except AdmissionRefusedError as exc:
                 return _AttemptResult(error=exc.info)
         transform = new_transform(config.backend, state.request_id, provider=config.provider)
+        # One stream holds at most what it may read; all of them together, ``_memory``.
+        transform.acc.fold.max_held_bytes = config.max_response_bytes
+        holding = self._memory.hold(transform.acc) if self._memory is not None else None
         # Disarmed attempts run the detector too: an accepted response carries its trigger.
         detector = TailRepetitionDetector(self._doom) if self._doom.enabled else None
         state.transform = transform
@@ -1011,7 +1017,7 @@ class RequestRunner:
                 await state.emit(transform.start(stream.headers, attempt=attempt))
                 decoder = SSEDecoder(config.max_sse_event_bytes)
                 deadline = now + timeouts.first_token
-                chunks = stream.__aiter__()
+                chunks = stream.__aiter__() if holding is None else holding.read(stream)
                 body_done = False
                 while not transform.finished:
                     chunk: bytes | None = None
@@ -1062,6 +1068,9 @@ class RequestRunner:
                     self.drains.start(stream)
         except SamplingClientError as exc:
             return _AttemptResult(error=exc.info, partial=state.partial(), emitted_output=emitted)
+        finally:
+            if holding is not None:
+                holding.release()
         return self._judge(transform.outcome, emitted, armed, triggers)
 
     @staticmethod

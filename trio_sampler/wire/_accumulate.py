@@ -10,6 +10,10 @@ It keeps no output of its own: every event it emits goes into its
 :class:`~trio_sampler.wire._fold.ResponseFold` (the one fold, also behind ``collect`` and
 the bridge), and the response of ``Completed`` or the ``partial`` of ``Failed`` is that
 fold's. So a stream's response and the fold of its events are equal by construction.
+
+What the fold holds is bounded by its ``max_held_bytes`` (the actor sets it to
+``max_response_bytes``): a delta that would pass it fails the stream with
+``error_code="response_too_large"`` instead of growing the text, and is not emitted.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from ..types import (
     ReasoningCompleted,
     SamplingChannel,
     SamplingErrorInfo,
+    SamplingErrorKind,
     SamplingEvent,
     StopReason,
     ToolCall,
@@ -40,13 +45,26 @@ from ..types import (
     ToolCallDelta,
     Usage,
 )
-from ._fold import ResponseFold, arguments_complete
+from ._fold import PENDING_PARTS, ResponseFold, _Text, arguments_complete
 
-__all__ = ["StreamAccumulator"]
+__all__ = ["StreamAccumulator", "held_too_much"]
 
 _TEXT = SamplingChannel.TEXT
 _REASONING = SamplingChannel.REASONING
 _REFUSAL = SamplingChannel.REFUSAL
+
+
+def held_too_much(limit: int) -> SamplingErrorInfo:
+    """The error of a stream whose text would take more than ``limit`` bytes to hold."""
+    return SamplingErrorInfo(
+        kind=SamplingErrorKind.HTTP,
+        message=(
+            f"the response's text would take more than max_response_bytes ({limit} bytes) "
+            "to hold; raise SamplerConfig.max_response_bytes if this is expected"
+        ),
+        retryable=False,
+        error_code="response_too_large",
+    )
 
 
 class _ToolSlot:
@@ -80,7 +98,8 @@ class StreamAccumulator:
         # Output items in wire order: the next index, and the open run of text (-1: none).
         self._next_item = 0
         self._text_item = -1
-        self._text_parts: list[str] = []
+        self._text = _Text()  # the open run's text (a placeholder until one opens)
+        self._text_parts = self._text.parts
         self._tools: dict[Hashable, _ToolSlot] = {}
         self._tool_order: list[_ToolSlot] = []
         self._reasoning: dict[Hashable, int] = {}
@@ -103,6 +122,14 @@ class StreamAccumulator:
     def text_chunks(self) -> int:
         return self.fold.text_chunks
 
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of text this attempt holds (see :class:`ResponseFold`)."""
+        return self.fold.held_bytes
+
+    def _refused(self, out: list[SamplingEvent]) -> None:
+        self.fail(held_too_much(self.fold.max_held_bytes), out)
+
     # -- content ---------------------------------------------------------------------
 
     def _first(self, out: list[SamplingEvent]) -> None:
@@ -119,18 +146,28 @@ class StreamAccumulator:
         """A piece of answer text (empty deltas are ignored)."""
         if not delta or self.finished:
             return
-        if not self.first_token_sent:
-            self._first(out)
+        fold = self.fold
         item = self._text_item
         if item < 0:
             item = self._open_item()
             self._text_item = item
-            self._text_parts = self.fold.text_parts(item)
-        self.chunk_index += 1
+            self._text = fold.text_slot(item)
+            self._text_parts = self._text.parts
         # ResponseFold.text, inlined for the per-token path.
-        self._text_parts.append(delta)
-        self.fold.text_chunks += 1
-        out.append(ChannelToken(self.request_id, _TEXT, delta, self.chunk_index, item))
+        count = fold.text_chunks + 1
+        held = fold.held_bytes + len(delta)
+        if count % PENDING_PARTS and held <= fold.roomy_bytes:
+            self._text_parts.append(delta)
+            fold.held_bytes = held
+        elif not fold.append(self._text, delta):
+            self._refused(out)
+            return
+        fold.text_chunks = count
+        if not self.first_token_sent:
+            self._first(out)
+        chunk = self.chunk_index + 1
+        self.chunk_index = chunk
+        out.append(ChannelToken(self.request_id, _TEXT, delta, chunk, item))
 
     def streamed_text(self) -> str:
         """All answer text streamed so far."""
@@ -143,9 +180,11 @@ class StreamAccumulator:
         """
         if self.finished:
             return
+        if not self.fold.refusal(delta):
+            self._refused(out)
+            return
         if delta and not self.first_token_sent:
             self._first(out)
-        self.fold.refusal(delta)
         out.append(ChannelToken(self.request_id, _REFUSAL, delta, self.chunk_index))
 
     def _reasoning_item(self, key: Hashable) -> int:
@@ -161,10 +200,12 @@ class StreamAccumulator:
         if not delta or self.finished:
             return
         item = self._reasoning_item(key)
+        if not self.fold.reasoning(item, delta, summary_index):
+            self._refused(out)
+            return
         if not self.first_token_sent:
             self._first(out)
         self.chunk_index += 1
-        self.fold.reasoning(item, delta, summary_index)
         out.append(
             ChannelToken(self.request_id, _REASONING, delta, self.chunk_index, item, summary_index)
         )
@@ -272,7 +313,9 @@ class StreamAccumulator:
         if slot is None:
             self.tool_start(key, None, None, out)
             slot = self._tools[key]
-        self.fold.tool_delta(slot.index, None, None, delta)
+        if not self.fold.tool_delta(slot.index, None, None, delta):
+            self._refused(out)
+            return
         out.append(ToolCallDelta(self.request_id, slot.index, None, None, delta))
 
     def tool_finish(self, key: Hashable, arguments: str | None) -> None:

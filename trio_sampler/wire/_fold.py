@@ -14,9 +14,23 @@ items opened. Everything comes from events: a reasoning block still streaming ha
 local tool calls and the refusal go on the last :class:`Assistant`,
 which is added (without text) when the last item is not text, so a response always ends
 with an assistant item.
+
+Text is held once. Each piece of text (a run of answer text, a reasoning block and each
+of its summary parts, a tool call's arguments, the refusal) is one string that grows in
+place: deltas wait in a short list (:data:`PENDING_PARTS`) and are then appended to the
+string, which CPython resizes without copying while nothing else
+refers to it. The response shares those strings, so building it (or the ``partial`` of a
+failure) never joins a second copy of the text. :attr:`ResponseFold.held_bytes` counts
+what is held, as CPython stores it, and :attr:`ResponseFold.max_held_bytes` bounds it:
+a delta that would take it past the bound is refused (the method returns ``False``)
+before anything grows, a wider character included (one character outside Latin-1 makes
+CPython store a whole string at 2 or 4 bytes per character; while a quarter of the bound
+is not reached, no delta can pass it, and deltas are only counted).
 """
 
 from __future__ import annotations
+
+import sys
 
 import attrs
 import orjson
@@ -45,16 +59,27 @@ from ..types import (
     Usage,
 )
 
-__all__ = ["ResponseFold", "arguments_complete"]
+__all__ = ["PENDING_PARTS", "ResponseFold", "arguments_complete"]
 
 _TEXT = SamplingChannel.TEXT
 _REASONING = SamplingChannel.REASONING
 
 
+#: The last character of a complete JSON text (before any whitespace after it).
+_JSON_ENDS = frozenset('}]"el0123456789')
+
+
 def arguments_complete(arguments: str) -> bool:
-    """Whether tool-call arguments are complete JSON (empty means ``{}``: complete)."""
-    if not arguments.strip():
+    """Whether tool-call arguments are complete JSON (empty means ``{}``: complete).
+
+    Arguments whose last character cannot end JSON are incomplete without being parsed
+    (a parse copies them: a hostile stream's endless arguments must not be held twice).
+    """
+    if not arguments or arguments.isspace():
         return True
+    last = arguments[-1]
+    if last not in _JSON_ENDS and not last.isspace():
+        return False
     try:
         orjson.loads(arguments)
     except orjson.JSONDecodeError:
@@ -62,45 +87,67 @@ def arguments_complete(arguments: str) -> bool:
     return True
 
 
+#: Deltas a text keeps apart before appending them to its one string: one resize per
+#: this many deltas instead of one per delta.
+PENDING_PARTS = 128
+
+
+def _widest(text: str) -> int:
+    """Bytes per character of ``text`` as CPython stores it (1, 2 or 4), by reading it."""
+    if text.isascii():
+        return 1
+    widest = ord(max(text))
+    return 1 if widest < 0x100 else 2 if widest < 0x10000 else 4
+
+
+# A compact non-ASCII string takes a fixed header and (length + 1) × its width.
+_WIDE_HEADER = sys.getsizeof("\xe9") - 2
+
+
+def _width(text: str) -> int:
+    """Bytes per character of ``text`` as CPython stores it (1, 2 or 4), in O(1)."""
+    if text.isascii():  # a flag on the string
+        return 1
+    return (sys.getsizeof(text) - _WIDE_HEADER) // (len(text) + 1)
+
+
+if [_width(probe) for probe in ("a", "\xe9\xe9", "\u0100", "\U0001f600" * 3)] != [1, 1, 2, 4]:
+    _width = _widest  # not CPython's layout: read the characters instead
+
+
 class _Text:
-    __slots__ = ("parts",)
+    """One growing string (``value``) and the deltas not yet appended to it (``parts``).
+
+    ``size`` is what ``value`` takes (characters × ``width``); pending deltas are counted
+    a byte per character until appended.
+    """
+
+    __slots__ = ("parts", "size", "value", "width")
 
     def __init__(self) -> None:
+        self.value = ""
         self.parts: list[str] = []
+        self.size = 0
+        self.width = 1
 
 
 class _Thought:
     __slots__ = ("item", "summary", "text")
 
     def __init__(self) -> None:
-        self.text: list[str] = []
-        self.summary: dict[int, list[str]] = {}
+        self.text = _Text()
+        self.summary: dict[int, _Text] = {}
         self.item: Reasoning | None = None
-
-    def streamed(self) -> Reasoning:
-        summary = tuple("".join(parts) for _, parts in sorted(self.summary.items()))
-        return Reasoning(text="".join(self.text), summary=summary)
 
 
 class _Tool:
-    __slots__ = ("final", "id", "name", "parts")
+    __slots__ = ("arguments", "final", "id", "name")
 
     def __init__(self) -> None:
         self.id: str | None = None
         self.name: str | None = None
-        self.parts: list[str] = []
+        self.arguments = _Text()
         self.final: ToolCall | None = None
-
-    def to_call(self, index: int) -> ToolCall:
-        if self.final is not None:
-            return self.final
-        arguments = "".join(self.parts)
-        return ToolCall(
-            id=self.id or f"call_{index}",
-            name=self.name or "",
-            arguments=arguments,
-            arguments_complete=arguments_complete(arguments),
-        )
 
 
 _Slot = _Text | _Thought | BackendToolCall | None
@@ -116,19 +163,116 @@ class ResponseFold:
     """
 
     def __init__(self) -> None:
+        self.max_held_bytes = sys.maxsize
         self.reset()
+
+    @property
+    def max_held_bytes(self) -> int:
+        """The most text this fold may hold, in bytes as CPython stores it (default: no
+        bound); a delta past it is refused (see :meth:`append`)."""
+        return self._max_held
+
+    @max_held_bytes.setter
+    def max_held_bytes(self, limit: int) -> None:
+        self._max_held = limit
+        #: Below this many bytes held, no delta can pass the bound, however wide its
+        #: characters (each takes at most 4 bytes, and so would every character already
+        #: held): deltas are then only counted. Above it, each is checked exactly.
+        self.roomy_bytes = limit // 4
 
     def reset(self) -> None:
         """Forget the output so far (a retry that discards the partial output)."""
         self._slots: list[_Slot] = []
         self._tools: list[_Tool] = []
-        self._refusal: list[str] | None = None
+        self._refusal: _Text | None = None
         self.text_chunks = 0
+        #: Bytes of text held (answer, refusal, reasoning, tool arguments).
+        self.held_bytes = 0
+        self._exact = False  # past ``roomy_bytes``: every delta is checked
         self.model: str | None = None
         self.response_id: str | None = None
         #: The terminal event's own response (``Completed.response`` or a ``partial``).
         self.terminal_response: ConversationResponse | None = None
         self.terminal: Completed | Failed | Cancelled | None = None
+
+    # -- holding text ----------------------------------------------------------------
+
+    def grow(self, text: _Text, delta: str) -> bool:
+        """Add ``delta`` to ``text``; ``False`` if that would pass ``max_held_bytes``."""
+        parts = text.parts
+        held = self.held_bytes + len(delta)
+        if held <= self.roomy_bytes and len(parts) < PENDING_PARTS - 1:
+            parts.append(delta)
+            self.held_bytes = held
+            return True
+        return self.append(text, delta)
+
+    def append(self, text: _Text, delta: str) -> bool:
+        """Append ``text``'s pending deltas and ``delta`` to its string, in place.
+
+        If that would hold more than ``max_held_bytes`` (a wider character widens the
+        whole string), nothing changes and ``False`` is returned.
+        """
+        held = self.held_bytes + len(delta)
+        if held <= self.roomy_bytes:
+            text.parts.append(delta)
+            self.held_bytes = held
+            self._settled(text)
+            return True
+        if not self._exact:
+            self._settle_all()
+        # Checked exactly from now on, so nothing is pending anywhere.
+        width = text.width if delta.isascii() else max(text.width, _width(delta))
+        length = len(text.value) + len(delta)
+        held = self.held_bytes - text.size + length * width
+        if held > self._max_held:
+            return False
+        value = text.value
+        text.value = ""  # ours is then the only reference: ``+=`` resizes it in place
+        value += delta
+        text.value = value
+        text.size = length * width
+        text.width = width
+        self.held_bytes = held
+        return True
+
+    def _settle_all(self) -> None:
+        """From now on every delta is checked: first append what is pending anywhere
+        (it fits, however wide: at most a quarter of the bound is held)."""
+        self._exact = True
+        for slot in self._slots:
+            if type(slot) is _Text:
+                assert isinstance(slot, _Text)
+                self._settled(slot)
+            elif type(slot) is _Thought:
+                assert isinstance(slot, _Thought)
+                self._settled(slot.text)
+                for part in slot.summary.values():
+                    self._settled(part)
+        for tool in self._tools:
+            self._settled(tool.arguments)
+        if self._refusal is not None:
+            self._settled(self._refusal)
+
+    def _settled(self, text: _Text) -> str:
+        """The whole of ``text``, its pending deltas appended. Deltas are pending only
+        while at most a quarter of the bound is held: joining them (a second copy of
+        them, briefly) and widening the string both fit."""
+        parts = text.parts
+        if parts:
+            tail = parts[0] if len(parts) == 1 else "".join(parts)
+            parts.clear()
+            width = text.width if tail.isascii() else max(text.width, _width(tail))
+            value = text.value
+            text.value = ""  # ours is then the only reference: ``+=`` resizes it in place
+            value += tail
+            text.value = value
+            size = len(value) * width
+            # The pending characters were counted a byte each.
+            self.held_bytes += size - text.size - len(tail)
+            text.size = size
+            text.width = width
+        return text.value
 
     # -- the content -----------------------------------------------------------------
 
@@ -139,23 +283,33 @@ class ResponseFold:
         slots.extend([None] * (index + 1 - len(slots)))
         return None
 
-    def text(self, index: int, delta: str) -> None:
-        self.text_parts(index).append(delta)
-        self.text_chunks += 1
+    def text(self, index: int, delta: str) -> bool:
+        text = self.text_slot(index)
+        # The accumulator's per-token path does the same (see StreamAccumulator.text).
+        count = self.text_chunks + 1
+        held = self.held_bytes + len(delta)
+        if count % PENDING_PARTS and held <= self.roomy_bytes:
+            text.parts.append(delta)
+            self.held_bytes = held
+        elif not self.append(text, delta):
+            return False
+        self.text_chunks = count
+        return True
 
-    def text_parts(self, index: int) -> list[str]:
-        """The pieces of text item ``index`` (opened if new). The accumulator appends to
-        this list directly on its per-token path, counting ``text_chunks`` as it goes."""
+    def text_slot(self, index: int) -> _Text:
+        """Text item ``index`` (opened if new). The accumulator grows it directly on its
+        per-token path (as :meth:`text` does), counting ``text_chunks`` as it goes: the
+        count is what bounds the pending deltas of a run of text (one in
+        :data:`PENDING_PARTS` is appended with those before it)."""
         slot = self._slots[index] if index < len(self._slots) else self._slot(index)
         if type(slot) is not _Text:
             slot = self._slots[index] = _Text()
-        return slot.parts
+        return slot
 
-    def refusal(self, delta: str) -> None:
+    def refusal(self, delta: str) -> bool:
         if self._refusal is None:
-            self._refusal = []
-        if delta:
-            self._refusal.append(delta)
+            self._refusal = _Text()
+        return not delta or self.grow(self._refusal, delta)
 
     def _thought(self, index: int) -> _Thought:
         slot = self._slot(index)
@@ -163,16 +317,22 @@ class ResponseFold:
             slot = self._slots[index] = _Thought()
         return slot
 
-    def reasoning(self, index: int, delta: str, summary_index: int = -1) -> None:
+    def reasoning(self, index: int, delta: str, summary_index: int = -1) -> bool:
         thought = self._thought(index)
-        if summary_index >= 0:
-            thought.summary.setdefault(summary_index, []).append(delta)
-        else:
-            thought.text.append(delta)
+        if summary_index < 0:
+            return self.grow(thought.text, delta)
+        part = thought.summary.get(summary_index)
+        if part is None:
+            part = thought.summary[summary_index] = _Text()
+        return self.grow(part, delta)
 
     def streamed_reasoning(self, index: int) -> Reasoning:
         """Reasoning block ``index`` as streamed so far (its deltas, not its final item)."""
-        return self._thought(index).streamed()
+        return self._streamed(self._thought(index))
+
+    def _streamed(self, thought: _Thought) -> Reasoning:
+        summary = tuple(self._settled(part) for _, part in sorted(thought.summary.items()))
+        return Reasoning(text=self._settled(thought.text), summary=summary)
 
     def reasoning_completed(self, index: int, item: Reasoning) -> None:
         self._thought(index).item = item
@@ -195,21 +355,31 @@ class ResponseFold:
             tools.append(_Tool())
         return tools[index]
 
-    def tool_delta(self, index: int, call_id: str | None, name: str | None, delta: str) -> None:
+    def tool_delta(self, index: int, call_id: str | None, name: str | None, delta: str) -> bool:
         tool = self._tools[index] if index < len(self._tools) else self._tool(index)
         if call_id:
             tool.id = call_id
         if name:
             tool.name = name
-        if delta:
-            tool.parts.append(delta)
+        return not delta or self.grow(tool.arguments, delta)
 
     def tool_completed(self, index: int, call: ToolCall) -> None:
         self._tool(index).final = call
 
     def tool_arguments(self, index: int) -> str:
         """The streamed arguments of local tool call ``index``."""
-        return "".join(self._tool(index).parts)
+        return self._settled(self._tool(index).arguments)
+
+    def _call(self, index: int, tool: _Tool) -> ToolCall:
+        if tool.final is not None:
+            return tool.final
+        arguments = self._settled(tool.arguments)
+        return ToolCall(
+            id=tool.id or f"call_{index}",
+            name=tool.name or "",
+            arguments=arguments,
+            arguments_complete=arguments_complete(arguments),
+        )
 
     def has_content(self) -> bool:
         return bool(
@@ -220,16 +390,30 @@ class ResponseFold:
 
     def add(self, event: SamplingEvent) -> None:
         """Fold one event (content, metadata, a retry or the terminal)."""
-        kind = type(event)
-        if kind is ChannelToken:
-            assert isinstance(event, ChannelToken)
+        if type(event) is ChannelToken:
             if event.channel is _TEXT:
-                self.text(event.item_index, event.text)
+                # ResponseFold.text, inlined for the per-token path.
+                index = event.item_index
+                slots = self._slots
+                text = slots[index] if index < len(slots) else None
+                if type(text) is not _Text:
+                    text = self.text_slot(index)
+                delta = event.text
+                count = self.text_chunks + 1
+                held = self.held_bytes + len(delta)
+                if count % PENDING_PARTS and held <= self.roomy_bytes:
+                    text.parts.append(delta)
+                    self.held_bytes = held
+                    self.text_chunks = count
+                else:
+                    self.text(index, delta)
             elif event.channel is _REASONING:
                 self.reasoning(event.item_index, event.text, event.summary_index)
             else:
                 self.refusal(event.text)
-        elif kind is ToolCallDelta:
+            return
+        kind = type(event)
+        if kind is ToolCallDelta:
             assert isinstance(event, ToolCallDelta)
             self.tool_delta(event.tool_index, event.id, event.name, event.arguments_delta)
         elif kind is ToolCallCompleted:
@@ -294,12 +478,12 @@ class ResponseFold:
             kind = type(slot)
             if kind is _Text:
                 assert isinstance(slot, _Text)
-                items.append(Assistant(content="".join(slot.parts), model=model))
+                items.append(Assistant(content=self._settled(slot), model=model))
                 last_is_text = True
                 continue
             if kind is _Thought:
                 assert isinstance(slot, _Thought)
-                reasoning = slot.item or slot.streamed()
+                reasoning = slot.item or self._streamed(slot)
                 if not (reasoning.text or reasoning.summary or reasoning.is_opaque or reasoning.id):
                     continue  # an empty block (an id is round-trip state: kept)
                 items.append(reasoning)
@@ -307,8 +491,8 @@ class ResponseFold:
                 assert isinstance(slot, BackendToolCall)
                 items.append(slot)
             last_is_text = False
-        calls = tuple(tool.to_call(index) for index, tool in enumerate(self._tools))
-        refusal = None if self._refusal is None else "".join(self._refusal)
+        calls = tuple(self._call(index, tool) for index, tool in enumerate(self._tools))
+        refusal = None if self._refusal is None else self._settled(self._refusal)
         if last_is_text:
             last = items[-1]
             assert isinstance(last, Assistant)

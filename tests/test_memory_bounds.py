@@ -1,0 +1,350 @@
+"""Memory per hostile stream, and across streams, measured where it can be: in a child process.
+
+Each case runs a hand-written loopback server and a sampler in a fresh interpreter and
+reports the growth of its peak resident set (``VmHWM``, reset before the stream) over the
+stream. One stream may hold about 1 × ``max_response_bytes`` (its text grows in place and
+the partial shares it, never joined into a second copy; a compressed body is inflated a
+step at a time); 20 hostile streams at once stay within the sampler-wide
+``max_buffered_response_bytes``, the largest failing first.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+from trio_sampler.actor import open_sampler
+from trio_sampler.actor._memory import ResponseMemory
+from trio_sampler.config import SamplerConfig
+from trio_sampler.types import (
+    ApiBackend,
+    ChannelToken,
+    Completed,
+    Failed,
+    SamplingEvent,
+    ToolCallDelta,
+)
+from trio_sampler.wire import ResponseFold, collect
+from trio_sampler.wire._accumulate import StreamAccumulator
+
+_MIB = 1024 * 1024
+
+_CHILD = r"""
+import functools, json, sys, zlib
+import orjson, trio
+from trio_sampler.actor import open_sampler
+from trio_sampler.config import RetryPolicy, SamplerConfig, Timeouts
+from trio_sampler.types import ConversationRequest, Failed, User
+
+case, limit, streams, cap = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+
+def status(field):
+    with open("/proc/self/status") as lines:
+        for line in lines:
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+
+def event(delta):
+    return b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": delta}]}) + b"\n\n"
+
+DELTA = 4096
+TEXT = event({"content": "x" * DELTA})
+WIDE = event({"content": "\U0001f600"})
+TOOL_OPEN = event({"tool_calls": [
+    {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": ""}}
+]})
+TOOL = event({"tool_calls": [{"index": 0, "function": {"arguments": "a" * DELTA}}]})
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n"
+
+async def handler(stream):
+    try:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += await stream.receive_some(65536)
+        if case == "gzip-bomb":
+            # After a full flush a deflate block stands alone: the same one, sent forever.
+            squeeze = zlib.compressobj(9, zlib.DEFLATED, 31)
+            first = squeeze.compress(TEXT * 256) + squeeze.flush(zlib.Z_FULL_FLUSH)
+            block = squeeze.compress(TEXT * 256) + squeeze.flush(zlib.Z_FULL_FLUSH)
+            await stream.send_all(HEAD + b"content-encoding: gzip\r\n\r\n" + first)
+            while True:
+                await stream.send_all(block * 4)
+        await stream.send_all(HEAD + b"\r\n")
+        if case == "endless-tool-arguments":
+            await stream.send_all(TOOL_OPEN)
+        piece = (TOOL if case == "endless-tool-arguments" else TEXT) * 16
+        sent = 0
+        while True:
+            if case == "widening" and sent > limit // 2:
+                await stream.send_all(WIDE)  # every character held at 4 bytes: refused
+            await stream.send_all(piece)
+            sent += len(piece)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+    finally:
+        await stream.aclose()
+
+async def main():
+    async with trio.open_nursery() as nursery:
+        serving = functools.partial(trio.serve_tcp, handler, 0, host="127.0.0.1")
+        listeners = await nursery.start(serving)
+        port = listeners[0].socket.getsockname()[1]
+        config = SamplerConfig(
+            base_url=f"http://127.0.0.1:{port}/v1", model="m", api_key="sk-memory-test-0000",
+            max_response_bytes=limit, timeouts=Timeouts(first_token=60, idle=60),
+            retry=RetryPolicy(max_retries=0),
+        )
+        request = ConversationRequest(items=[User("hi")])
+        codes = []
+        async with open_sampler(config, max_buffered_response_bytes=cap or None) as sampler:
+            async def one():
+                stream = await sampler.submit(request)
+                async for event in stream:
+                    if isinstance(event, Failed):
+                        codes.append(event.error.error_code or event.error.kind.value)
+            # Warm up (imports, the first connection), then measure from here.
+            with open("/proc/self/clear_refs", "w") as clear:
+                clear.write("5")  # resets VmHWM to the current resident set
+            before = status("VmRSS:")
+            async with trio.open_nursery() as inner:
+                for _ in range(streams):
+                    inner.start_soon(one)
+            growth = status("VmHWM:") - before
+            memory = sampler._actor.runner._memory
+            peak_total = memory.peak if memory is not None else 0
+        print(json.dumps({"growth": growth, "codes": codes, "peak_total": peak_total}))
+        nursery.cancel_scope.cancel()
+
+trio.run(main)
+"""
+
+
+def _run_child(case: str, limit: int, streams: int = 1, cap: int = 0) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, case, str(limit), str(streams), str(cap)],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    result: dict[str, object] = orjson.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+LIMIT = 64 * _MIB
+
+
+@pytest.mark.parametrize(
+    ("case", "code"),
+    [
+        # The body is over max_response_bytes before the text is (the framing counts too).
+        ("endless-delta", "response_too_large"),
+        ("endless-tool-arguments", "response_too_large"),
+        ("gzip-bomb", "response_too_large"),
+        # Half the limit of ASCII, then one emoji: all of it at 4 bytes is refused.
+        ("widening", "response_too_large"),
+    ],
+)
+def test_one_hostile_stream_holds_at_most_its_response_bytes(case: str, code: str) -> None:
+    result = _run_child(case, LIMIT)
+    assert result["codes"] == [code], result
+    growth = int(str(result["growth"]))
+    assert growth <= 1.1 * LIMIT, f"{case}: peak grew {growth / LIMIT:.2f} x max_response_bytes"
+
+
+def test_twenty_hostile_streams_stay_within_the_sampler_cap() -> None:
+    cap = 48 * _MIB
+    result = _run_child("endless-delta", 32 * _MIB, streams=20, cap=cap)
+    codes = result["codes"]
+    assert isinstance(codes, list) and len(codes) == 20
+    assert "sampler_memory_cap" in codes, codes
+    # What the sampler counted never passed the cap by more than one read per stream.
+    assert int(str(result["peak_total"])) <= cap + 20 * 256 * 1024, result
+    growth = int(str(result["growth"]))
+    assert growth <= 1.1 * cap + 20 * _MIB, f"20 streams: peak grew {growth / _MIB:.0f} MiB"
+
+
+# -- in process: the bookkeeping ------------------------------------------------------
+
+
+def _accumulator(limit: int | None = None) -> StreamAccumulator:
+    acc = StreamAccumulator("r", ApiBackend.CHAT_COMPLETIONS)
+    if limit is not None:
+        acc.fold.max_held_bytes = limit
+    return acc
+
+
+def test_text_grows_in_place_and_is_shared_with_the_response() -> None:
+    acc = _accumulator()
+    out: list[SamplingEvent] = []
+    for _ in range(1000):
+        acc.text("y" * 100, out)
+    acc.complete(out)
+    end = out[-1]
+    assert isinstance(end, Completed) and end.response.text == "y" * 100_000
+    assert acc.held_bytes == 100_000
+    # The response's text is the accumulated string itself, not a copy of it.
+    assert end.response.assistant.content is acc.build_response().assistant.content
+
+
+def test_the_fold_of_the_events_holds_its_text_once_too() -> None:
+    acc = _accumulator()
+    out: list[SamplingEvent] = []
+    for i in range(500):
+        acc.text("é" if i == 250 else "z" * 10, out)
+    for piece in ('{"a"', ": 1}"):
+        acc.tool_arguments("t", piece, out)
+    acc.complete(out)
+    fold = ResponseFold()
+    for event in out:
+        fold.add(event)
+    built = fold.build()
+    assert built.text == "z" * 2500 + "é" + "z" * 2490
+    assert built.assistant.content is fold.build().assistant.content
+    assert built.assistant.tool_calls[0].arguments == '{"a": 1}'
+    assert collect(out) == built
+    end = out[-1]
+    assert isinstance(end, Completed) and end.response == built
+
+
+def test_holding_more_than_the_limit_fails_the_stream_before_growing() -> None:
+    acc = _accumulator(limit=10_000)
+    out: list[SamplingEvent] = []
+    for _ in range(60):
+        acc.text("a" * 100, out)
+    # One wide character would make all of it 4 bytes per character: refused before.
+    acc.text("\U0001f600", out)
+    assert acc.finished
+    terminal = out[-1]
+    assert isinstance(terminal, Failed)
+    assert terminal.error.error_code == "response_too_large" and not terminal.error.retryable
+    assert "max_response_bytes (10000 bytes)" in terminal.error.message
+    assert terminal.partial is not None and terminal.partial.text == "a" * 6000
+    # The refused delta was never emitted: the events fold to the same partial.
+    assert not any(isinstance(e, ChannelToken) and e.text == "\U0001f600" for e in out)
+    assert collect(out).text == "a" * 6000
+    assert acc.held_bytes <= 10_000
+
+
+@pytest.mark.parametrize("channel", ["text", "reasoning", "tool", "refusal"])
+def test_every_kind_of_text_counts_against_the_limit(channel: str) -> None:
+    acc = _accumulator(limit=40_000)
+    out: list[SamplingEvent] = []
+    for _ in range(100):
+        if channel == "text":
+            acc.text("b" * 1000, out)
+        elif channel == "reasoning":
+            acc.reasoning("r", "b" * 1000, out)
+        elif channel == "tool":
+            acc.tool_arguments("t", "b" * 1000, out)
+        else:
+            acc.refusal("b" * 1000, out)
+        if acc.finished:
+            break
+    terminal = out[-1]
+    assert isinstance(terminal, Failed), channel
+    assert terminal.error.error_code == "response_too_large"
+    assert acc.held_bytes == 40_000
+    # 40 deltas fit exactly; the 41st was refused, not emitted.
+    emitted = [
+        e
+        for e in out
+        if (isinstance(e, ChannelToken) and e.text)
+        or (isinstance(e, ToolCallDelta) and e.arguments_delta)
+    ]
+    assert len(emitted) == 40
+
+
+def test_held_bytes_follow_the_width_of_the_text() -> None:
+    fold = ResponseFold()
+    for _ in range(300):
+        fold.text(0, "ab")
+    fold.text(0, "\u0100")  # every character now takes 2 bytes
+    assert fold.build().text == "ab" * 300 + "\u0100"
+    assert fold.held_bytes == 601 * 2
+    fold.reset()
+    assert fold.held_bytes == 0 and fold.build().text == ""
+
+
+def test_response_memory_stops_the_largest() -> None:
+    memory = ResponseMemory(100)
+    accs = [_accumulator() for _ in range(3)]
+    small, large, medium = (memory.hold(acc) for acc in accs)
+    memory.update(small, 10)
+    memory.update(large, 60)
+    memory.update(medium, 30)
+    assert memory.total == 100 and not any(h.stopped for h in (small, large, medium))
+    memory.update(small, 20)
+    assert large.stopped and not small.stopped and not medium.stopped
+    assert memory.total == 50 and memory.peak == 110
+    large.release()  # released when stopped: not subtracted twice
+    small.release()
+    assert memory.total == 30
+    error = memory.error()
+    assert error.error_code == "sampler_memory_cap" and not error.retryable
+    assert "max_buffered_response_bytes (100 bytes)" in error.message
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "1GiB"])
+def test_open_sampler_refuses_a_bad_cap(bad: object) -> None:
+    with pytest.raises(ValueError, match="max_buffered_response_bytes"):
+        open_sampler(
+            SamplerConfig(base_url="http://127.0.0.1:9/v1"),
+            max_buffered_response_bytes=bad,  # type: ignore[arg-type]
+        )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "complete"),
+    [
+        ("", True),
+        ("  \n", True),
+        ('{"a": 1}', True),
+        ('{"a": 1}\n', True),
+        ("[1, 2]", True),
+        ('"x"', True),
+        ("true", True),
+        ("null", True),
+        ("12", True),
+        ('{"a": 1', False),
+        ('{"a": "b', False),
+        ("aaaa", False),
+        ('{"a": 1}{"a": 1}', False),
+        ("{", False),
+    ],
+)
+def test_arguments_complete_without_parsing_what_cannot_be_json(
+    arguments: str, complete: bool
+) -> None:
+    from trio_sampler.wire._fold import arguments_complete
+
+    assert arguments_complete(arguments) is complete
+
+
+def test_a_compressed_body_is_inflated_a_step_at_a_time() -> None:
+    import zlib
+
+    from trio_sampler.client import INFLATE_STEP_BYTES, SamplingClientError, _BodyDecoder
+
+    squeeze = zlib.compressobj(9, zlib.DEFLATED, 31)
+    bomb = squeeze.compress(b"x" * (8 * _MIB)) + squeeze.flush()
+    assert len(bomb) < 64 * 1024
+    decoder = _BodyDecoder("gzip", 4 * _MIB)
+    pieces = [decoder.feed(bomb)]
+    with pytest.raises(SamplingClientError, match="max_response_bytes") as info:
+        while decoder.pending:
+            pieces.append(decoder.feed(b""))
+    assert info.value.info.error_code == "response_too_large"
+    assert max(map(len, pieces)) <= INFLATE_STEP_BYTES
+    assert sum(map(len, pieces)) == 4 * _MIB  # every byte up to the limit, then refused
+    # A body within the limit comes out whole, step by step.
+    small = zlib.compressobj(9, zlib.DEFLATED, 31)
+    body = small.compress(b"y" * _MIB) + small.flush()
+    decoder = _BodyDecoder("gzip", 4 * _MIB)
+    out = [decoder.feed(body)]
+    while decoder.pending:
+        out.append(decoder.feed(b""))
+    assert b"".join(out) == b"y" * _MIB

@@ -1,0 +1,128 @@
+"""The sampler-wide bound on response text held by the attempts in flight.
+
+One stream holds at most ``max_response_bytes`` (its fold refuses more), but a sampler
+running many hostile streams at once would hold that many times over. A
+:class:`ResponseMemory` adds up what every in-flight attempt holds and, past its limit,
+stops the largest streams until the total is back under it: each then fails like a body
+over ``max_response_bytes`` does, with its partial output and
+``error_code="sampler_memory_cap"``, not retried.
+
+An attempt reads its body through :meth:`Holding.read`, which reports what the attempt
+holds before every read and runs the read in a cancel scope the memory cancels when the
+attempt is the one to stop. So the total is exact at every read, and exceeds the limit
+by at most what each stream's last read added.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator
+
+import trio
+
+from ..client import SamplingClientError
+from ..types import SamplingErrorInfo, SamplingErrorKind
+from ..wire._accumulate import StreamAccumulator
+
+__all__ = ["DEFAULT_MAX_BUFFERED_RESPONSE_BYTES", "Holding", "ResponseMemory"]
+
+#: ``open_sampler(max_buffered_response_bytes=)`` by default: 1 GiB in all.
+DEFAULT_MAX_BUFFERED_RESPONSE_BYTES = 1024 * 1024 * 1024
+
+
+class ResponseMemory:
+    """Response text held across a sampler's in-flight attempts, bounded by ``limit``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        #: What the attempts not stopped hold, in bytes, as last reported.
+        self.total = 0
+        #: The highest ``total`` reported.
+        self.peak = 0
+        self._live: set[Holding] = set()
+
+    def hold(self, acc: StreamAccumulator) -> Holding:
+        """Start counting what the attempt behind ``acc`` holds."""
+        holding = Holding(self, acc)
+        self._live.add(holding)
+        return holding
+
+    def update(self, holding: Holding, held: int) -> None:
+        """``holding`` holds ``held`` bytes now; past the limit, stop the largest."""
+        if holding not in self._live:
+            return
+        self.total += held - holding.bytes
+        holding.bytes = held
+        if self.total > self.peak:
+            self.peak = self.total
+        while self.total > self.limit:
+            victim = max(self._live, key=_held)
+            # Counted as released once stopped: it ends within a scheduling round, and
+            # waiting for that would stop more streams than needed.
+            self.release(victim)
+            victim.stop()
+
+    def release(self, holding: Holding) -> None:
+        """The attempt ended (or was stopped): what it held is no longer counted."""
+        if holding in self._live:
+            self._live.discard(holding)
+            self.total -= holding.bytes
+        holding.bytes = 0
+
+    def error(self) -> SamplingErrorInfo:
+        return SamplingErrorInfo(
+            kind=SamplingErrorKind.HTTP,
+            message=(
+                "the sampler's requests held more than max_buffered_response_bytes "
+                f"({self.limit} bytes) of response text, and this was the largest stream; "
+                "raise it in open_sampler() if this is expected"
+            ),
+            retryable=False,
+            error_code="sampler_memory_cap",
+        )
+
+
+def _held(holding: Holding) -> int:
+    return holding.bytes
+
+
+class Holding:
+    """What one attempt holds; the body iterator that reports it and can be stopped."""
+
+    def __init__(self, memory: ResponseMemory, acc: StreamAccumulator) -> None:
+        self._memory = memory
+        self._acc = acc
+        self.bytes = 0
+        #: Chosen to stop: every read from now on fails with the memory's error.
+        self.stopped = False
+        self._chunks: AsyncIterator[bytes] | None = None
+        self._scope: trio.CancelScope | None = None
+
+    def read(self, body: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+        """The chunks of ``body``, reporting before every read what the attempt holds."""
+        self._chunks = body.__aiter__()
+        return self
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def release(self) -> None:
+        self._memory.release(self)
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self
+
+    async def __anext__(self) -> bytes:
+        assert self._chunks is not None
+        if self._acc.finished:
+            self.release()  # the response (or partial) is the consumer's now
+        else:
+            self._memory.update(self, self._acc.held_bytes)
+        if not self.stopped:
+            with trio.CancelScope() as self._scope:
+                try:
+                    return await self._chunks.__anext__()
+                finally:
+                    self._scope = None
+        raise SamplingClientError(self._memory.error())
