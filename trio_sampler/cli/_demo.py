@@ -1,17 +1,24 @@
-"""``trio-sampler demo``: three protocols, one vocabulary, live, in about a minute.
+"""``trio-sampler demo``: three protocols, one vocabulary, live, in a few seconds.
 
 With no arguments it starts the embedded emulator and runs, concurrently and in ONE
-sampler actor, an agent conversation on each backend:
+sampler, an agent conversation on each protocol, each in its own lane:
 
-* Chat Completions: thinks, calls the calculator, meets a scripted 429 (the ``Retrying``
-  is shown), and answers.
-* Responses: searches the web (a hosted tool), reads a file with a local tool, answers.
-* Messages: thinks, lists a directory, then starts a long answer that is cancelled
-  mid-stream: its partial output is shown.
+* Chat Completions: meets a scripted HTTP 429 (its ``Retrying`` is shown), thinks, calls
+  the calculator, and answers.
+* Responses: thinks, searches the web (a tool the server runs), reads a file with a local
+  tool, and answers.
+* Messages: thinks, lists a directory, then starts a long answer that the demo cancels
+  mid-stream: the partial answer the library keeps is shown.
 
-It ends with a table per backend and exits 0 when everything behaved as expected. With
-``--provider`` / ``--base-url`` / ``--model`` it runs one conversation against a real
-endpoint instead.
+It ends with a table of the numbers, every column explained, and exits 0 when everything
+behaved as expected. With ``--provider`` / ``--base-url`` / ``--model`` it runs one
+conversation against a real endpoint instead.
+
+The demo is written against the public API (``open_sampler``, ``process_conversation_turn``,
+the events) and doubles as an example of it. This module holds what happens (the scenes,
+the runs, the command); ``_demo_lanes`` what each conversation has shown so far, updated
+from its events; ``_demo_view`` draws it, live on a terminal with ``rich`` or as plain
+lines.
 """
 
 from __future__ import annotations
@@ -21,35 +28,40 @@ import functools
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import attrs
 import trio
 
 from ..actor import SamplerHandle, open_sampler
-from ..agent import AgentResult, AgentStop, builtin_tools, process_conversation_turn
+from ..agent import AgentStop, ToolRegistry, builtin_tools, process_conversation_turn
 from ..config import RetryPolicy, SamplerConfig, Timeouts
 from ..types import (
     ApiBackend,
-    BackendToolCallCompleted,
-    BackendToolCallStarted,
-    Cancelled,
     ChannelToken,
-    Completed,
+    ConversationItem,
     ConversationRequest,
-    Failed,
     ReasoningEffort,
-    Retrying,
     SamplingChannel,
     SamplingEvent,
     System,
-    ToolCallDelta,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
     User,
 )
-from ..wire import backend_name
-from ._console import Console
-from ._errors import run_interruptibly
+from ..wire import build_request
+from ._demo_lanes import Lane, Scene, View
+from ._errors import run_interruptibly, url
 
-__all__ = ["add_parser"]
+__all__ = [
+    "add_parser",
+    "emulator_config",
+    "lanes_for",
+    "run_scenes",
+    "scenes",
+    "write_workspace",
+]
 
 # A long system prompt, so the second step of each conversation is served partly from
 # the emulator's prompt cache (caching starts at 1,024 tokens).
@@ -58,55 +70,35 @@ SYSTEM = (
     + "Answer briefly, use the tools you are given, and say what you did. " * 80
 )
 
-CANCEL_AFTER_TOKENS = 12
-
-
-@attrs.define
-class Scene:
-    label: str
-    backend: ApiBackend | str
-    model: str
-    prompt: str
-    script: dict[str, Any]
-    expected: AgentStop
-    expect_retry: bool = False
-    cancel_after_tokens: int | None = None
-    # Filled while running:
-    answer_tokens: int = 0
-    retries: int = 0
-    attempts: int = 0
-    ttft_ms: float | None = None
-    cost_ticks: int = 0
-    result: AgentResult | None = None
-    tool_names: dict[int, str] = attrs.field(factory=dict)
+#: The Messages conversation is cancelled after this many answer chunks.
+CANCEL_AFTER_CHUNKS = 12
 
 
 def scenes() -> list[Scene]:
+    """The three conversations of the emulated demo, one per protocol."""
     return [
         Scene(
-            label="chat_completions",
             backend=ApiBackend.CHAT_COMPLETIONS,
-            model="gpt-4o-mini",
+            model="deepseek-chat",
             prompt="What is 17 × 23 + 4?",
             script={
                 "reasoning": "The user wants arithmetic. I will use the calculator tool.",
                 "tool_calls": [{"name": "calculate", "arguments": {"expression": "17 * 23 + 4"}}],
                 "after_tool_result": {
                     "reasoning": "The calculator says 395.",
-                    "text": "17 × 23 + 4 = 395 (checked with the calculator).",
+                    "text": "17 × 23 + 4 = 395, checked with the calculator.",
                 },
                 "chunk_chars": 6,
                 "delay_ms": 40,
                 "scenario": "demo-chat",
                 "faults": [{"type": "status", "status": 429, "retry_after": 0.8, "times": 1}],
             },
-            expected=AgentStop.FINAL_ANSWER,
+            scripted="HTTP 429 once, Retry-After 0.8 s",
             expect_retry=True,
         ),
         Scene(
-            label="responses",
             backend=ApiBackend.RESPONSES,
-            model="gpt-5-mini",
+            model="gpt-6-luna",
             prompt="Search the web for trio, then summarize notes.txt.",
             script={
                 "reasoning": "First a web search, then I read the notes file.",
@@ -117,18 +109,19 @@ def scenes() -> list[Scene]:
                 "tool_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}}],
                 "after_tool_result": {
                     "reasoning": "The file is short; I can summarize it.",
-                    "text": "notes.txt says: every request ends with exactly one terminal event.",
+                    "text": "notes.txt says that every request ends with exactly one terminal "
+                    "event, whatever happens.",
                 },
                 "chunk_chars": 7,
                 "delay_ms": 45,
                 "scenario": "demo-responses",
             },
-            expected=AgentStop.FINAL_ANSWER,
+            scripted="a web search run by the server",
+            expect_retry=False,
         ),
         Scene(
-            label="messages",
             backend=ApiBackend.MESSAGES,
-            model="claude-sonnet-4-5",
+            model="claude-sonnet-5-5",
             prompt="List the files here, then write a long essay about them.",
             script={
                 "reasoning": "I should look at the directory before writing.",
@@ -142,10 +135,161 @@ def scenes() -> list[Scene]:
                 "delay_ms": 50,
                 "scenario": "demo-messages",
             },
+            scripted=f"a long answer, cancelled after {CANCEL_AFTER_CHUNKS} chunks",
             expected=AgentStop.CANCELLED,
-            cancel_after_tokens=CANCEL_AFTER_TOKENS,
+            expect_retry=False,
+            cancel_after_chunks=CANCEL_AFTER_CHUNKS,
         ),
     ]
+
+
+class _ShownTools(ToolRegistry):
+    """The registry the agent loop runs tools through, showing each call and its result."""
+
+    def __init__(self, tools: ToolRegistry, lane: Lane) -> None:
+        super().__init__(max_result_chars=tools.max_result_chars)
+        self._inner = tools
+        self._lane = lane
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        return self._inner.specs()
+
+    async def execute(self, call: ToolCall) -> ToolResult:
+        self._lane.tool_running(call)
+        result = await self._inner.execute(call)
+        self._lane.tool_ran(call, result)
+        return result
+
+
+# -- running the conversations ----------------------------------------------------------
+
+
+def endpoint(config: SamplerConfig) -> str:
+    """``POST /v1/messages``: where ``config``'s requests go."""
+    wire = build_request(
+        config.backend, ConversationRequest(items=[User("?")]), config.build_options()
+    )
+    base = urlsplit(config.base_url).path.rstrip("/")
+    return f"{wire.method} {base}{wire.path}"
+
+
+async def _show(lane: Lane, handle: SamplerHandle, event: SamplingEvent) -> None:
+    lane.on_event(event)
+    limit = lane.scene.cancel_after_chunks
+    if (
+        isinstance(event, ChannelToken)
+        and event.channel is SamplingChannel.TEXT
+        and limit is not None
+        and lane.answer_chunks == limit
+    ):
+        await handle.cancel(event.request_id, "cancelled by the demo")
+
+
+async def _converse(
+    lane: Lane, handle: SamplerHandle, config: SamplerConfig, tools: ToolRegistry, system: str
+) -> None:
+    from ..emulator import script_headers
+
+    scene = lane.scene
+    items: list[ConversationItem] = [System(system)] if system else []
+    items.append(User(scene.prompt))
+    request = ConversationRequest(
+        items=items,
+        reasoning_effort=ReasoningEffort.LOW,
+        extra_headers=script_headers(**scene.script) if scene.script else {},
+    )
+    lane.start()
+    result = await process_conversation_turn(
+        handle,
+        request,
+        tools=_ShownTools(tools, lane),
+        config=config,
+        on_event=functools.partial(_show, lane, handle),
+        max_steps=4,
+    )
+    lane.finish(result)
+
+
+async def run_scenes(
+    lanes: list[Lane], config: SamplerConfig, root: Path, *, system: str = SYSTEM
+) -> None:
+    """Run every lane's conversation concurrently in one sampler (``config``'s defaults;
+    each scene picks its protocol and model), with the local tools confined to ``root``."""
+    tools = builtin_tools(root)
+    async with open_sampler(config) as handle, trio.open_nursery() as nursery:
+        for lane in lanes:
+            lane_config = scene_config(config, lane.scene)
+            lane.endpoint = endpoint(lane_config)
+            nursery.start_soon(_converse, lane, handle, lane_config, tools, system)
+
+
+def scene_config(config: SamplerConfig, scene: Scene) -> SamplerConfig:
+    """``config`` with the scene's protocol and model."""
+    return attrs.evolve(config, backend=scene.backend, model=scene.model)
+
+
+def lanes_for(scenes: list[Scene], config: SamplerConfig) -> list[Lane]:
+    """A lane for each scene, knowing where its requests go."""
+    return [Lane(scene, endpoint=endpoint(scene_config(config, scene))) for scene in scenes]
+
+
+def emulator_config(base_url: str) -> SamplerConfig:
+    """The sampler's defaults for the emulated demo (a fast retry policy)."""
+    return SamplerConfig(
+        base_url=base_url,
+        backend=ApiBackend.CHAT_COMPLETIONS,
+        model="emulator-1",
+        api_key="sk-demo-not-a-real-key",
+        retry=RetryPolicy(max_retries=3, base_delay=0.2),
+        timeouts=Timeouts(first_token=30, idle=10),
+    )
+
+
+def write_workspace(root: Path) -> None:
+    """The files the demo's local tools see."""
+    (root / "notes.txt").write_text(
+        "trio_sampler: every request ends with exactly one terminal event.\n", encoding="utf-8"
+    )
+
+
+async def _emulated(view: View) -> int:
+    from ..emulator import serve
+
+    with tempfile.TemporaryDirectory(prefix="trio-sampler-demo-") as tmp:
+        root = Path(tmp)
+        write_workspace(root)
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(serve)
+            config = emulator_config(server.base_url)
+            lanes = lanes_for(scenes(), config)
+            header = (
+                f"trio_sampler demo: three conversations at once in one sampler, one per "
+                f"protocol, on the embedded emulator at {server.base_url} (no network, no keys)"
+            )
+            await view.run(
+                lanes,
+                functools.partial(run_scenes, lanes, config, root),
+                header,
+            )
+            nursery.cancel_scope.cancel()
+    return 0 if all(lane.behaved for lane in lanes) else 1
+
+
+async def _real_endpoint(config: SamplerConfig, view: View) -> int:
+    scene = Scene(
+        backend=config.backend,
+        model=config.model or "",
+        prompt="Use the calculator to compute 17 * 23 + 4, then answer in one sentence.",
+    )
+    lanes = lanes_for([scene], config)
+    header = f"trio_sampler demo: one conversation with {config.base_url} ({config.model})"
+    with tempfile.TemporaryDirectory(prefix="trio-sampler-demo-") as tmp:
+        work = functools.partial(run_scenes, lanes, config, Path(tmp), system="")
+        await view.run(lanes, work, header)
+    return 0 if lanes[0].behaved else 1
+
+
+# -- the command ------------------------------------------------------------------------
 
 
 def add_parser(commands: Any) -> None:
@@ -154,14 +298,20 @@ def add_parser(commands: Any) -> None:
         help="see the library work: three protocols, tools, a retry and a cancel (no keys)",
         description=(
             "Start the embedded emulator and run, concurrently in one sampler, an agent "
-            "conversation on each backend: live tokens (thinking apart from the answer), "
-            "tool calls assembled and executed, a scripted 429 and its retry, a cancel with "
-            "its partial output, and a table of the numbers. With --provider/--base-url/"
-            "--model, run one conversation against a real endpoint instead."
+            "conversation on each protocol, each in its own lane: live tokens (thinking "
+            "apart from the answer), tool calls with their results, a scripted 429 and its "
+            "retry, a cancel with its kept partial answer, and a table of the numbers, every "
+            "column explained. On a terminal the lanes are drawn live (side by side when it "
+            "is wide enough); otherwise, or with --plain, each line is printed once, whole, "
+            "prefixed with its lane. With --provider/--base-url/--model, run one "
+            "conversation against a real endpoint instead."
         ),
     )
+    parser.add_argument("--plain", action="store_true", help="plain lines even on a terminal")
     parser.add_argument("--provider", help="a provider profile (openai, anthropic, xai, ...)")
-    parser.add_argument("--base-url", help="an endpoint speaking one of the three protocols")
+    parser.add_argument(
+        "--base-url", type=url, help="an endpoint speaking one of the three protocols"
+    )
     parser.add_argument("--model", help="the model to use against a real endpoint")
     parser.add_argument(
         "--backend", choices=[b.value for b in ApiBackend], help="protocol of --base-url"
@@ -170,195 +320,12 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    console = Console()
+    from ._demo_view import choose_view
+
+    view = choose_view(plain=args.plain)
     if args.provider or args.base_url:
         from ._chat import config_from_args
 
-        try:
-            config = config_from_args(args)
-        except ValueError as exc:
-            console.line("", f"trio-sampler demo: {exc}", "red")
-            return 2
-        return run_interruptibly(_real_endpoint, config, console)
-    return run_interruptibly(_emulated, console)
-
-
-# -- event rendering ------------------------------------------------------------------
-
-
-async def _show(
-    scene: Scene, console: Console, handle: SamplerHandle, event: SamplingEvent
-) -> None:
-    label = scene.label
-    if isinstance(event, ChannelToken):
-        if event.channel is SamplingChannel.REASONING:
-            console.stream(label, "thinking", event.text, "dim")
-        else:
-            console.stream(label, "answer", event.text, "cyan")
-            scene.answer_tokens += 1
-            if (
-                scene.cancel_after_tokens is not None
-                and scene.answer_tokens == scene.cancel_after_tokens
-            ):
-                console.flush_label(label)
-                console.line(label, "✂ cancelling this request mid-stream", "yellow")
-                await handle.cancel(event.request_id, "cancelled by the demo")
-    elif isinstance(event, ToolCallDelta):
-        if event.name:
-            scene.tool_names[event.tool_index] = event.name
-            console.flush_label(label)
-            console.line(label, f"tool call #{event.tool_index}: {event.name}(", "magenta")
-        if event.arguments_delta:
-            console.stream(label, "  args", event.arguments_delta, "magenta")
-    elif isinstance(event, BackendToolCallStarted):
-        console.flush_label(label)
-        console.line(label, f"server tool {event.name} started", "blue")
-    elif isinstance(event, BackendToolCallCompleted):
-        console.line(label, f"server tool {event.name} completed", "blue")
-    elif isinstance(event, Retrying):
-        scene.retries += 1
-        console.flush_label(label)
-        console.line(
-            label,
-            f"↻ retrying (attempt {event.attempt}/{event.max_retries}) in {event.delay:.1f} s: "
-            f"{event.kind.value}: {event.reason}",
-            "yellow",
-        )
-    elif isinstance(event, Completed | Failed | Cancelled):
-        console.flush_label(label)
-        metrics = event.metrics
-        if metrics is not None:
-            scene.attempts += len(metrics.attempts)
-            if scene.ttft_ms is None:
-                scene.ttft_ms = metrics.time_to_first_token_ms
-        if isinstance(event, Completed):
-            scene.cost_ticks += event.response.cost_usd_ticks or 0
-            for call in event.response.tool_calls:
-                console.line(label, f"→ run {call.name}({call.arguments})", "magenta")
-        elif isinstance(event, Failed):
-            console.line(label, f"✗ failed: {event.error}", "red")
-
-
-# -- the emulated demo ----------------------------------------------------------------
-
-
-async def _run_scene(
-    scene: Scene, handle: SamplerHandle, base: SamplerConfig, root: Path, console: Console
-) -> None:
-    from ..emulator import script_headers
-
-    config = attrs.evolve(base, backend=scene.backend, model=scene.model)
-    request = ConversationRequest(
-        items=[System(SYSTEM), User(scene.prompt)],
-        reasoning_effort=ReasoningEffort.LOW,
-        extra_headers=script_headers(**scene.script),
-    )
-    console.line(scene.label, f"user: {scene.prompt}", "bold")
-    scene.result = await process_conversation_turn(
-        handle,
-        request,
-        tools=builtin_tools(root),
-        config=config,
-        on_event=functools.partial(_show, scene, console, handle),
-        max_steps=4,
-    )
-    result = scene.result
-    if result.stop is AgentStop.CANCELLED:
-        partial = result.final_text
-        console.line(
-            scene.label,
-            f"cancelled; partial output kept ({len(partial)} chars): {partial[:70]!r}…",
-            "yellow",
-        )
-    else:
-        console.line(scene.label, f"done: {result.message}", "green")
-
-
-async def _emulated(console: Console) -> int:
-    from ..emulator import serve
-
-    with tempfile.TemporaryDirectory(prefix="trio-sampler-demo-") as tmp:
-        root = Path(tmp)
-        (root / "notes.txt").write_text(
-            "trio_sampler: every request ends with exactly one terminal event.\n"
-        )
-        async with trio.open_nursery() as nursery:
-            server = await nursery.start(serve)
-            console.line(
-                "", f"embedded emulator at {server.base_url} (no network, no keys)", "bold"
-            )
-            base = SamplerConfig(
-                base_url=server.base_url,
-                backend=ApiBackend.CHAT_COMPLETIONS,
-                model="emulator-1",
-                api_key="sk-demo-not-a-real-key",
-                retry=RetryPolicy(max_retries=3, base_delay=0.2),
-                timeouts=Timeouts(first_token=30, idle=10),
-            )
-            all_scenes = scenes()
-            async with open_sampler(base) as handle, trio.open_nursery() as runs:
-                for scene in all_scenes:
-                    runs.start_soon(_run_scene, scene, handle, base, root, console)
-            nursery.cancel_scope.cancel()
-    return _summary(all_scenes, console)
-
-
-def _summary(all_scenes: list[Scene], console: Console) -> int:
-    console.line("", "")
-    header = (
-        f"{'backend':<17} {'ttft ms':>8} {'in':>6} {'out':>5} {'cached':>6} "
-        f"{'cost $':>9} {'attempts':>8}  outcome"
-    )
-    console.line("", header, "bold")
-    ok = True
-    for scene in all_scenes:
-        result = scene.result
-        assert result is not None
-        usage = result.usage
-        ttft = f"{scene.ttft_ms:.0f}" if scene.ttft_ms is not None else "-"
-        behaved = result.stop is scene.expected and (scene.retries > 0) == scene.expect_retry
-        if scene.cancel_after_tokens is not None:
-            behaved = behaved and bool(result.final_text)
-        ok = ok and behaved
-        outcome = result.stop.value + ("" if behaved else "  (UNEXPECTED)")
-        console.line(
-            "",
-            f"{scene.label:<17} {ttft:>8} {usage.input_tokens:>6} {usage.output_tokens:>5} "
-            f"{usage.cache_read_tokens:>6} {scene.cost_ticks / 1e10:>9.6f} "
-            f"{scene.attempts:>8}  {outcome}",
-            "green" if behaved else "red",
-        )
-    console.line(
-        "",
-        "everything behaved as expected" if ok else "something misbehaved",
-        "green" if ok else "red",
-    )
-    return 0 if ok else 1
-
-
-# -- a real endpoint --------------------------------------------------------------------
-
-
-async def _real_endpoint(config: SamplerConfig, console: Console) -> int:
-    scene = Scene(
-        label=backend_name(config.backend),
-        backend=config.backend,
-        model=config.model or "",
-        prompt="Use the calculator to compute 17 * 23 + 4, then answer in one sentence.",
-        script={},
-        expected=AgentStop.FINAL_ANSWER,
-    )
-    console.line("", f"endpoint {config.base_url} ({backend_name(config.backend)}, {config.model})")
-    with tempfile.TemporaryDirectory() as tmp:
-        async with open_sampler(config) as handle:
-            request = ConversationRequest(items=[User(scene.prompt)])
-            console.line(scene.label, f"user: {scene.prompt}", "bold")
-            scene.result = await process_conversation_turn(
-                handle,
-                request,
-                tools=builtin_tools(Path(tmp)),
-                on_event=functools.partial(_show, scene, console, handle),
-                max_steps=4,
-            )
-    console.line(scene.label, scene.result.message)
-    return _summary([scene], console)
+        config = config_from_args(args)  # a UsageError is one line, exit status 2
+        return run_interruptibly(_real_endpoint, config, view)
+    return run_interruptibly(_emulated, view)
