@@ -199,6 +199,21 @@ async def test_persistent_503_with_a_healthy_fallback(emulator: EmulatorFixture)
     assert emulator.requests("fallback")[0]["path"] == "/v1/messages"
 
 
+async def test_persistent_503_with_nowhere_to_go_fails_cleanly(
+    emulator: EmulatorFixture,
+) -> None:
+    primary = route("primary", emulator.base_url, [{"type": "status", "status": 503}])
+    with trio.fail_after(5):
+        events, took = await run(RoutingPolicy([primary]))
+    end = events[-1]
+    assert isinstance(end, Failed) and end.error.kind is SamplingErrorKind.OVERLOADED
+    assert end.error.status_code == 503
+    # The route's own allowance (2 retries after 0.5 s and 1 s), then the clean error.
+    assert attempts_by_route(end) == [("primary", F)] * 3
+    assert [r.route for r in retries(events)] == ["primary", "primary"]
+    assert 1.5 <= took < 3.0
+
+
 async def _terminal(stream: Any) -> Completed | Failed:
     async with stream:
         async for event in stream:

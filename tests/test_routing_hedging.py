@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import trio
 from fakes import Reply, ScriptedTransport, chat_stream, chat_usage, error_reply
-from test_routing import on
+from test_routing import hosts, on
 
 from trio_sampler import (
     AttemptOutcome,
@@ -176,3 +176,33 @@ async def test_a_percentile_hedge_uses_the_routes_recent_ttft(
         took = trio.current_time() - start
     assert response.text == "hedge"
     assert took == pytest.approx(0.4, abs=0.01)  # hedged at 0.2 s, answered 0.2 s later
+
+
+async def test_a_hedge_may_go_to_the_next_route(autojump_clock: trio.abc.Clock) -> None:
+    transport, counts = hosts(a=[slow(10.0, "from a")], b=[Reply(chunks=chat_stream("from b"))])
+    routing = RoutingPolicy(
+        [Route("a", on("a")), Route("b", on("b"))],
+        hedge=HedgePolicy(delay_s=1.0, next_route=True),
+    )
+    events, took = await run(routing, transport)
+    end = events[-1]
+    assert isinstance(end, Completed) and end.response.text == "from b"
+    assert end.route == "b" and end.model == "test-model"
+    assert took == pytest.approx(1.0, abs=0.01)
+    assert end.metrics is not None and end.metrics.route == "b"
+    assert [(a.route, a.outcome) for a in end.metrics.attempts] == [
+        ("a", AttemptOutcome.LOST_HEDGE),
+        ("b", AttemptOutcome.COMPLETED),
+    ]
+    assert counts == {"a": 1, "b": 1}
+
+
+async def test_without_a_next_route_the_hedge_stays_on_the_route(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    transport = ScriptedTransport([slow(10.0), Reply(chunks=chat_stream("same route"))])
+    routing = hedged(delay=1.0, next_route=True)
+    events, _ = await run(routing, transport)
+    end = events[-1]
+    assert isinstance(end, Completed) and end.response.text == "same route"
+    assert end.route == "a"

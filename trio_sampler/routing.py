@@ -482,17 +482,25 @@ class HedgePolicy:
     * ``percentile`` (e.g. 0.95): the delay is that percentile of the route's recent times
       to first token (the last ``window`` attempts, at least ``min_samples`` of them;
       ``delay_s`` is used until then, and is required as that fallback).
+    * ``next_route`` (False): the hedge goes to the next route of the chain that can take
+      the request (when there is one) instead of the same route.
 
-    The hedge goes to the same route (its breaker permitting: a half-open circuit's probe
-    is never hedged), at most one per attempt.
+    At most one hedge per attempt, and its route's breaker permitting (a half-open
+    circuit admits its one probe and no hedge beside it).
     """
 
     delay_s: float = attrs.field(validator=_check_positive("delay_s"))
     percentile: float | None = None
     window: int = attrs.field(default=200, validator=_check_count("HedgePolicy", "window"))
     min_samples: int = attrs.field(default=20, validator=_check_count("HedgePolicy", "min_samples"))
+    next_route: bool = False
 
     def __attrs_post_init__(self) -> None:
+        if not isinstance(self.next_route, bool):
+            raise TypeError(
+                f"HedgePolicy.next_route is True or False, e.g. next_route=True; got "
+                f"{self.next_route!r}"
+            )
         p = self.percentile
         if p is not None and (
             isinstance(p, bool) or not isinstance(p, int | float) or not 0 < p < 1

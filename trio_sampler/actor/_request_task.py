@@ -258,9 +258,10 @@ class _Lane:
     """One attempt of a race. Its events wait here until it wins (the first batch with
     content); then they go to the request, and the other lane is cancelled."""
 
-    def __init__(self, race: _Race, metrics: AttemptMetrics) -> None:
+    def __init__(self, race: _Race, metrics: AttemptMetrics, leg: _Leg) -> None:
         self.race = race
         self.metrics = metrics
+        self.leg = leg
         self.request_id = race.state.request_id
         self.submitted_at = race.state.submitted_at
         self.transform: StreamTransform | None = None
@@ -475,7 +476,9 @@ class RequestRunner:
                 for other in legs[index + 1 :]
                 if self._unsuitable(other, state.request, failure) is None and other.available
             ]
-            result = await self._attempts(state, leg, failure, has_next=bool(later))
+            result = await self._attempts(
+                state, leg, failure, has_next=bool(later), hedge_leg=later[0] if later else None
+            )
             if isinstance(result, _Skipped):
                 assert leg.route is not None
                 metrics.skip(leg.route.name, result.reason)
@@ -625,6 +628,7 @@ class RequestRunner:
         failure: _FailOver | None,
         *,
         has_next: bool,
+        hedge_leg: _Leg | None = None,
     ) -> TerminalEvent | _FailOver | _Skipped:
         """Attempts on one route: its retry policy, then the routing table's verdict.
 
@@ -663,9 +667,14 @@ class RequestRunner:
                 first = False
             armed = resamples < doom_max
             hedge = self._routing.hedge if self._routing is not None else None
+            served = leg  # the route of the attempt the loop judges (a hedge's may differ)
             if hedge is not None and leg.state is not None:
-                result, attempt_metrics = await self._race(
-                    state, request, leg, hedge, armed=armed, model=model
+                # A continuation is hedged on its own route: the prefill was chosen for it.
+                target = leg
+                if hedge.next_route and hedge_leg is not None and prefix is None:
+                    target = hedge_leg
+                result, attempt_metrics, served = await self._race(
+                    state, request, leg, target, hedge, armed=armed
                 )
             else:
                 attempt_metrics = metrics.start_attempt(trio.current_time(), leg.name, model)
@@ -689,7 +698,7 @@ class RequestRunner:
             assert result is not None
             error = result.error
             usage_from = result.response if result.response is not None else result.partial
-            priced = self._priced(usage_from, config)
+            priced = self._priced(usage_from, served.config)
             metrics.end_attempt(
                 attempt_metrics,
                 trio.current_time(),
@@ -697,17 +706,17 @@ class RequestRunner:
                 usage=None if priced is None else priced.usage,
                 cost_usd_ticks=None if priced is None else priced.cost_usd_ticks,
             )
-            leg.record(error, trio.current_time(), attempt_metrics)
+            served.record(error, trio.current_time(), attempt_metrics)
             if result.response is not None:
                 assert priced is not None
-                metrics.route = leg.name
+                metrics.route = served.name
                 response = priced if prefix is None else _continued(priced, prefix)
                 return Completed(
                     state.request_id,
                     response,
                     metrics.build(response),
-                    route=leg.name,
-                    model=priced.model or model,
+                    route=served.name,
+                    model=priced.model or attempt_metrics.model,
                 )
             assert error is not None
             # A partial is billed too: priced like a response.
@@ -816,63 +825,67 @@ class RequestRunner:
         state: RequestState,
         request: ConversationRequest,
         leg: _Leg,
+        target: _Leg,
         hedge: HedgePolicy,
         *,
         armed: bool,
-        model: str | None,
-    ) -> tuple[_AttemptResult, AttemptMetrics]:
-        """One attempt, and a second one on the same route if the first has produced no
-        content after the hedge delay; both are tasks of a nursery inside the request's
-        scope. The first to produce content wins and the other is cancelled (recorded as
-        a lost hedge, with whatever usage it had). Returns the result the retry loop
-        judges — the winner's, or, if neither produced content, the last to end — with
-        its attempt's timings (not yet ended in the metrics)."""
+    ) -> tuple[_AttemptResult, AttemptMetrics, _Leg]:
+        """One attempt on ``leg``, and a second one on ``target`` (the same route, or the
+        next with ``HedgePolicy.next_route``) if the first has produced no content after
+        the hedge delay; both are tasks of a nursery inside the request's scope. The
+        first to produce content wins and the other is cancelled (recorded as a lost
+        hedge, with whatever usage it had). Returns the result the retry loop judges —
+        the winner's, or, if neither produced content, the last to end — with its
+        attempt's timings (not yet ended in the metrics) and its route."""
         assert leg.state is not None
         delay = hedge_delay(hedge, list(leg.state.ttft_s))
         race = _Race(state)
         try:
             async with trio.open_nursery() as nursery:
-                first = self._lane(race, leg, model)
-                nursery.start_soon(self._run_lane, race, first, request, leg, armed)
+                self._start_lane(nursery, race, request, leg, armed)
                 with trio.move_on_after(delay):
                     await race.settled.wait()
                 # A half-open circuit has admitted its one probe: no hedge beside it.
-                if not race.settled.is_set() and leg.blocked(trio.current_time()) is None:
-                    second = self._lane(race, leg, model)
-                    nursery.start_soon(self._run_lane, race, second, request, leg, armed)
+                if not race.settled.is_set() and target.blocked(trio.current_time()) is None:
+                    self._start_lane(nursery, race, request, target, armed)
         except BaseException:  # the request's cancel or total timeout: every lane ends
             for lane in race.lanes:
                 if lane.result is None:
-                    self._end_cancelled(state, leg, lane.metrics, leg.config, lane)
+                    self._end_cancelled(state, lane.leg, lane.metrics, lane.leg.config, lane)
             raise
         # The winner; or, if neither produced content, the one that ended last.
         chosen = race.winner or race.ended[-1]
         for lane in race.lanes:
             if lane is not chosen:
-                self._end_lane(state, leg, lane)
+                self._end_lane(state, lane)
         state.transform = chosen.transform
+        state.serving = chosen.leg.config
         assert chosen.result is not None
-        return chosen.result, chosen.metrics
+        return chosen.result, chosen.metrics, chosen.leg
 
-    def _lane(self, race: _Race, leg: _Leg, model: str | None) -> _Lane:
-        lane = _Lane(race, race.state.metrics.start_attempt(trio.current_time(), leg.name, model))
-        race.lanes.append(lane)
-        return lane
-
-    async def _run_lane(
+    def _start_lane(
         self,
+        nursery: trio.Nursery,
         race: _Race,
-        lane: _Lane,
         request: ConversationRequest,
         leg: _Leg,
         armed: bool,
+    ) -> None:
+        model = request.model or leg.config.model
+        metrics = race.state.metrics.start_attempt(trio.current_time(), leg.name, model)
+        lane = _Lane(race, metrics, leg)
+        race.lanes.append(lane)
+        nursery.start_soon(self._run_lane, race, lane, request, armed)
+
+    async def _run_lane(
+        self, race: _Race, lane: _Lane, request: ConversationRequest, armed: bool
     ) -> None:
         try:
             with lane.scope:
                 lane.result = await self._attempt(
                     lane,
                     request,
-                    leg.config,
+                    lane.leg.config,
                     lane.metrics,
                     armed=armed,
                     attempt=lane.metrics.number,
@@ -886,9 +899,10 @@ class RequestRunner:
             if race.winner is None and len(race.ended) == len(race.lanes):
                 race.settled.set()  # every lane has ended without content
 
-    def _end_lane(self, state: RequestState, leg: _Leg, lane: _Lane) -> None:
+    def _end_lane(self, state: RequestState, lane: _Lane) -> None:
         """Record a lane that is not the race's result: a lost hedge (cancelled), or an
         attempt that failed by itself while the other went on."""
+        leg = lane.leg
         now = trio.current_time()
         result = lane.result
         if result is None:
