@@ -30,6 +30,7 @@ from trio_sampler.agent import AgentResult, AgentStop
 from trio_sampler.cli import _demo, _demo_view
 from trio_sampler.cli._demo_lanes import Entry, EntryKind, Lane, Scene, format_call
 from trio_sampler.emulator import serve
+from trio_sampler.models import ModelCatalog
 from trio_sampler.types import (
     ChannelToken,
     Failed,
@@ -113,6 +114,7 @@ def check_plain_output(out: str) -> None:
         assert column.name in header
         assert any(line.startswith(f"{column.name} ") for line in legend.splitlines()), column
     assert [row.split("  ")[0] for row in rows] == list(LANES)
+    assert all(re.search(r" \d+\.\d{6} ", row) for row in rows), rows  # every lane priced
     assert "3 (429)" in rows[0] and "final_answer ✓" in rows[0]
     assert "final_answer ✓" in rows[1] and "cancelled ✓" in rows[2]
     assert verdict == "everything behaved as expected"
@@ -181,7 +183,7 @@ def words(lines: list[str]) -> set[str]:
     return {word for line in lines for word in BOX.sub(" ", line).split()}
 
 
-@pytest.mark.parametrize("width", [60, 100, 160])
+@pytest.mark.parametrize("width", [44, 50, 60, 80, 100, 120, 128, 160, 200])
 def test_the_board_fits_the_width_without_breaking_words(
     finished_lanes: list[Lane], width: int
 ) -> None:
@@ -236,6 +238,15 @@ def test_a_streaming_answer_shows_a_cursor() -> None:
 
 
 # -- the lanes ----------------------------------------------------------------------------
+
+
+def test_every_scene_names_a_catalog_model_of_its_protocol() -> None:
+    # So the table prices every lane (a model missing from the catalog has no cost).
+    catalog = ModelCatalog.shipped()
+    for scene in _demo.scenes():
+        info = catalog.get(scene.model)
+        assert info is not None, f"{scene.model} is not in the shipped model catalog"
+        assert info.backend is scene.backend, scene
 
 
 def test_a_retry_that_discards_partial_output_removes_it_from_the_lane() -> None:

@@ -25,6 +25,8 @@ from pathlib import Path
 import pytest
 from rich.cells import cell_len
 
+from trio_sampler.cli._demo_view import SIDE_BY_SIDE_MIN_WIDTH
+
 DEADLINE_S = 60.0  # generous: the machine may be loaded
 INTERRUPTED = 130
 LANES = ("Chat Completions", "Responses", "Messages")
@@ -133,7 +135,7 @@ def test_the_live_board_on_a_terminal(tmp_path: Path, width: int, height: int) -
     assert len(re.findall(r"─ +cancelled, partial answer kept +─╯", screen)) == 1, screen
     titles = next(line for line in lines if " Chat Completions " in line)
     side_by_side = all(f" {name} " in titles for name in LANES)
-    assert side_by_side == (width >= 120), screen
+    assert side_by_side == (width >= SIDE_BY_SIDE_MIN_WIDTH), screen
     assert "Traceback" not in screen
 
 

@@ -151,6 +151,17 @@ def test_ctrl_c_in_demo() -> None:
         assert b"\x1b[?25h" in after  # the cursor shown again
 
 
+def test_ctrl_c_in_the_plain_demo() -> None:
+    with terminal("demo", "--plain") as term:
+        term.read_until(lambda out: b"thinking: " in out)
+        status, after = term.interrupt()
+        # Lane lines may still have been on their way when the signal went; they are whole
+        # lines, labelled with their lane. Then: one line.
+        text = after.decode(errors="replace").replace("\r", "")
+        rest = "\n".join(line for line in text.split("\n") if not line.startswith("["))
+        assert_one_interrupted_line(status, rest.encode(), "demo")
+
+
 def test_ctrl_c_in_replay_from_stdin() -> None:
     with terminal("replay", "-", "--backend", "messages") as term:
         deadline = time.monotonic() + DEADLINE_S

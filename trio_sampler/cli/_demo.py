@@ -79,7 +79,7 @@ def scenes() -> list[Scene]:
     return [
         Scene(
             backend=ApiBackend.CHAT_COMPLETIONS,
-            model="deepseek-chat",
+            model="deepseek-flash",
             prompt="What is 17 × 23 + 4?",
             script={
                 "reasoning": "The user wants arithmetic. I will use the calculator tool.",

@@ -23,6 +23,7 @@ from typing import IO
 import attrs
 import trio
 from rich import box
+from rich.cells import cell_len
 from rich.console import (
     Console,
     ConsoleOptions,
@@ -51,8 +52,9 @@ __all__ = [
     "plain_summary",
 ]
 
-#: Three lanes go side by side from this many columns (each then ~40 wide).
-SIDE_BY_SIDE_MIN_WIDTH = 120
+#: Three lanes go side by side from this many columns (each then ~42 wide: room for a
+#: tool call such as `read_file(path="notes.txt")` on one line).
+SIDE_BY_SIDE_MIN_WIDTH = 128
 #: How often the live board is redrawn (when something changed), per second.
 REFRESH_PER_SECOND = 20
 #: A tool result longer than this many lines shows its first ones in a lane.
@@ -208,16 +210,32 @@ def _wide_table(lanes: list[Lane]) -> Table:
     return table
 
 
+def _longest_word(texts: Iterable[str]) -> int:
+    return max(cell_len(word) for text in texts for word in text.split())
+
+
 def _tall_table(lanes: list[Lane]) -> Table:
-    """The same numbers turned a quarter: one row per column, one column per lane."""
+    """The same numbers turned a quarter: one row per column, one column per lane.
+
+    Each lane's column is as wide as its longest word (so a value wraps between words, never
+    inside one); the names take the rest."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     first, *rest = COLUMNS
-    table.add_column(first.name, justify="left")
+    table.add_column(first.name, justify="left", min_width=_longest_word(c.name for c in rest))
     for lane in lanes:
-        table.add_column(lane.title, justify="right")
+        width = _longest_word([lane.title, *(column.value(lane) for column in rest)])
+        table.add_column(lane.title, justify="right", width=width)
     for column in rest:
         table.add_row(column.name, *(column.value(lane) for lane in lanes))
     return table
+
+
+def _tall_table_width(lanes: list[Lane]) -> int:
+    """The narrowest the turned table can be without cutting a word."""
+    rest = COLUMNS[1:]
+    widths = [_longest_word(c.name for c in rest)]
+    widths += [_longest_word([lane.title, *(c.value(lane) for c in rest)]) for lane in lanes]
+    return sum(widths) + 3 * (len(widths) - 1)  # padding, divider, padding between columns
 
 
 def _legend() -> Table:
@@ -229,21 +247,39 @@ def _legend() -> Table:
     return legend
 
 
+def _lane_lists(lanes: list[Lane]) -> Group:
+    """The same numbers for a terminal too narrow for any table: a paragraph per lane."""
+    paragraphs = []
+    for lane in lanes:
+        text = Text(lane.title, style="bold")
+        for column in COLUMNS[1:]:
+            text.append("  ")
+            text.append(f"{column.name} ", style="dim")
+            text.append(column.value(lane))
+        paragraphs.append(text)
+    return Group(*paragraphs)
+
+
 class Summary:
-    """The table of the numbers (one row per lane, or turned when too narrow), its legend,
-    and the verdict."""
+    """The numbers, their legend and the verdict. The table has a row per lane where it
+    fits; turned a quarter (a row per column) where that fits; else a paragraph per lane."""
 
     def __init__(self, lanes: list[Lane]) -> None:
         self.lanes = lanes
 
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        table = _wide_table(self.lanes)
+    def numbers(self, console: Console, options: ConsoleOptions) -> RenderableType:
         # (Measured unconstrained: a measurement is clamped to the width it is given.)
-        natural = Measurement.get(console, options.update(width=10_000), table).maximum
-        if natural > options.max_width:
-            table = _tall_table(self.lanes)
+        unconstrained = options.update(width=10_000)
+        wide = _wide_table(self.lanes)
+        if Measurement.get(console, unconstrained, wide).maximum <= options.max_width:
+            return wide
+        if _tall_table_width(self.lanes) <= options.max_width:
+            return _tall_table(self.lanes)
+        return _lane_lists(self.lanes)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         text, ok = verdict(self.lanes)
-        yield table
+        yield self.numbers(console, options)
         yield Text("")
         yield _legend()
         yield Text("")
