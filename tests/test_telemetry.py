@@ -21,6 +21,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from trio_sampler.actor import open_sampler
 from trio_sampler.bridge import TurnFatal, TurnResponse, run_turn_via_sampler
+from trio_sampler.config import RetryPolicy
 from trio_sampler.telemetry import INSTALL_HINT, GenAITelemetry
 from trio_sampler.types import (
     Assistant,
@@ -141,6 +142,32 @@ async def test_retries_are_span_events(otel: Otel, autojump_clock: trio.testing.
     (retry,) = [e for e in span.events if e.name == "trio_sampler.retry"]
     assert retry.attributes is not None and retry.attributes["trio_sampler.attempt"] == 1
     assert (span.attributes or {})["trio_sampler.attempts"] == 2
+
+
+async def test_the_route_that_served_is_a_span_attribute(
+    otel: Otel, autojump_clock: trio.testing.MockClock
+) -> None:
+    from trio_sampler.routing import Route, RoutingPolicy
+
+    def reply(request: Any, _index: int) -> Reply:
+        if request.url.host == "primary.test":
+            return error_reply(503)
+        return Reply(chunks=chat_stream("ok"))
+
+    no_retry = make_config(retry=RetryPolicy(max_retries=0))
+    routing = RoutingPolicy(
+        [
+            Route("primary", no_retry.evolve(base_url="http://primary.test/v1")),
+            Route("fallback", no_retry.evolve(base_url="http://fallback.test/v1")),
+        ]
+    )
+    transport = ScriptedTransport(reply)
+    async with open_sampler(no_retry, routing=routing, transport=transport) as sampler:
+        outcome = await run_turn_via_sampler(sampler, REQUEST, telemetry=otel.telemetry)
+    assert isinstance(outcome, TurnResponse)
+    attributes = dict(otel.span().attributes or {})
+    assert attributes["trio_sampler.route"] == "fallback"
+    assert attributes["trio_sampler.attempts"] == 2
 
 
 async def test_caller_cancel_ends_the_span(

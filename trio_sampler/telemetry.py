@@ -349,6 +349,8 @@ class RequestTelemetry:
             span.set_attribute("gen_ai.response.time_to_first_chunk", ttfc)
         if metrics is not None and metrics.attempts:
             span.set_attribute("trio_sampler.attempts", len(metrics.attempts))
+        if metrics is not None and metrics.route is not None:
+            span.set_attribute("trio_sampler.route", metrics.route)
         if error_type is not None:
             span.set_attribute("error.type", error_type)
         if failed:
