@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Protocol
 
 import attrs
 import trio
@@ -28,8 +27,6 @@ from ..doom_loop import DoomLoopPolicy, TailRepetitionDetector, parse_trigger
 from ..models import ModelCatalog
 from ..retry import Decision, RetryAction, RetryBudget, classify
 from ..routing import (
-    BREAKER_COUNTS,
-    BreakerState,
     HedgePolicy,
     Route,
     RouteAction,
@@ -45,15 +42,12 @@ from ..types import (
     ApiBackend,
     Assistant,
     AttemptOutcome,
-    BackendToolCallCompleted,
-    BackendToolCallStarted,
     Cancelled,
     ChannelToken,
     Completed,
     ConversationRequest,
     ConversationResponse,
     Failed,
-    FirstToken,
     ImagesStripped,
     Retrying,
     SamplingChannel,
@@ -63,21 +57,27 @@ from ..types import (
     StopReason,
     StripReason,
     TerminalEvent,
-    ToolCallDelta,
     Usage,
 )
 from ..wire import SSEDecodeError, SSEDecoder, StreamTransform, build_request, new_transform
 from ..wire._replay import decode_failure
 from ..wire.errors import internal_error
+from ._chain import (
+    AttemptSink,
+    FailOver,
+    Lane,
+    Leg,
+    Race,
+    Skipped,
+    continued,
+)
 from ._memory import ResponseMemory
 from ._metrics import AttemptMetrics
+from ._stream import CONTENT_EVENTS as _CONTENT
 from ._stream import RequestState, partial_output
 
 __all__ = ["ConnectionDrains", "RequestRunner"]
 
-_CONTENT = frozenset(
-    {ChannelToken, ToolCallDelta, FirstToken, BackendToolCallStarted, BackendToolCallCompleted}
-)
 _REASONING = SamplingChannel.REASONING
 # After a completed stream, read at most this much more to reuse the connection.
 _DRAIN_MAX_BYTES = 64 * 1024
@@ -140,168 +140,6 @@ class _AttemptResult:
     #: Content events were forwarded to the consumer (a retry must discard them).
     emitted_output: bool = False
     doom_triggers: tuple[str, ...] = ()
-
-
-@attrs.frozen
-class _FailOver:
-    """A route gave up on the request and the routing table sends it on."""
-
-    error: SamplingErrorInfo
-    partial: ConversationResponse | None
-    #: The failed attempt had streamed output (the next route's ``Retrying`` discards it).
-    emitted: bool
-    action: RouteAction
-    #: After a context-length error: only a route with a larger window may follow.
-    min_window: int | None = None
-
-
-@attrs.frozen
-class _Skipped:
-    """The route's circuit refused the request before any attempt."""
-
-    reason: str
-
-
-@attrs.define(eq=False)
-class _Leg:
-    """One route of a request's chain (or the sampler's config alone, without routing)."""
-
-    route: Route | None
-    config: SamplerConfig
-    state: RouteState | None
-
-    @property
-    def name(self) -> str | None:
-        return None if self.route is None else self.route.name
-
-    @property
-    def available(self) -> bool:
-        """Could take an attempt (as far as can be told without asking the breaker)."""
-        breaker = None if self.state is None else self.state.breaker
-        return breaker is None or breaker.state is not BreakerState.OPEN
-
-    def blocked(self, now: float) -> str | None:
-        """Ask the breaker for an attempt: ``None`` if allowed, else why not."""
-        breaker = None if self.state is None else self.state.breaker
-        if breaker is None or breaker.allow(now):
-            return None
-        if breaker.state is BreakerState.HALF_OPEN:
-            return "its circuit is half open and another request is probing it"
-        return "its circuit is open"
-
-    def record(self, error: SamplingErrorInfo | None, now: float, attempt: AttemptMetrics) -> None:
-        """Tell the route's state how an attempt ended (breaker, counters, TTFT)."""
-        state = self.state
-        if state is None:
-            return
-        state.attempts += 1
-        if attempt.first_token_at is not None:
-            state.ttft_s.append(attempt.first_token_at - attempt.started_at)
-        breaker = state.breaker
-        if error is None:
-            state.completions += 1
-            if breaker is not None:
-                breaker.record_success(now)
-            return
-        state.failures += 1
-        if breaker is None:
-            return
-        if error.kind in _NOT_THE_ROUTES_FAULT:
-            breaker.record_abandoned(now)
-        elif route_action(error) in BREAKER_COUNTS:
-            breaker.record_failure(now)
-        else:  # the route answered (an invalid request, a content filter...): it is up
-            breaker.record_success(now)
-
-    def abandon(self, now: float) -> None:
-        breaker = None if self.state is None else self.state.breaker
-        if breaker is not None:
-            breaker.record_abandoned(now)
-
-
-# Failures that say nothing about the route's health either way.
-_NOT_THE_ROUTES_FAULT = frozenset(
-    {
-        SamplingErrorKind.INTERNAL,
-        SamplingErrorKind.FLEET_UNAVAILABLE,
-        SamplingErrorKind.DOOM_LOOP_DETECTED,
-    }
-)
-
-
-class _AttemptSink(Protocol):
-    """Where one attempt sends its events: the request itself, or a hedging lane."""
-
-    request_id: str
-    submitted_at: float
-    transform: StreamTransform | None
-
-    async def emit(self, batch: list[SamplingEvent]) -> None: ...
-
-    def partial(self) -> ConversationResponse | None: ...
-
-
-class _Race:
-    """Two attempts of one request racing: the first to produce content wins."""
-
-    def __init__(self, state: RequestState) -> None:
-        self.state = state
-        self.lanes: list[_Lane] = []
-        self.winner: _Lane | None = None
-        #: Lanes whose attempt has ended, in the order they ended.
-        self.ended: list[_Lane] = []
-        #: Set when a lane produced content, or when every lane has ended without.
-        self.settled = trio.Event()
-
-
-class _Lane:
-    """One attempt of a race. Its events wait here until it wins (the first batch with
-    content); then they go to the request, and the other lane is cancelled."""
-
-    def __init__(self, race: _Race, metrics: AttemptMetrics, leg: _Leg) -> None:
-        self.race = race
-        self.metrics = metrics
-        self.leg = leg
-        self.request_id = race.state.request_id
-        self.submitted_at = race.state.submitted_at
-        self.transform: StreamTransform | None = None
-        self.scope = trio.CancelScope()
-        self.held: list[list[SamplingEvent]] = []
-        self.result: _AttemptResult | None = None
-        self.admitted: list[object] = []
-
-    async def emit(self, batch: list[SamplingEvent]) -> None:
-        race = self.race
-        if race.winner is None and any(type(event) in _CONTENT for event in batch):
-            race.winner = self
-            race.state.transform = self.transform
-            for other in race.lanes:
-                if other is not self:
-                    other.scope.cancel()
-            race.settled.set()
-            held, self.held = self.held, []
-            for earlier in held:
-                await race.state.emit(earlier)
-        if race.winner is self:
-            await race.state.emit(batch)
-        else:
-            self.held.append(batch)
-            await trio.lowlevel.checkpoint()
-
-    def partial(self) -> ConversationResponse | None:
-        return partial_output(self.transform)
-
-
-def _continued(response: ConversationResponse, prefix: str) -> ConversationResponse:
-    """A continuation's response with the text it continued put back in front."""
-    items = list(response.items)
-    for index, item in enumerate(items):
-        if isinstance(item, Assistant):
-            items[index] = attrs.evolve(item, content=prefix + item.content)
-            break
-    else:
-        items.insert(0, Assistant(prefix))
-    return attrs.evolve(response, items=tuple(items))
 
 
 def _error(
@@ -443,10 +281,10 @@ class RequestRunner:
 
     # -- the chain -----------------------------------------------------------------------
 
-    def _legs(self, state: RequestState) -> list[_Leg]:
+    def _legs(self, state: RequestState) -> list[Leg]:
         if state.chain is None:
-            return [_Leg(None, state.config, None)]
-        return [_Leg(route, route.config, self._route_state(route)) for route in state.chain]
+            return [Leg(None, state.config, None)]
+        return [Leg(route, route.config, self._route_state(route)) for route in state.chain]
 
     def _route_state(self, route: Route) -> RouteState:
         found = self._routes.get(route.name)
@@ -464,7 +302,7 @@ class RequestRunner:
         (``trio_sampler.routing.ROUTING``), or ends it."""
         legs = self._legs(state)
         metrics = state.metrics
-        failure: _FailOver | None = None
+        failure: FailOver | None = None
         for index, leg in enumerate(legs):
             reason = self._unsuitable(leg, state.request, failure)
             if reason is not None:
@@ -479,11 +317,11 @@ class RequestRunner:
             result = await self._attempts(
                 state, leg, failure, has_next=bool(later), hedge_leg=later[0] if later else None
             )
-            if isinstance(result, _Skipped):
+            if isinstance(result, Skipped):
                 assert leg.route is not None
                 metrics.skip(leg.route.name, result.reason)
                 continue
-            if isinstance(result, _FailOver):
+            if isinstance(result, FailOver):
                 failure = result
                 continue
             return result
@@ -508,9 +346,7 @@ class RequestRunner:
         )
 
     @staticmethod
-    def _unsuitable(
-        leg: _Leg, request: ConversationRequest, failure: _FailOver | None
-    ) -> str | None:
+    def _unsuitable(leg: Leg, request: ConversationRequest, failure: FailOver | None) -> str | None:
         """Why the chain passes over ``leg`` for this request (``None``: it does not)."""
         if leg.route is None:
             return None
@@ -527,7 +363,7 @@ class RequestRunner:
         return None
 
     async def _fail_over(
-        self, state: RequestState, failure: _FailOver, leg: _Leg, *, continuing: bool
+        self, state: RequestState, failure: FailOver, leg: Leg, *, continuing: bool
     ) -> None:
         """Tell the consumer the next attempt goes to ``leg``: what the failed route
         streamed is discarded, unless the new attempt continues it."""
@@ -542,9 +378,7 @@ class RequestRunner:
             leg.name,
         )
 
-    def _continuation(
-        self, state: RequestState, leg: _Leg, failure: _FailOver | None
-    ) -> str | None:
+    def _continuation(self, state: RequestState, leg: Leg, failure: FailOver | None) -> str | None:
         """The text a fail-over may continue by prefill on ``leg`` (``None``: restart).
 
         Only with ``RoutingPolicy.continue_by_prefill``, to a route that declares
@@ -569,25 +403,25 @@ class RequestRunner:
 
     def _routing_verdict(
         self,
-        leg: _Leg,
+        leg: Leg,
         error: SamplingErrorInfo,
         emitted: bool,
         decision: Decision,
         partial: ConversationResponse | None,
         *,
         has_next: bool,
-    ) -> _FailOver | None:
+    ) -> FailOver | None:
         """The routing table's verdict after a failed attempt on a route: move on to the
-        next route (a :class:`_FailOver`), or ``None``: the retry policy decides."""
+        next route (a :class:`FailOver`), or ``None``: the retry policy decides."""
         if leg.route is None:
             return None
         action = route_action(error)
         if action is RouteAction.LARGER_WINDOW:
             window = leg.route.capabilities.context_window or 0
-            return _FailOver(error, partial, emitted, action, min_window=window)
+            return FailOver(error, partial, emitted, action, min_window=window)
         if action is RouteAction.SURFACE or not has_next:
             return None
-        fail_over = _FailOver(error, partial, emitted, action)
+        fail_over = FailOver(error, partial, emitted, action)
         if action is RouteAction.NEXT or decision.action is RetryAction.FAIL:
             return fail_over
         assert self._routing is not None
@@ -600,10 +434,10 @@ class RequestRunner:
     def _end_cancelled(
         self,
         state: RequestState,
-        leg: _Leg,
+        leg: Leg,
         attempt: AttemptMetrics,
         config: SamplerConfig,
-        sink: _AttemptSink | None = None,
+        sink: AttemptSink | None = None,
     ) -> None:
         """An attempt cut short by the request's cancel or total timeout: recorded with
         the usage it had reached; the route is not blamed. Synchronous (it runs while
@@ -624,12 +458,12 @@ class RequestRunner:
     async def _attempts(
         self,
         state: RequestState,
-        leg: _Leg,
-        failure: _FailOver | None,
+        leg: Leg,
+        failure: FailOver | None,
         *,
         has_next: bool,
-        hedge_leg: _Leg | None = None,
-    ) -> TerminalEvent | _FailOver | _Skipped:
+        hedge_leg: Leg | None = None,
+    ) -> TerminalEvent | FailOver | Skipped:
         """Attempts on one route: its retry policy, then the routing table's verdict.
 
         ``has_next``: another route could take the request after this one (without
@@ -661,7 +495,7 @@ class RequestRunner:
                 # probe); a retry on the route asks again in ``_routing_verdict``.
                 blocked = leg.blocked(trio.current_time())
                 if blocked is not None:
-                    return _Skipped(blocked)
+                    return Skipped(blocked)
                 if failure is not None:
                     await self._fail_over(state, failure, leg, continuing=prefix is not None)
                 first = False
@@ -710,7 +544,7 @@ class RequestRunner:
             if result.response is not None:
                 assert priced is not None
                 metrics.route = served.name
-                response = priced if prefix is None else _continued(priced, prefix)
+                response = priced if prefix is None else continued(priced, prefix)
                 return Completed(
                     state.request_id,
                     response,
@@ -824,12 +658,12 @@ class RequestRunner:
         self,
         state: RequestState,
         request: ConversationRequest,
-        leg: _Leg,
-        target: _Leg,
+        leg: Leg,
+        target: Leg,
         hedge: HedgePolicy,
         *,
         armed: bool,
-    ) -> tuple[_AttemptResult, AttemptMetrics, _Leg]:
+    ) -> tuple[_AttemptResult, AttemptMetrics, Leg]:
         """One attempt on ``leg``, and a second one on ``target`` (the same route, or the
         next with ``HedgePolicy.next_route``) if the first has produced no content after
         the hedge delay; both are tasks of a nursery inside the request's scope. The
@@ -839,7 +673,7 @@ class RequestRunner:
         attempt's timings (not yet ended in the metrics) and its route."""
         assert leg.state is not None
         delay = hedge_delay(hedge, list(leg.state.ttft_s))
-        race = _Race(state)
+        race = Race(state)
         try:
             async with trio.open_nursery() as nursery:
                 self._start_lane(nursery, race, request, leg, armed)
@@ -866,19 +700,19 @@ class RequestRunner:
     def _start_lane(
         self,
         nursery: trio.Nursery,
-        race: _Race,
+        race: Race,
         request: ConversationRequest,
-        leg: _Leg,
+        leg: Leg,
         armed: bool,
     ) -> None:
         model = request.model or leg.config.model
         metrics = race.state.metrics.start_attempt(trio.current_time(), leg.name, model)
-        lane = _Lane(race, metrics, leg)
+        lane = Lane(race, metrics, leg)
         race.lanes.append(lane)
         nursery.start_soon(self._run_lane, race, lane, request, armed)
 
     async def _run_lane(
-        self, race: _Race, lane: _Lane, request: ConversationRequest, armed: bool
+        self, race: Race, lane: Lane, request: ConversationRequest, armed: bool
     ) -> None:
         try:
             with lane.scope:
@@ -899,7 +733,7 @@ class RequestRunner:
             if race.winner is None and len(race.ended) == len(race.lanes):
                 race.settled.set()  # every lane has ended without content
 
-    def _end_lane(self, state: RequestState, lane: _Lane) -> None:
+    def _end_lane(self, state: RequestState, lane: Lane) -> None:
         """Record a lane that is not the race's result: a lost hedge (cancelled), or an
         attempt that failed by itself while the other went on."""
         leg = lane.leg
@@ -928,7 +762,7 @@ class RequestRunner:
         leg.record(result.error, now, lane.metrics)
 
     async def _settle(
-        self, ticket: object, state: _AttemptSink, result: _AttemptResult | None
+        self, ticket: object, state: AttemptSink, result: _AttemptResult | None
     ) -> None:
         """Tell the admission how an attempt ended (shielded: it runs on cancellation too;
         the admission bounds its own time)."""
@@ -976,7 +810,7 @@ class RequestRunner:
 
     async def _attempt(
         self,
-        state: _AttemptSink,
+        state: AttemptSink,
         request: ConversationRequest,
         config: SamplerConfig,
         metrics: AttemptMetrics,

@@ -36,14 +36,19 @@ import trio
 
 from .._redact import Redactor
 from ..types import (
+    BackendToolCallCompleted,
+    BackendToolCallStarted,
     Cancelled,
+    ChannelToken,
     Completed,
     ConversationRequest,
     ConversationResponse,
     Failed,
+    FirstToken,
     SamplingError,
     SamplingEvent,
     TerminalEvent,
+    ToolCallDelta,
 )
 from ._metrics import MetricsRecorder
 
@@ -52,7 +57,13 @@ if TYPE_CHECKING:
     from ..routing import Route
     from ..wire import StreamTransform
 
-__all__ = ["RequestCancelledError", "RequestStream"]
+__all__ = ["CONTENT_EVENTS", "RequestCancelledError", "RequestStream"]
+
+#: The events that are an attempt's content: they reset the idle timer, make a retry
+#: discard what was shown, and win a hedged attempt's race.
+CONTENT_EVENTS: Final = frozenset(
+    {ChannelToken, ToolCallDelta, FirstToken, BackendToolCallStarted, BackendToolCallCompleted}
+)
 
 _TERMINALS = (Completed, Failed, Cancelled)
 
