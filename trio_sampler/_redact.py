@@ -427,7 +427,8 @@ def _images_stripped(r: Redactor, e: ImagesStripped) -> ImagesStripped:
 
 
 def _completed(r: Redactor, e: Completed) -> Completed:
-    return _evolve(e, response=r.response(e.response))
+    # ``model`` is the server's name for the model when it gave one (a response header).
+    return _evolve(e, response=r.response(e.response), model=r.identifier(e.model))
 
 
 def _failed(r: Redactor, e: Failed) -> Failed:
