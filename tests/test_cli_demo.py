@@ -32,7 +32,10 @@ from trio_sampler.cli._demo_lanes import Entry, EntryKind, Lane, Scene, format_c
 from trio_sampler.emulator import serve
 from trio_sampler.models import ModelCatalog
 from trio_sampler.types import (
+    Assistant,
     ChannelToken,
+    Completed,
+    ConversationResponse,
     Failed,
     Retrying,
     SamplingChannel,
@@ -117,7 +120,9 @@ def check_plain_output(out: str) -> None:
     assert all(re.search(r" \d+\.\d{6} ", row) for row in rows), rows  # every lane priced
     assert "3 (429)" in rows[0] and "final_answer ✓" in rows[0]
     assert "final_answer ✓" in rows[1] and "cancelled ✓" in rows[2]
-    assert verdict == "everything behaved as expected"
+    assert verdict == (
+        "everything behaved as expected: 6 requests, each ended by exactly one terminal event"
+    )
     assert all(line == line.rstrip() for line in out.splitlines())
 
 
@@ -279,6 +284,18 @@ def test_format_call_keeps_arguments_that_are_not_an_object() -> None:
     assert format_call("f", "[1, 2]") == "f([1, 2])"
     assert format_call("f", '{"cut": ') == 'f({"cut": )'
     assert format_call("f", "") == "f()"
+
+
+def test_a_request_with_a_second_terminal_event_did_not_behave() -> None:
+    lane = Lane(Scene(backend="messages", model="m", prompt="hi"))
+    lane.start()
+    lane.on_event(ChannelToken("r1", SamplingChannel.TEXT, "Hello.", 1))
+    response = ConversationResponse(items=(Assistant("Hello."),))
+    lane.on_event(Completed("r1", response))
+    lane.finish(AgentResult(AgentStop.FINAL_ANSWER, (), response=response, steps=1))
+    assert lane.behaved and lane.requests == 1
+    lane.on_event(Completed("r1", response))
+    assert not lane.behaved
 
 
 def test_a_failure_is_shown_once() -> None:

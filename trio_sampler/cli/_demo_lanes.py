@@ -149,7 +149,8 @@ class Lane:
     #: ``StreamStarted``), which the records of a ``Cancelled`` do not list.
     attempt_counts: list[int] = attrs.field(factory=list)
     _started: dict[str, int] = attrs.field(factory=dict)
-    requests: int = 0
+    #: Requests seen (by any event), and the terminal events of each: exactly one, always.
+    terminals: dict[str, int] = attrs.field(factory=dict)
     retries: int = 0
     ttft_ms: float | None = None
     cost_ticks: int | None = None
@@ -188,6 +189,7 @@ class Lane:
     def on_event(self, event: SamplingEvent) -> None:
         """Show one event of one of the conversation's requests."""
         self.version += 1
+        self.terminals.setdefault(event.request_id, 0)
         if isinstance(event, ChannelToken):
             self._token(event)
         elif isinstance(event, ToolCallDelta):
@@ -281,7 +283,7 @@ class Lane:
         self.status = f"waiting {event.delay:.1f} s to retry"
 
     def _terminal(self, event: Completed | Failed | Cancelled) -> None:
-        self.requests += 1
+        self.terminals[event.request_id] += 1
         self._close_streams()
         for entry in self.entries:
             if entry.request_id == event.request_id and not entry.done:
@@ -331,10 +333,18 @@ class Lane:
             self.status = "failed"
 
     @property
+    def requests(self) -> int:
+        """Requests of the conversation seen so far."""
+        return len(self.terminals)
+
+    @property
     def behaved(self) -> bool:
-        """Whether the conversation ended as its scene expects."""
+        """Whether the conversation ended as its scene expects (and every request with
+        exactly one terminal event)."""
         result = self.result
         if result is None or result.stop is not self.scene.expected:
+            return False
+        if any(count != 1 for count in self.terminals.values()):
             return False
         if self.scene.expect_retry is not None and (self.retries > 0) != self.scene.expect_retry:
             return False

@@ -195,10 +195,16 @@ COLUMNS: tuple[Column, ...] = (
 
 
 def verdict(lanes: list[Lane]) -> tuple[str, bool]:
+    """One line on the whole run, and whether it went as expected."""
     wrong = [lane.title for lane in lanes if not lane.behaved]
-    if not wrong:
-        return "everything behaved as expected", True
-    return f"not as expected: {', '.join(wrong)}", False
+    if wrong:
+        return f"not as expected: {', '.join(wrong)}", False
+    requests = sum(lane.requests for lane in lanes)
+    return (
+        f"everything behaved as expected: {requests} requests, each ended by exactly one "
+        "terminal event",
+        True,
+    )
 
 
 def _wide_table(lanes: list[Lane]) -> Table:
