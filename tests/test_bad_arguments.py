@@ -6,6 +6,9 @@ Regression: ``max_buffered_batches=1.5`` crashed the actor; ``ConversationReques
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 import pytest
 
 from trio_sampler import (
@@ -18,7 +21,12 @@ from trio_sampler import (
     User,
     open_sampler,
 )
+from trio_sampler.emulator import EmulatorApp, EmulatorServer
+from trio_sampler.providers import AuthScheme, ProviderProfile
+from trio_sampler.types import NamedToolChoice, ProviderTool, Reasoning, ReasoningEffort, ToolChoice
+from trio_sampler.wire import get_backend, new_transform
 
+URL = "http://127.0.0.1:9/v1"
 CONFIG = SamplerConfig(base_url="http://127.0.0.1:9/v1", model="m", api_key="sk-test-abcdef")
 
 
@@ -87,6 +95,113 @@ def test_an_unknown_backend_name_lists_the_known_ones() -> None:
         SamplerConfig(base_url="http://127.0.0.1:9/v1", backend="chat")
     with pytest.raises(TypeError, match="ApiBackend or its name"):
         SamplerConfig(base_url="http://127.0.0.1:9/v1", backend=3)  # type: ignore[arg-type]
+
+
+# -- every enum-typed argument takes its name ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "given", "expected"),
+    [
+        (
+            lambda v: SamplerConfig(base_url=URL, backend=v).backend,
+            "chat-completions",
+            ApiBackend.CHAT_COMPLETIONS,
+        ),
+        (lambda v: SamplerConfig(base_url=URL, backend=v).backend, "MESSAGES", ApiBackend.MESSAGES),
+        (
+            lambda v: SamplerConfig(base_url=URL, auth_scheme=v).auth_scheme,
+            "x_api_key",
+            AuthScheme.X_API_KEY,
+        ),
+        (
+            lambda v: SamplerConfig(base_url=URL, auth_scheme=v).auth_scheme,
+            "X-API-Key",
+            AuthScheme.X_API_KEY,
+        ),
+        (lambda v: SamplerConfig(base_url=URL, auth_scheme=v).auth_scheme, "none", AuthScheme.NONE),
+        (
+            lambda v: ConversationRequest(items=[User("hi")], reasoning_effort=v).reasoning_effort,
+            "High",
+            ReasoningEffort.HIGH,
+        ),
+        (
+            lambda v: ConversationRequest(items=[User("hi")], tool_choice=v).tool_choice,
+            "required",
+            ToolChoice.REQUIRED,
+        ),
+        (
+            lambda v: ProviderTool(v, {"type": "image_generation"}).backend,
+            "responses",
+            ApiBackend.RESPONSES,
+        ),
+        (
+            lambda v: ProviderProfile(name="p", base_url=None, backend=v).backend,
+            "messages",
+            ApiBackend.MESSAGES,
+        ),
+        (
+            lambda v: (
+                ProviderProfile(
+                    name="p", base_url=None, backend=ApiBackend.MESSAGES, auth_scheme=v
+                ).auth_scheme
+            ),
+            "x_api_key",
+            AuthScheme.X_API_KEY,
+        ),
+        (lambda v: Reasoning(text="t", origin=v).origin, "messages", ApiBackend.MESSAGES),
+        (lambda v: new_transform(v, "r").__class__.__name__, "Responses", "ResponsesTransform"),
+        (lambda v: get_backend(v).name, "CHAT-COMPLETIONS", "chat_completions"),
+    ],
+)
+def test_enum_arguments_accept_their_names(
+    make: Callable[[object], object], given: str, expected: object
+) -> None:
+    assert make(given) == expected
+
+
+@pytest.mark.parametrize(
+    ("make", "valid"),
+    [
+        (lambda v: SamplerConfig(base_url=URL, auth_scheme=v), "'bearer', 'x_api_key', 'none'"),
+        (
+            lambda v: ConversationRequest(items=[User("hi")], reasoning_effort=v),
+            "'none', 'minimal', 'low', 'medium', 'high', 'xhigh', 'max'",
+        ),
+        (
+            lambda v: ConversationRequest(items=[User("hi")], tool_choice=v),
+            "'auto', 'none', 'required'",
+        ),
+        (lambda v: ProviderTool(v, {"type": "x"}), "'chat_completions', 'responses', 'messages'"),
+    ],
+)
+def test_an_unknown_name_lists_the_valid_ones(make: Callable[[object], object], valid: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(valid)):
+        make("bogus")
+    with pytest.raises(TypeError, match=re.escape(valid)):
+        make(3)
+
+
+def test_an_unknown_name_that_may_be_a_key_is_not_echoed() -> None:
+    key = "sk-test-SECRET-0123456789abcdef"
+    with pytest.raises(ValueError) as info:
+        SamplerConfig(base_url=URL, auth_scheme=key)
+    assert "SECRET" not in str(info.value) and f"{len(key)}-character string" in str(info.value)
+
+
+def test_tool_choice_says_how_to_name_a_tool() -> None:
+    with pytest.raises(TypeError, match=r'NamedToolChoice\("tool_name"\)'):
+        ConversationRequest(items=[User("hi")], tool_choice={"type": "function", "name": "f"})  # type: ignore[arg-type]
+    named = NamedToolChoice("lookup")
+    assert ConversationRequest(items=[User("hi")], tool_choice=named).tool_choice is named
+
+
+def test_the_emulator_url_takes_a_backend_or_its_name() -> None:
+    server = EmulatorServer(host="127.0.0.1", port=8080, app=EmulatorApp())
+    assert server.url_for(ApiBackend.RESPONSES) == server.url_for("Responses")
+    assert server.url_for("chat-completions").endswith("/v1/chat/completions")
+    with pytest.raises(ValueError, match="chat_completions, responses, messages"):
+        server.url_for("chat")
 
 
 @pytest.mark.parametrize(

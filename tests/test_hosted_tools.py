@@ -344,7 +344,8 @@ def test_mcp_servers_entries_messages_cannot_model_stay_unmodeled() -> None:
         (lambda: FileSearch([]), "vector store id"),
         (lambda: MCPServer("", "https://x.example"), "needs a name"),
         (lambda: MCPServer("x", "mcp.example"), "http"),
-        (lambda: ProviderTool("responses", {"type": "x"}), "ApiBackend.RESPONSES"),  # type: ignore[arg-type]
+        (lambda: ProviderTool("respones", {"type": "x"}), "'chat_completions', 'responses'"),
+        (lambda: ProviderTool(3, {"type": "x"}), "ApiBackend.CHAT_COMPLETIONS"),  # type: ignore[arg-type]
         (lambda: ProviderTool(ApiBackend.RESPONSES, {}), "JSON object"),
         (lambda: WebSearch(max_uses=0), "positive integer"),
         (lambda: WebFetch(max_content_tokens=-1), "positive integer"),

@@ -23,6 +23,7 @@ from ._redact import check_credential, is_credential_name
 from .models import ModelCatalog
 from .providers import AuthScheme, ProviderProfile, get_profile
 from .types import ApiBackend
+from .types._conversation import coerce_enum
 from .wire import get_backend
 from .wire._request import BuildOptions, validate_headers
 from .wire.messages import ANTHROPIC_VERSION
@@ -198,10 +199,15 @@ def _to_backend(value: ApiBackend | str) -> ApiBackend | str:
     :func:`trio_sampler.wire.register_backend` (checked after construction)."""
     if isinstance(value, str) and not isinstance(value, ApiBackend):
         try:
-            return ApiBackend(value.strip().lower())
+            return coerce_enum(ApiBackend, value, "backend")
         except ValueError:
             return value
     return value
+
+
+def _to_auth_scheme(value: AuthScheme | str) -> AuthScheme:
+    """An :class:`AuthScheme`, or its name (``"bearer"``, ``"x_api_key"``, ``"none"``)."""
+    return coerce_enum(AuthScheme, value, "auth_scheme")
 
 
 def _validate_base_url(url: str) -> str:
@@ -254,7 +260,8 @@ class SamplerConfig:
     )
     model: str | None = None
     api_key: Secret | None = attrs.field(default=None, converter=_to_secret)
-    auth_scheme: AuthScheme = AuthScheme.BEARER
+    #: An :class:`AuthScheme`, or its name (``"bearer"``, ``"x_api_key"``, ``"none"``).
+    auth_scheme: AuthScheme = attrs.field(default=AuthScheme.BEARER, converter=_to_auth_scheme)
     #: Sent as ``anthropic-version`` by backends that send one (Messages).
     anthropic_version: str = DEFAULT_ANTHROPIC_VERSION
     extra_headers: tuple[tuple[str, str], ...] = attrs.field(
@@ -296,8 +303,6 @@ class SamplerConfig:
                 f'"messages", or a registered backend\'s), not a {type(self.backend).__name__}'
             )
         get_backend(self.backend)  # a name nobody registered fails with the known ones
-        if not isinstance(self.auth_scheme, AuthScheme):
-            raise TypeError(f"auth_scheme must be an AuthScheme, not {self.auth_scheme!r}")
         if self.model is not None and not self.model.strip():
             raise ValueError("model must be a non-empty name or None")
         if self.api_key is not None:

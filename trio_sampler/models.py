@@ -33,6 +33,7 @@ import attrs
 import orjson
 
 from .types import ApiBackend, Usage
+from .types._conversation import coerce_enum
 
 __all__ = [
     "TICKS_PER_USD",
@@ -67,13 +68,18 @@ class ModelPrices:
     cache_write: float | None = None
 
 
+def _model_backend(value: ApiBackend | str) -> ApiBackend:
+    return coerce_enum(ApiBackend, value, "ModelInfo.backend")
+
+
 @attrs.frozen
 class ModelInfo:
     """One model: who serves it, over which protocol, its limits and prices."""
 
     name: str
     provider: str
-    backend: ApiBackend
+    #: An :class:`ApiBackend`, or its name (``"responses"``, ...).
+    backend: ApiBackend = attrs.field(converter=_model_backend)
     context_window: int
     max_output_tokens: int
     prices: ModelPrices

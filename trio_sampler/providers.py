@@ -14,6 +14,7 @@ import enum
 import attrs
 
 from .types import ApiBackend
+from .types._conversation import coerce_enum
 
 __all__ = [
     "COST_IN_TICKS",
@@ -55,6 +56,14 @@ COST_IN_TICKS = CostField("cost_in_usd_ticks", 1)
 COST_IN_USD = CostField("cost", 10**10)
 
 
+def _profile_backend(value: ApiBackend | str) -> ApiBackend:
+    return coerce_enum(ApiBackend, value, "ProviderProfile.backend")
+
+
+def _profile_auth(value: AuthScheme | str) -> AuthScheme:
+    return coerce_enum(AuthScheme, value, "ProviderProfile.auth_scheme")
+
+
 @attrs.frozen
 class ProviderProfile:
     """One provider: endpoint, auth and the quirks the wire layer needs.
@@ -65,8 +74,8 @@ class ProviderProfile:
 
     name: str
     base_url: str | None
-    backend: ApiBackend
-    auth_scheme: AuthScheme = AuthScheme.BEARER
+    backend: ApiBackend = attrs.field(converter=_profile_backend)
+    auth_scheme: AuthScheme = attrs.field(default=AuthScheme.BEARER, converter=_profile_auth)
     #: Environment variable holding the key; ``None`` when the provider has no standard one.
     api_key_env: str | None = None
     #: A request without a key is certain to fail with 401: refuse to build the config.

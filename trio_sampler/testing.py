@@ -30,6 +30,7 @@ from .emulator import (
     script_headers,
     serve,
 )
+from .types import ApiBackend
 
 __all__ = ["EmulatorFixture", "EmulatorTransport", "emulator", "script_headers"]
 
@@ -50,8 +51,9 @@ class EmulatorFixture:
         """The running app (fault counters, recorded requests)."""
         return self.server.app
 
-    def url_for(self, backend: str) -> str:
-        """The endpoint URL for ``chat_completions``, ``responses`` or ``messages``."""
+    def url_for(self, backend: ApiBackend | str) -> str:
+        """The endpoint URL for ``backend``: an :class:`ApiBackend` or its name
+        (``chat_completions``, ``responses``, ``messages``)."""
         return self.server.url_for(backend)
 
     def script(self, **script: Any) -> dict[str, str]:

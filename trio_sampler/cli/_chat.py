@@ -31,7 +31,7 @@ from ..types import (
 )
 from ..wire._request import validate_headers
 from ._console import Console
-from ._errors import UsageError, api_key_or_fail, run_interruptibly, url
+from ._errors import UsageError, api_key_or_fail, backend_choice, run_interruptibly, url
 
 __all__ = ["add_parser", "config_from_args"]
 
@@ -48,7 +48,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("prompt", nargs="?", help="the prompt (omit for an interactive chat)")
     parser.add_argument("--provider", help="a provider profile (default: openai_compatible)")
     parser.add_argument("--base-url", type=url, help="the endpoint (e.g. http://127.0.0.1:8080/v1)")
-    parser.add_argument("--backend", choices=[b.value for b in ApiBackend])
+    parser.add_argument("--backend", type=backend_choice, choices=[b.value for b in ApiBackend])
     parser.add_argument("--model", help="the model")
     parser.add_argument("--system", help="system instructions")
     parser.add_argument(

@@ -52,7 +52,7 @@ from ..types import (
 )
 from ..wire import build_request
 from ._demo_lanes import Lane, Scene, View
-from ._errors import run_interruptibly, url
+from ._errors import backend_choice, run_interruptibly, url
 
 __all__ = [
     "add_parser",
@@ -314,7 +314,10 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument("--model", help="the model to use against a real endpoint")
     parser.add_argument(
-        "--backend", choices=[b.value for b in ApiBackend], help="protocol of --base-url"
+        "--backend",
+        type=backend_choice,
+        choices=[b.value for b in ApiBackend],
+        help="protocol of --base-url",
     )
     parser.set_defaults(run=run)
 

@@ -14,6 +14,7 @@ import trio
 __all__ = [
     "UsageError",
     "api_key_or_fail",
+    "backend_choice",
     "port",
     "positive_int",
     "run_interruptibly",
@@ -98,3 +99,10 @@ def run_interruptibly(async_fn: Callable[..., Awaitable[int]], *args: Any) -> in
     if interrupted:
         raise KeyboardInterrupt
     return status
+
+
+def backend_choice(value: str) -> str:
+    """A ``--backend`` value in any case, ``-`` or ``_``: ``Responses`` and
+    ``chat-completions`` are ``responses`` and ``chat_completions`` (argparse then checks
+    it against the choices and lists them when it is none of them)."""
+    return value.strip().lower().replace("-", "_")

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from ..types import ApiBackend
+from ._errors import backend_choice
 
 __all__ = ["add_parser"]
 
@@ -61,7 +62,7 @@ def add_parser(commands: Any) -> None:
     target = parser.add_argument_group("target")
     target.add_argument("--provider", help="a provider profile (default: openai_compatible)")
     target.add_argument("--base-url", help="the endpoint, e.g. http://127.0.0.1:8000/v1")
-    target.add_argument("--backend", choices=[b.value for b in ApiBackend])
+    target.add_argument("--backend", type=backend_choice, choices=[b.value for b in ApiBackend])
     target.add_argument("--model", help="the model name the server expects")
     target.add_argument(
         "--api-key-env", metavar="VAR", help="read the API key from this environment variable"

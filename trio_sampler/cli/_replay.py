@@ -11,7 +11,7 @@ import orjson
 from ..types import ApiBackend, Completed, ConversationResponse, Failed, to_jsonable
 from ..wire import collect, replay
 from ..wire.sse import SSEDecoder, SSEEventTooLarge
-from ._errors import UsageError
+from ._errors import UsageError, backend_choice
 
 __all__ = ["add_parser", "response_summary"]
 
@@ -30,6 +30,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--backend",
         required=True,
+        type=backend_choice,
         choices=[b.value for b in ApiBackend],
         help="the wire protocol the body speaks",
     )

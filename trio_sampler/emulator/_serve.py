@@ -17,6 +17,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 
+from ..types import ApiBackend
 from ._app import DEFAULT_BODY_TIMEOUT, EmulatorApp
 
 __all__ = ["BACKEND_PATHS", "EmulatorServer", "serve"]
@@ -48,11 +49,16 @@ class EmulatorServer:
         """The base URL every SDK takes: ``http://HOST:PORT/v1``."""
         return self.origin + "/v1"
 
-    def url_for(self, backend: str) -> str:
-        """The full endpoint URL for ``backend`` (``chat_completions``, ``responses``,
-        ``messages``)."""
+    def url_for(self, backend: ApiBackend | str) -> str:
+        """The full endpoint URL for ``backend``: an :class:`ApiBackend` or its name
+        (``chat_completions``, ``responses``, ``messages``, any case)."""
+        name = (
+            backend.value
+            if isinstance(backend, ApiBackend)
+            else str(backend).strip().lower().replace("-", "_")
+        )
         try:
-            return self.base_url + BACKEND_PATHS[backend]
+            return self.base_url + BACKEND_PATHS[name]
         except KeyError:
             raise ValueError(
                 f"unknown backend {backend!r}; expected one of {', '.join(BACKEND_PATHS)}"

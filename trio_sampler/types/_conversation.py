@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 import attrs
 
@@ -51,12 +51,44 @@ __all__ = [
 IMAGE_STRIP_PLACEHOLDER = "[image removed — the server could not process it; continue without it]"
 
 
+_Enum = TypeVar("_Enum", bound=enum.Enum)
+
+
+def coerce_enum(cls: type[_Enum], value: object, what: str) -> _Enum:
+    """``value`` as a member of ``cls``: the member itself, or its value or name as a
+    string (any case, ``-`` for ``_``). An unknown name is a ``ValueError`` listing the
+    valid ones; any other type a ``TypeError`` saying what to write."""
+    if isinstance(value, cls):
+        return value
+    members = list(cls)
+    valid = ", ".join(repr(member.value) for member in members)
+    if isinstance(value, str):
+        key = value.strip().lower().replace("-", "_")
+        for member in members:
+            if key in (str(member.value).lower(), member.name.lower()):
+                return member
+        # A long string may be a credential passed in the wrong place: not echoed.
+        shown = repr(value) if len(value) <= 24 else f"a {len(value)}-character string"
+        raise ValueError(
+            f"{what} must be one of {valid} (or a member of {cls.__name__}); got {shown}"
+        )
+    raise TypeError(
+        f"{what} must be a member of {cls.__name__} or its name, e.g. "
+        f"{cls.__name__}.{members[0].name} or {members[0].value!r} (one of {valid}); "
+        f"got a {type(value).__name__}"
+    )
+
+
 class ApiBackend(enum.Enum):
     """The three wire protocols the runtime speaks."""
 
     CHAT_COMPLETIONS = "chat_completions"
     RESPONSES = "responses"
     MESSAGES = "messages"
+
+
+def _origin(value: ApiBackend | str | None) -> ApiBackend | None:
+    return None if value is None else coerce_enum(ApiBackend, value, "origin")
 
 
 class StopReason(enum.Enum):
@@ -264,7 +296,7 @@ class BackendToolCall:
     status: str | None = None
     #: The provider's result payload, as decoded JSON, when one was sent.
     result: Any = None
-    origin: ApiBackend | None = None
+    origin: ApiBackend | None = attrs.field(default=None, converter=_origin)
     raw: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=_tuple)
 
     def text_summary(self) -> str:
@@ -290,7 +322,7 @@ class Reasoning:
     encrypted_content: str | None = None
     signature: str | None = None
     redacted_data: str | None = None
-    origin: ApiBackend | None = None
+    origin: ApiBackend | None = attrs.field(default=None, converter=_origin)
 
     @property
     def display_text(self) -> str:
@@ -437,6 +469,10 @@ class MCPServer:
             raise ValueError(f"MCPServer url must be an http(s) URL, got {self.url!r}")
 
 
+def _provider_tool_backend(value: ApiBackend | str) -> ApiBackend:
+    return coerce_enum(ApiBackend, value, "ProviderTool.backend")
+
+
 @attrs.frozen
 class ProviderTool:
     """A provider tool this library does not model, sent verbatim to one backend.
@@ -447,15 +483,11 @@ class ProviderTool:
     the conversion report. ``parse_request`` keeps every tool it cannot model this way.
     """
 
-    backend: ApiBackend
+    #: An :class:`ApiBackend`, or its name (``"responses"``, ...).
+    backend: ApiBackend = attrs.field(converter=_provider_tool_backend)
     tool: Mapping[str, Any]
 
     def __attrs_post_init__(self) -> None:
-        if not isinstance(self.backend, ApiBackend):
-            raise TypeError(
-                "ProviderTool.backend must be an ApiBackend, e.g. ApiBackend.RESPONSES; "
-                f"got {self.backend!r}"
-            )
         if not isinstance(self.tool, Mapping) or not self.tool:
             raise ValueError(
                 "ProviderTool.tool must be the tool's JSON object, e.g. {'type': 'mcp', ...}"
@@ -574,6 +606,21 @@ def _hosted_tools(value: Sequence[Any] | None) -> tuple[HostedTool, ...]:
     return tools
 
 
+def _tool_choice(value: ToolChoiceSpec | str | None) -> ToolChoiceSpec | None:
+    if value is None or isinstance(value, NamedToolChoice):
+        return value
+    if not isinstance(value, ToolChoice | str):
+        raise TypeError(
+            "tool_choice is a ToolChoice (or its name: 'auto', 'none', 'required') or "
+            f'NamedToolChoice("tool_name"); got a {type(value).__name__}'
+        )
+    return coerce_enum(ToolChoice, value, "tool_choice")
+
+
+def _reasoning_effort(value: ReasoningEffort | str | None) -> ReasoningEffort | None:
+    return None if value is None else coerce_enum(ReasoningEffort, value, "reasoning_effort")
+
+
 def _stop_sequences(value: Sequence[str] | None) -> tuple[str, ...]:
     return _checked_tuple("stop_sequences", value, (str,), '["END"]')
 
@@ -590,13 +637,18 @@ class ConversationRequest:
     items: tuple[ConversationItem, ...] = attrs.field(converter=_items)
     tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=_tools)
     hosted_tools: tuple[HostedTool, ...] = attrs.field(default=(), converter=_hosted_tools)
-    tool_choice: ToolChoiceSpec | None = None
+    #: A :class:`ToolChoice` (or its name: ``"auto"``, ``"none"``, ``"required"``) or a
+    #: :class:`NamedToolChoice`.
+    tool_choice: ToolChoiceSpec | None = attrs.field(default=None, converter=_tool_choice)
     parallel_tool_calls: bool | None = None
     model: str | None = None
     temperature: float | None = None
     top_p: float | None = None
     max_output_tokens: int | None = None
-    reasoning_effort: ReasoningEffort | None = None
+    #: A :class:`ReasoningEffort`, or its name (``"low"``, ``"high"``, ...).
+    reasoning_effort: ReasoningEffort | None = attrs.field(
+        default=None, converter=_reasoning_effort
+    )
     #: Anthropic extended-thinking budget; derived from the effort when ``None``.
     thinking_budget_tokens: int | None = None
     response_schema: ResponseSchema | None = None

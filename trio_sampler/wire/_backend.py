@@ -70,6 +70,7 @@ class WireBackend:
 
 
 _TABLE: dict[str, Backend] = {}
+_BUILT_IN_NAMES = frozenset(backend.value for backend in ApiBackend)
 
 
 def register_backend(backend: Backend) -> None:
@@ -85,8 +86,15 @@ def register_backend(backend: Backend) -> None:
 
 
 def backend_name(backend: ApiBackend | str) -> str:
-    """The table key of ``backend`` (an :class:`ApiBackend` or a registered name)."""
-    return backend.value if isinstance(backend, ApiBackend) else backend
+    """The table key of ``backend``: an :class:`ApiBackend`, a built-in backend's name in
+    any case (``"Responses"``, ``"chat-completions"``), or a registered name as given."""
+    if isinstance(backend, ApiBackend):
+        return backend.value
+    if isinstance(backend, str) and backend not in _TABLE:
+        key = backend.strip().lower().replace("-", "_")
+        if key in _BUILT_IN_NAMES:
+            return key
+    return backend
 
 
 def get_backend(backend: ApiBackend | str) -> Backend:
