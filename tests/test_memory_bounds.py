@@ -57,6 +57,9 @@ TOOL_OPEN = event({"tool_calls": [
     {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": ""}}
 ]})
 TOOL = event({"tool_calls": [{"index": 0, "function": {"arguments": "a" * DELTA}}]})
+# Each fragment a whole object: the arguments always begin and end like one JSON text.
+WHOLE = json.dumps({"a": "o" * DELTA})
+OBJECTS = event({"tool_calls": [{"index": 0, "function": {"arguments": WHOLE}}]})
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n"
 
 async def handler(stream):
@@ -73,9 +76,10 @@ async def handler(stream):
             while True:
                 await stream.send_all(block * 4)
         await stream.send_all(HEAD + b"\r\n")
-        if case == "endless-tool-arguments":
+        if case.startswith("endless-tool"):
             await stream.send_all(TOOL_OPEN)
-        piece = (TOOL if case == "endless-tool-arguments" else TEXT) * 16
+        pieces = {"endless-tool-arguments": TOOL, "endless-tool-objects": OBJECTS}
+        piece = pieces.get(case, TEXT) * 16
         sent = 0
         while True:
             if case == "widening" and sent > limit // 2:
@@ -143,6 +147,7 @@ LIMIT = 64 * _MIB
         # The body is over max_response_bytes before the text is (the framing counts too).
         ("endless-delta", "response_too_large"),
         ("endless-tool-arguments", "response_too_large"),
+        ("endless-tool-objects", "response_too_large"),
         ("gzip-bomb", "response_too_large"),
         # Half the limit of ASCII, then one emoji: all of it at 4 bytes is refused.
         ("widening", "response_too_large"),
@@ -314,6 +319,12 @@ def test_open_sampler_refuses_a_bad_cap(bad: object) -> None:
         ("aaaa", False),
         ('{"a": 1}{"a": 1}', False),
         ("{", False),
+        ('{"a": 1111', False),
+        ("[1, 2}", False),
+        ("-1", True),
+        ("false", True),
+        (' {"a": 1}', True),
+        ("1}", False),
     ],
 )
 def test_arguments_complete_without_parsing_what_cannot_be_json(
@@ -348,3 +359,16 @@ def test_a_compressed_body_is_inflated_a_step_at_a_time() -> None:
     while decoder.pending:
         out.append(decoder.feed(b""))
     assert b"".join(out) == b"y" * _MIB
+
+
+def test_long_arguments_are_checked_without_a_copy_and_like_short_ones() -> None:
+    from trio_sampler.wire._fold import arguments_complete
+
+    whole = orjson.dumps({"a": "x" * (2 * _MIB)}).decode()
+    assert arguments_complete(whole)
+    assert arguments_complete(f"  {whole}\n")
+    assert not arguments_complete(whole + '{"a": 1}')
+    assert not arguments_complete(whole + " x")
+    assert arguments_complete("[" + "1," * _MIB + "1]")
+    assert not arguments_complete("[" + " " * (2 * _MIB) + "NaN]")  # not JSON
+    assert not arguments_complete("[" * (2 * _MIB) + "]" * (2 * _MIB))  # too deep

@@ -30,6 +30,8 @@ is not reached, no delta can pass it, and deltas are only counted).
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 
 import attrs
@@ -65,21 +67,49 @@ _TEXT = SamplingChannel.TEXT
 _REASONING = SamplingChannel.REASONING
 
 
-#: The last character of a complete JSON text (before any whitespace after it).
-_JSON_ENDS = frozenset('}]"el0123456789')
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+#: Longer arguments are checked without a copy (see :func:`arguments_complete`).
+_LONG_ARGUMENTS = 1024 * 1024
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+_DIGITS = "0123456789"
+
+
+def _space_end(text: str, start: int) -> int:
+    """Where the JSON whitespace from ``start`` ends."""
+    match = _JSON_SPACE.match(text, start)
+    assert match is not None  # an empty run matches
+    return match.end()
+
+
+#: The last character a complete JSON text can have, by its first character.
+_JSON_END = {"{": "}", "[": "]", '"': '"', "t": "e", "f": "e", "n": "l", "-": _DIGITS}
+_JSON_END.update(dict.fromkeys(_DIGITS, _DIGITS))
 
 
 def arguments_complete(arguments: str) -> bool:
     """Whether tool-call arguments are complete JSON (empty means ``{}``: complete).
 
-    Arguments whose last character cannot end JSON are incomplete without being parsed
-    (a parse copies them: a hostile stream's endless arguments must not be held twice).
+    Arguments whose first and last characters cannot begin and end one JSON text are
+    incomplete without being parsed (a parse copies them: a hostile stream's endless
+    arguments must not be held twice).
     """
     if not arguments or arguments.isspace():
         return True
-    last = arguments[-1]
-    if last not in _JSON_ENDS and not last.isspace():
+    first, last = arguments[0], arguments[-1]
+    if not (first.isspace() or last.isspace()) and last not in _JSON_END.get(first, ""):
         return False
+    if len(arguments) > _LONG_ARGUMENTS:
+        # orjson copies what it parses; the standard library's scanner reads the string
+        # where it is and stops at the end of the first value.
+        try:
+            _, end = _DECODER.raw_decode(arguments, _space_end(arguments, 0))
+        except (ValueError, RecursionError):
+            return False
+        return _space_end(arguments, end) == len(arguments)
     try:
         orjson.loads(arguments)
     except orjson.JSONDecodeError:
