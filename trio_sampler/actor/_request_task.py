@@ -79,6 +79,12 @@ from ._stream import RequestState, partial_output
 __all__ = ["ConnectionDrains", "RequestRunner"]
 
 _REASONING = SamplingChannel.REASONING
+#: Until an attempt's first content event, a read is parsed this much at a time, and the
+#: slice that holds the first content is handed to the consumer before the rest is
+#: parsed: one read often holds a whole short answer (hundreds of events), and the first
+#: token should not wait for all of them (time to first token). Feeding the SSE decoder
+#: a read in pieces yields the same events as feeding it whole.
+_FIRST_SLICE_BYTES = 4096
 # After a completed stream, read at most this much more to reuse the connection.
 _DRAIN_MAX_BYTES = 64 * 1024
 _DRAIN_MAX_SECONDS = 1.0
@@ -867,21 +873,30 @@ class RequestRunner:
                 deadline = now + timeouts.first_token
                 chunks = stream.__aiter__() if holding is None else holding.read(stream)
                 body_done = False
+                # The part of a read not parsed yet (see ``_FIRST_SLICE_BYTES``).
+                pending = b""
                 while not transform.finished:
                     chunk: bytes | None = None
-                    timed_out = True
-                    with trio.move_on_at(deadline):
-                        try:
-                            chunk = await chunks.__anext__()
-                        except StopAsyncIteration:
-                            chunk = None  # end of body
-                        timed_out = False
+                    timed_out = False
+                    if pending:
+                        chunk, pending = pending, b""
+                    else:
+                        timed_out = True
+                        with trio.move_on_at(deadline):
+                            try:
+                                chunk = await chunks.__anext__()
+                            except StopAsyncIteration:
+                                chunk = None  # end of body
+                            timed_out = False
                     if timed_out:
                         events = transform.abort(self._timeout_error(emitted))
                     elif chunk is None:
                         body_done = True
                         events = self._close(transform, decoder)
                     else:
+                        if not emitted and len(chunk) > _FIRST_SLICE_BYTES:
+                            pending = chunk[_FIRST_SLICE_BYTES:]
+                            chunk = chunk[:_FIRST_SLICE_BYTES]
                         events = self._feed(transform, decoder, chunk)
                     now = trio.current_time()
                     metrics.last_byte_at = now
@@ -911,6 +926,8 @@ class RequestRunner:
                         await state.emit(batch)
                     if done:
                         break
+                    if content and pending:
+                        await self._hand_over(state)
                 if not body_done and isinstance(transform.outcome, Completed):
                     # The rest of the body is drained off the request's clock.
                     self.drains.start(stream)
@@ -920,6 +937,18 @@ class RequestRunner:
             if holding is not None:
                 holding.release()
         return self._judge(transform.outcome, emitted, armed, triggers)
+
+    @staticmethod
+    async def _hand_over(sink: AttemptSink) -> None:
+        """Let the consumer take the batch just sent before the rest of the read is
+        parsed: yield until it has read every batch sent, at most twice (Trio runs the
+        ready tasks of a round in either order, so one yield may resume this task first)."""
+        state = sink.race.state if isinstance(sink, Lane) else sink
+        assert isinstance(state, RequestState)
+        for _ in range(2):
+            if state.read >= state.sent:
+                return
+            await trio.lowlevel.checkpoint()
 
     @staticmethod
     def _timeout_error(emitted: bool) -> SamplingErrorInfo:
