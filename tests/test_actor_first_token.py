@@ -8,8 +8,8 @@ read, and the events it sees are exactly those of the same body read in small pi
 from __future__ import annotations
 
 import trio
+from fakes import DONE, Reply, ScriptedTransport, chat_chunk, chat_usage, make_config
 
-from tests.fakes import DONE, Reply, ScriptedTransport, chat_chunk, chat_usage, make_config
 from trio_sampler import ChannelToken, Completed, ConversationRequest, User, open_sampler
 from trio_sampler.actor import RequestStream
 from trio_sampler.config import RetryPolicy
@@ -92,7 +92,6 @@ async def test_a_consumer_that_does_not_read_does_not_hold_the_request_up() -> N
         stream = await sampler.submit(ConversationRequest(items=[User("go")]))
         async with stream:
             with trio.fail_after(5):
-                while stream.terminal is None:
-                    await trio.sleep(0.001)
+                await stream._state.done.wait()
             assert isinstance(stream.terminal, Completed)
             assert stream.terminal.response.text == "".join(PIECES)

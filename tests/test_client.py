@@ -117,6 +117,47 @@ async def test_headers_per_auth_scheme(
     assert request.content == WIRE.body
 
 
+async def test_the_request_on_the_wire_is_complete() -> None:
+    """Every header in order (httpx2's connection default first, then ours), the jar's
+    cookies, the per-config timeouts, and each config's own URL (the parsed URL is
+    cached per address)."""
+    seen, transport = recording(sse_ok(b""))
+    cfg = config(
+        extra_headers={"X-Title": "t"},
+        timeouts=Timeouts(connect=3.0, write=5.0, first_token=7.0, idle=6.0),
+    )
+    other = config(base_url="https://other.test/api")
+    async with SamplingClient(cfg, transport=transport) as client:
+        client._clients[0].cookies.set("affinity", "node-7", domain="api.example.test")
+        await read_all(client)
+        await read_all(client)
+        await read_all(client)
+        async with client.open_stream(WIRE, config=other) as stream:
+            assert [c async for c in stream] == []
+    first = seen[0]
+    assert [name for name, _ in first.headers.multi_items()] == [
+        "host",
+        "connection",
+        "user-agent",
+        "content-type",
+        "accept",
+        "authorization",
+        "x-title",
+        "x-grok-req-id",
+        "accept-encoding",
+        "cookie",
+        "content-length",
+    ]
+    assert first.headers["connection"] == "keep-alive"
+    assert first.headers["user-agent"].startswith("trio-sampler/")
+    assert first.headers["cookie"] == "affinity=node-7"
+    assert first.headers["content-length"] == str(len(WIRE.body))
+    assert first.extensions["timeout"] == {"connect": 3.0, "read": 7.0, "write": 5.0, "pool": None}
+    assert str(seen[2].url) == "https://api.example.test/v1/chat/completions"
+    assert str(seen[3].url) == "https://other.test/api/chat/completions"
+    assert "cookie" not in seen[3].headers  # the jar's cookie is for its own domain
+
+
 async def test_query_params_and_path_join() -> None:
     seen, transport = recording(sse_ok(b""))
     cfg = config(query_params={"api-version": "2024-10-21"})
