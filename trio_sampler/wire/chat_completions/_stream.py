@@ -98,6 +98,30 @@ class ChatCompletionsTransform(StreamTransform):
     # -- the StreamTransform protocol ------------------------------------------------
 
     def _on_json(self, event_name: str, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
+        # Fast path for the most frequent chunk: one choice (index 0) whose delta is only
+        # text, no finish reason, no usage, no error, once the model and id are known. It
+        # does exactly what the general path below does with such a chunk.
+        choices = payload.get("choices")
+        if type(choices) is list and len(choices) == 1:
+            choice = choices[0]
+            if type(choice) is dict:
+                delta = choice.get("delta")
+                if type(delta) is dict and len(delta) == 1:
+                    content = delta.get("content")
+                    acc = self.acc
+                    if (
+                        type(content) is str
+                        and acc.model is not None
+                        and acc.response_id is not None
+                        and event_name != "error"
+                        and not choice.get("index")
+                        and not choice.get("finish_reason")
+                        and payload.get("usage") is None
+                        and not payload.get("error")
+                        and not payload.get("x_groq")
+                    ):
+                        acc.text(content, out)
+                        return
         error = payload.get("error")
         if error or event_name == "error":
             # Keep what the error chunk carries (OpenRouter sends usage with it) as partial.
