@@ -80,11 +80,11 @@ __all__ = ["ConnectionDrains", "RequestRunner"]
 
 _REASONING = SamplingChannel.REASONING
 #: Until an attempt's first content event, a read is parsed this much at a time, and the
-#: slice that holds the first content is handed to the consumer before the rest is
-#: parsed: one read often holds a whole short answer (hundreds of events), and the first
-#: token should not wait for all of them (time to first token). Feeding the SSE decoder
-#: a read in pieces yields the same events as feeding it whole.
-_FIRST_SLICE_BYTES = 4096
+#: events up to the slice that holds the first content are handed to the consumer before
+#: the rest is parsed: one read often holds a whole short answer (hundreds of events),
+#: and the first token should not wait for all of them (time to first token). Feeding
+#: the SSE decoder a read in pieces yields the same events as feeding it whole.
+_FIRST_SLICE_BYTES = 1024
 # After a completed stream, read at most this much more to reuse the connection.
 _DRAIN_MAX_BYTES = 64 * 1024
 _DRAIN_MAX_SECONDS = 1.0
@@ -894,10 +894,10 @@ class RequestRunner:
                         body_done = True
                         events = self._close(transform, decoder)
                     else:
-                        if not emitted and len(chunk) > _FIRST_SLICE_BYTES:
-                            pending = chunk[_FIRST_SLICE_BYTES:]
-                            chunk = chunk[:_FIRST_SLICE_BYTES]
-                        events = self._feed(transform, decoder, chunk)
+                        if emitted:
+                            events = self._feed(transform, decoder, chunk)
+                        else:
+                            events, pending = self._feed_to_content(transform, decoder, chunk)
                     now = trio.current_time()
                     metrics.last_byte_at = now
                     batch, done, content, reasoning = self._split(events, transform)
@@ -977,6 +977,21 @@ class RequestRunner:
         except SSEDecodeError as exc:
             events.extend(transform.abort(decode_failure(exc)))
         return events
+
+    @classmethod
+    def _feed_to_content(
+        cls, transform: StreamTransform, decoder: SSEDecoder, chunk: bytes
+    ) -> tuple[list[SamplingEvent], bytes]:
+        """Feed ``chunk`` ``_FIRST_SLICE_BYTES`` at a time until an event is content (or
+        the stream ends): the events so far, and the part of ``chunk`` not fed yet."""
+        events: list[SamplingEvent] = []
+        while chunk:
+            head, chunk = chunk[:_FIRST_SLICE_BYTES], chunk[_FIRST_SLICE_BYTES:]
+            fed = cls._feed(transform, decoder, head)
+            events.extend(fed)
+            if transform.finished or any(type(event) in _CONTENT for event in fed):
+                break
+        return events, chunk
 
     @staticmethod
     def _close(transform: StreamTransform, decoder: SSEDecoder) -> list[SamplingEvent]:
