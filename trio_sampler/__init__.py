@@ -34,6 +34,7 @@ from .doom_loop import DoomLoopPolicy as DoomLoopPolicy
 from .models import ModelCatalog as ModelCatalog
 from .providers import AuthScheme as AuthScheme
 from .providers import ProviderProfile as ProviderProfile
+from .ratelimit import RateLimitPacing as RateLimitPacing
 from .routing import BreakerPolicy as BreakerPolicy
 from .routing import HedgePolicy as HedgePolicy
 from .routing import Route as Route
@@ -65,6 +66,8 @@ from .types import MCPServer as MCPServer
 from .types import ModelMetadata as ModelMetadata
 from .types import NamedToolChoice as NamedToolChoice
 from .types import ProviderTool as ProviderTool
+from .types import RateLimitBudget as RateLimitBudget
+from .types import RateLimitSnapshot as RateLimitSnapshot
 from .types import Reasoning as Reasoning
 from .types import ReasoningCompleted as ReasoningCompleted
 from .types import ReasoningEffort as ReasoningEffort
@@ -139,6 +142,9 @@ __all__ = [
     "NamedToolChoice",
     "ProviderProfile",
     "ProviderTool",
+    "RateLimitBudget",
+    "RateLimitPacing",
+    "RateLimitSnapshot",
     "Reasoning",
     "ReasoningCompleted",
     "ReasoningEffort",

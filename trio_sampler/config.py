@@ -22,6 +22,7 @@ import attrs
 from ._redact import check_credential, is_credential_name
 from .models import ModelCatalog
 from .providers import AuthScheme, ProviderProfile, get_profile
+from .ratelimit import RateLimitPacing
 from .types import ApiBackend
 from .types._conversation import coerce_enum
 from .wire import get_backend
@@ -295,6 +296,10 @@ class SamplerConfig:
     #: Extra top-level JSON fields merged into every request body last, for server knobs
     #: the request model does not name (vLLM's ``ignore_eos``, ``min_tokens``, ...).
     extra_body: Mapping[str, Any] = attrs.field(factory=dict, converter=dict, hash=False)
+    #: Hold attempts back while the provider's rate-limit headers say its budget has no
+    #: room for them (see :mod:`trio_sampler.ratelimit`); ``None`` turns pacing off.
+    #: Without rate-limit headers from the server it never holds anything.
+    rate_limit_pacing: RateLimitPacing | None = attrs.field(factory=RateLimitPacing)
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.backend, ApiBackend | str):
@@ -303,6 +308,13 @@ class SamplerConfig:
                 f'"messages", or a registered backend\'s), not a {type(self.backend).__name__}'
             )
         get_backend(self.backend)  # a name nobody registered fails with the known ones
+        if self.rate_limit_pacing is not None and not isinstance(
+            self.rate_limit_pacing, RateLimitPacing
+        ):
+            raise TypeError(
+                "rate_limit_pacing must be a trio_sampler.ratelimit.RateLimitPacing(...) or "
+                f"None (no pacing), not a {type(self.rate_limit_pacing).__name__}"
+            )
         if self.model is not None and not self.model.strip():
             raise ValueError("model must be a non-empty name or None")
         if self.api_key is not None:

@@ -9,6 +9,7 @@ from ..types import (
     AttemptOutcome,
     AttemptRecord,
     ConversationResponse,
+    RateLimitSnapshot,
     RequestMetrics,
     SamplingErrorInfo,
     Usage,
@@ -49,6 +50,8 @@ class AttemptMetrics:
         "last_byte_at",
         "model",
         "number",
+        "paced_s",
+        "rate_limit",
         "route",
         "started_at",
         "token_count",
@@ -65,6 +68,10 @@ class AttemptMetrics:
         self.last_byte_at: float | None = None
         self.token_times: list[float] = []
         self.token_count = 0
+        #: What the attempt's response said of the rate limits.
+        self.rate_limit: RateLimitSnapshot | None = None
+        #: Seconds the rate-limit pacer held the attempt.
+        self.paced_s = 0.0
 
     def tokens(self, now: float, count: int) -> None:
         """``count`` content events arrived in one network read at ``now``."""
@@ -140,6 +147,8 @@ class MetricsRecorder:
             time_to_first_token_ms=self._ms(attempt.first_token_at),
             usage=usage,
             cost_usd_ticks=cost,
+            rate_limit=attempt.rate_limit,
+            rate_limit_wait_ms=attempt.paced_s * 1000.0,
         )
 
     def skip(self, route: str, reason: str) -> None:
@@ -167,6 +176,7 @@ class MetricsRecorder:
         gaps = sorted((later - earlier) * 1000.0 for earlier, later in itertools.pairwise(times))
         usages = [a.usage for a in attempts if a.usage is not None]
         costs = [a.cost_usd_ticks for a in attempts if a.cost_usd_ticks is not None]
+        reported = [a.rate_limit for a in attempts if a.rate_limit is not None]
         return RequestMetrics(
             time_to_headers_ms=None if current is None else self._ms(current.headers_at),
             time_to_first_token_ms=None if current is None else self._ms(current.first_token_at),
@@ -182,4 +192,6 @@ class MetricsRecorder:
             total_cost_usd_ticks=sum(costs) if costs else None,
             route=self.route,
             skipped_routes=tuple(self.skipped),
+            rate_limit=reported[-1] if reported else None,
+            rate_limit_wait_ms=sum(a.rate_limit_wait_ms for a in attempts),
         )

@@ -55,11 +55,19 @@ from ..types import (
     SamplingErrorKind,
     SamplingEvent,
     StopReason,
+    StreamStarted,
     StripReason,
     TerminalEvent,
     Usage,
 )
-from ..wire import SSEDecodeError, SSEDecoder, StreamTransform, build_request, new_transform
+from ..wire import (
+    SSEDecodeError,
+    SSEDecoder,
+    StreamTransform,
+    WireRequest,
+    build_request,
+    new_transform,
+)
 from ..wire._replay import decode_failure
 from ..wire.errors import internal_error
 from ._chain import (
@@ -73,6 +81,7 @@ from ._chain import (
 )
 from ._memory import ResponseMemory
 from ._metrics import AttemptMetrics
+from ._pacing import PacedAttempt, Pacers
 from ._stream import CONTENT_EVENTS as _CONTENT
 from ._stream import RequestState, partial_output
 
@@ -187,6 +196,8 @@ class RequestRunner:
         self._budgets: dict[tuple[float, float], RetryBudget] = {}
         #: Where completed responses are drained for connection reuse (the sampler's).
         self.drains = ConnectionDrains()
+        #: The rate-limit pacer of each account (base URL, key, model) the sampler uses.
+        self.pacers = Pacers()
 
     @property
     def routes(self) -> dict[str, RouteState]:
@@ -320,6 +331,11 @@ class RequestRunner:
                 for other in legs[index + 1 :]
                 if self._unsuitable(other, state.request, failure) is None and other.available
             ]
+            held = self._rate_limit_hold(leg, later)
+            if held is not None:
+                assert leg.route is not None
+                metrics.skip(leg.route.name, held)
+                continue
             result = await self._attempts(
                 state, leg, failure, has_next=bool(later), hedge_leg=later[0] if later else None
             )
@@ -350,6 +366,32 @@ class RequestRunner:
             None,
             metrics.build(None),
         )
+
+    def _rate_limit_hold(self, leg: Leg, later: list[Leg]) -> str | None:
+        """Why the chain passes over ``leg`` for its rate limit (``None``: it does not).
+
+        A route whose account is held by a 429 (until its ``Retry-After`` or reset), or
+        whose pacer would hold the attempt longer than ``max_retry_wait_s``, is passed
+        over while a later route could take the request at once; the last route that
+        can take it waits instead."""
+        routing = self._routing
+        if leg.route is None or routing is None:
+            return None
+        now = trio.current_time()
+        wait = self._pacing_delay(leg.config, now)
+        if wait <= routing.max_retry_wait_s:
+            return None
+        if not any(
+            self._pacing_delay(other.config, now) <= routing.max_retry_wait_s for other in later
+        ):
+            return None
+        pacer = self.pacers.for_config(leg.config)
+        why = "a 429" if pacer is not None and pacer.blocked_until > now else "its budget"
+        return f"rate limited ({why}): no room for {wait:.3g} s"
+
+    def _pacing_delay(self, config: SamplerConfig, now: float) -> float:
+        pacer = self.pacers.for_config(config)
+        return 0.0 if pacer is None else pacer.delay(now)
 
     @staticmethod
     def _unsuitable(leg: Leg, request: ConversationRequest, failure: FailOver | None) -> str | None:
@@ -841,6 +883,37 @@ class RequestRunner:
             wire = attrs.evolve(
                 wire, headers=(*wire.headers, (doom_header, str(self._doom.window_tokens)))
             )
+        total = config.timeouts.total
+        deadline = state.submitted_at + total if total else math.inf
+        paced = await self.pacers.admit(config, wire, metrics, deadline=deadline)
+        if isinstance(paced, SamplingErrorInfo):
+            return _AttemptResult(error=paced)
+        result: _AttemptResult | None = None
+        try:
+            result = await self._admitted_attempt(
+                state, wire, config, metrics, paced, armed=armed, attempt=attempt, admitted=admitted
+            )
+            return result
+        finally:
+            if paced is not None:
+                paced.withdraw()  # unless it was sent: then the pacer keeps the cost
+                if result is not None:
+                    done = result.response if result.response is not None else result.partial
+                    paced.ended(None if done is None else done.usage)
+
+    async def _admitted_attempt(
+        self,
+        state: AttemptSink,
+        wire: WireRequest,
+        config: SamplerConfig,
+        metrics: AttemptMetrics,
+        paced: PacedAttempt | None,
+        *,
+        armed: bool,
+        attempt: int,
+        admitted: list[object],
+    ) -> _AttemptResult:
+        """The attempt once the rate-limit pacer let it go: the admission, the stream."""
         if self._admission is not None:
             total = config.timeouts.total
             try:
@@ -854,6 +927,8 @@ class RequestRunner:
                 )
             except AdmissionRefusedError as exc:
                 return _AttemptResult(error=exc.info)
+        if paced is not None:
+            paced.sending()
         transform = new_transform(config.backend, state.request_id, provider=config.provider)
         # One stream holds at most what it may read; all of them together, ``_memory``.
         transform.acc.fold.max_held_bytes = config.max_response_bytes
@@ -868,7 +943,12 @@ class RequestRunner:
             async with self._client.open_stream(wire, config=config) as stream:
                 now = trio.current_time()
                 metrics.headers_at = now
-                await state.emit(transform.start(stream.headers, attempt=attempt))
+                started = transform.start(stream.headers, attempt=attempt)
+                if started and isinstance(started[0], StreamStarted):
+                    metrics.rate_limit = started[0].rate_limit
+                    if paced is not None:
+                        paced.headers(started[0].rate_limit)
+                await state.emit(started)
                 decoder = SSEDecoder(config.max_sse_event_bytes)
                 deadline = now + timeouts.first_token
                 chunks = stream.__aiter__() if holding is None else holding.read(stream)
@@ -932,6 +1012,9 @@ class RequestRunner:
                     # The rest of the body is drained off the request's clock.
                     self.drains.start(stream)
         except SamplingClientError as exc:
+            metrics.rate_limit = exc.info.rate_limit_snapshot or metrics.rate_limit
+            if paced is not None:
+                paced.failed(exc.info)
             return _AttemptResult(error=exc.info, partial=state.partial(), emitted_output=emitted)
         finally:
             if holding is not None:

@@ -57,6 +57,8 @@ from ._events import TerminalEvent as TerminalEvent
 from ._events import ToolCallCompleted as ToolCallCompleted
 from ._events import ToolCallDelta as ToolCallDelta
 from ._json import to_jsonable as to_jsonable
+from ._ratelimit import RateLimitBudget as RateLimitBudget
+from ._ratelimit import RateLimitSnapshot as RateLimitSnapshot
 
 __all__ = [
     "IMAGE_STRIP_PLACEHOLDER",
@@ -85,6 +87,8 @@ __all__ = [
     "ModelMetadata",
     "NamedToolChoice",
     "ProviderTool",
+    "RateLimitBudget",
+    "RateLimitSnapshot",
     "Reasoning",
     "ReasoningCompleted",
     "ReasoningEffort",

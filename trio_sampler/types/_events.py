@@ -32,6 +32,7 @@ from typing import Any, TypeAlias
 import attrs
 
 from ._conversation import BackendToolCall, ConversationResponse, Reasoning, ToolCall, Usage
+from ._ratelimit import RateLimitSnapshot
 
 __all__ = [
     "AttemptOutcome",
@@ -113,8 +114,12 @@ class SamplingErrorInfo:
     error_code: str | None = None
     #: The provider's request id (``x-request-id`` / ``request-id``), for support tickets.
     provider_request_id: str | None = None
-    #: Rate-limit headers as sent (``x-ratelimit-*``, ``anthropic-ratelimit-*``).
+    #: Rate-limit headers as sent (``x-ratelimit-*``, ``anthropic-ratelimit-*``,
+    #: ``ratelimit*``, ``retry-after*``), names lower-cased.
     rate_limit: Mapping[str, str] = attrs.field(factory=dict)
+    #: The same headers, parsed (:func:`trio_sampler.wire.parse_rate_limits`); ``None``
+    #: when the response reported no rate limit.
+    rate_limit_snapshot: RateLimitSnapshot | None = None
 
     def __str__(self) -> str:
         status = f" (HTTP {self.status_code})" if self.status_code is not None else ""
@@ -180,6 +185,10 @@ class AttemptRecord:
     time_to_first_token_ms: float | None = None
     usage: Usage | None = None
     cost_usd_ticks: int | None = None
+    #: What the attempt's response (headers, or error) said of the rate limits.
+    rate_limit: RateLimitSnapshot | None = None
+    #: Milliseconds the rate-limit pacer held the attempt before it was sent.
+    rate_limit_wait_ms: float = 0.0
 
 
 @attrs.frozen
@@ -210,6 +219,10 @@ class RequestMetrics:
     #: Routes the chain passed over without an attempt, with why (an open circuit, a
     #: capability the request needs), in order.
     skipped_routes: tuple[tuple[str, str], ...] = ()
+    #: The last rate-limit state an attempt's response reported (``None`` if none did).
+    rate_limit: RateLimitSnapshot | None = None
+    #: Milliseconds the rate-limit pacer held the attempts, all together.
+    rate_limit_wait_ms: float = 0.0
 
 
 # ---------------------------------------------------------------------------
@@ -219,10 +232,15 @@ class RequestMetrics:
 
 @attrs.frozen
 class StreamStarted:
-    """Response headers were read (status 2xx); the body has not been read yet."""
+    """Response headers were read (status 2xx); the body has not been read yet.
+
+    ``rate_limit`` is what the headers said of the provider's rate limits (``None`` when
+    they said nothing).
+    """
 
     request_id: str
     attempt: int = 1
+    rate_limit: RateLimitSnapshot | None = None
 
 
 @attrs.frozen

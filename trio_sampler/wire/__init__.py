@@ -9,6 +9,8 @@ from ._backend import backends as backends
 from ._backend import get_backend as get_backend
 from ._backend import register_backend as register_backend
 from ._fold import ResponseFold as ResponseFold
+from ._ratelimit import parse_duration as parse_duration
+from ._ratelimit import parse_rate_limits as parse_rate_limits
 from ._registry import build_request as build_request
 from ._registry import new_transform as new_transform
 from ._registry import parse_request as parse_request
@@ -49,6 +51,8 @@ __all__ = [
     "collect",
     "get_backend",
     "new_transform",
+    "parse_duration",
+    "parse_rate_limits",
     "parse_request",
     "register_backend",
     "replay",

@@ -39,6 +39,7 @@ from ..types import (
     StreamStarted,
 )
 from ._accumulate import StreamAccumulator
+from ._ratelimit import parse_rate_limits
 from .errors import classify_stream_error, error_info, internal_error
 from .sse import ServerSentEvent
 
@@ -144,11 +145,13 @@ class StreamTransform(abc.ABC):
     def start(
         self, headers: Mapping[str, str] | None = None, *, attempt: int = 1
     ) -> list[SamplingEvent]:
-        """Headers are in: ``StreamStarted``, then ``ModelMetadata`` if headers carry any."""
+        """Headers are in: ``StreamStarted`` (with the rate-limit state they report), then
+        ``ModelMetadata`` if headers carry any."""
         if self._started:
             return []
         self._started = True
-        out: list[SamplingEvent] = [StreamStarted(self.request_id, attempt)]
+        snapshot = parse_rate_limits(headers) if headers else None
+        out: list[SamplingEvent] = [StreamStarted(self.request_id, attempt, snapshot)]
         profile = self.profile
         if headers:
             window = _int_header(headers, profile.context_window_header or _CONTEXT_HEADER)

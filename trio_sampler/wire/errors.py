@@ -268,8 +268,8 @@ def classify_stream_error(payload: Mapping[str, Any]) -> SamplingErrorInfo:
 
 Headers = Mapping[str, str] | Sequence[tuple[str, str]]
 
-_RATE_LIMIT_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
-_RATE_LIMIT_NAMES = frozenset({"retry-after", "retry-after-ms"})
+_RATE_LIMIT_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-", "ratelimit-")
+_RATE_LIMIT_NAMES = frozenset({"retry-after", "retry-after-ms", "ratelimit"})
 _MAX_HEADER_VALUE_CHARS = 200
 _IMAGE_MESSAGES = re.compile(
     r"could not process image|invalid image|image.*(?:invalid|unsupported)", re.I
@@ -464,6 +464,9 @@ def classify_http_error(
     * ``message`` is the provider's message, trimmed, secrets scrubbed, never an HTML page;
       else a status-based sentence.
     """
+    # Imported here: the parser reads this module's header helpers.
+    from ._ratelimit import parse_rate_limits
+
     lowered = _normalize_headers(headers)
     error_type, code, message, body_request_id = _parse_body(body)
     if code is None and _IMAGE_MESSAGES.search(message or "") and 400 <= status < 600:
@@ -493,6 +496,7 @@ def classify_http_error(
         error_code=_clean_header_value(code),
         provider_request_id=request_id,
         rate_limit=rate_limit,
+        rate_limit_snapshot=parse_rate_limits(lowered, now=now),
     )
 
 

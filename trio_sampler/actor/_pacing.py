@@ -1,0 +1,123 @@
+"""The rate-limit pacer in the request path: one :class:`RateLimitPacer` per account,
+asked before each attempt is sent and told what each response reported."""
+
+from __future__ import annotations
+
+import attrs
+import trio
+
+from ..config import SamplerConfig
+from ..ratelimit import PacingCost, RateLimitPacer, Reservation, pacing_cost
+from ..types import RateLimitSnapshot, SamplingErrorInfo, SamplingErrorKind, Usage
+from ..wire import WireRequest
+from ._metrics import AttemptMetrics
+
+__all__ = ["PacedAttempt", "Pacers"]
+
+#: Accounts whose pacers are kept (the least recently used is forgotten past this).
+MAX_ACCOUNTS = 1024
+
+
+@attrs.define
+class PacedAttempt:
+    """An attempt's place in its account's pacer, until its response reports."""
+
+    pacer: RateLimitPacer
+    reservation: Reservation
+
+    def sending(self) -> None:
+        self.pacer.sent(self.reservation)
+
+    def withdraw(self) -> None:
+        """The attempt will not be sent after all (refused by the admission, cancelled)."""
+        self.pacer.cancel(self.reservation)
+
+    def headers(self, snapshot: RateLimitSnapshot | None) -> None:
+        """The response's headers are in: what they say of the limits."""
+        self.pacer.observe(snapshot, trio.current_time(), self.reservation)
+
+    def ended(self, usage: Usage | None) -> None:
+        """The attempt ended having used ``usage``: tokens reserved beyond it go back."""
+        if usage is not None:
+            cost = PacingCost(1, usage.input_tokens, usage.output_tokens)
+            self.pacer.settle(self.reservation, cost)
+
+    def failed(self, error: SamplingErrorInfo) -> None:
+        """The attempt failed with ``error`` (a 429 holds the account)."""
+        snapshot = error.rate_limit_snapshot
+        now = trio.current_time()
+        if error.kind is SamplingErrorKind.RATE_LIMITED and error.status_code == 429:
+            self.pacer.rate_limited(snapshot, now, self.reservation, retry_after=error.retry_after)
+        else:
+            self.pacer.observe(snapshot, now, self.reservation)
+
+
+class Pacers:
+    """The pacers of one sampler, one per account (base URL, backend, key and model)."""
+
+    def __init__(self) -> None:
+        self._by_account: dict[tuple[object, ...], RateLimitPacer] = {}
+
+    def for_config(self, config: SamplerConfig) -> RateLimitPacer | None:
+        """The pacer of ``config``'s account (``None`` when pacing is off for it)."""
+        pacing = config.rate_limit_pacing
+        if pacing is None:
+            return None
+        key = (config.base_url, str(config.backend), config.api_key, config.model, pacing)
+        pacer = self._by_account.pop(key, None)
+        if pacer is None:
+            pacer = RateLimitPacer(pacing)
+        self._by_account[key] = pacer  # most recently used last
+        while len(self._by_account) > MAX_ACCOUNTS:
+            del self._by_account[next(iter(self._by_account))]
+        return pacer
+
+    async def admit(
+        self,
+        config: SamplerConfig,
+        wire: WireRequest,
+        metrics: AttemptMetrics,
+        *,
+        deadline: float,
+    ) -> PacedAttempt | SamplingErrorInfo | None:
+        """Wait until the account's budget has room for this attempt.
+
+        Returns the attempt's place (tell it what the response reports), ``None`` when
+        pacing is off, or the error to end the attempt with when the wait would pass the
+        request's ``deadline`` (nothing was sent).
+        """
+        pacer = self.for_config(config)
+        if pacer is None:
+            return None
+        pacing = pacer.pacing
+        cost = pacing_cost(
+            wire,
+            default_max_output_tokens=config.default_max_output_tokens,
+            chars_per_token=pacing.chars_per_token,
+        )
+        now = trio.current_time()
+        reservation = pacer.reserve(cost, now)
+        paced = PacedAttempt(pacer, reservation)
+        if reservation.wait <= 0:
+            return paced
+        if now + reservation.wait > deadline:
+            paced.withdraw()
+            return SamplingErrorInfo(
+                kind=SamplingErrorKind.RATE_LIMITED,
+                message=(
+                    f"the provider's rate limit ({reservation.held_by}) has no room for "
+                    f"this request for {reservation.wait:.3g} s, past its total timeout; "
+                    "nothing was sent"
+                ),
+                retryable=False,
+                retry_after=reservation.wait,
+                error_code="rate_limit_pacing",
+                rate_limit_snapshot=pacer.last_snapshot,
+            )
+        try:
+            await trio.sleep(reservation.wait)
+        except BaseException:
+            paced.withdraw()
+            raise
+        metrics.paced_s += reservation.wait
+        return paced
