@@ -16,19 +16,25 @@ every request:
    ``Failed`` (the error, noting the budget). A ``Retry-After`` in ``error`` is the
    gate's to share.
 
+A gate that also has ``observe_rate_limit(ticket, snapshot, at)`` (a
+:class:`RateLimitObserver`) is told, synchronously, what the provider's answer to an
+admitted attempt reported of its rate limits (its headers, or a 429's), with the time it
+was read on trio's clock; the fleet limiter tightens its shared state with it when the
+attempt is settled.
+
 :mod:`trio_sampler.fleet` provides the implementation over Redis (``FleetAdmission``).
 """
 
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from .config import SamplerConfig
-from .types import SamplingErrorInfo, Usage
+from .types import RateLimitSnapshot, SamplingErrorInfo, Usage
 from .wire import WireRequest
 
-__all__ = ["Admission", "AdmissionGate", "AdmissionRefusedError"]
+__all__ = ["Admission", "AdmissionGate", "AdmissionRefusedError", "RateLimitObserver"]
 
 
 class AdmissionRefusedError(Exception):
@@ -54,6 +60,16 @@ class AdmissionGate(Protocol):
     async def settle(self, ticket: object, usage: Usage | None) -> None: ...
 
     async def retry_allowed(self, error: SamplingErrorInfo) -> bool: ...
+
+
+@runtime_checkable
+class RateLimitObserver(Protocol):
+    """A gate that wants the provider's rate-limit reports (see the module docs): called
+    without awaiting, so it must not block."""
+
+    def observe_rate_limit(
+        self, ticket: object, snapshot: RateLimitSnapshot, at: float
+    ) -> None: ...
 
 
 class Admission(Protocol):

@@ -20,7 +20,7 @@ import random
 import attrs
 import trio
 
-from ..admission import AdmissionGate, AdmissionRefusedError
+from ..admission import AdmissionGate, AdmissionRefusedError, RateLimitObserver
 from ..client import ResponseStream, SamplingClient, SamplingClientError
 from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy, TailRepetitionDetector, parse_trigger
@@ -49,6 +49,7 @@ from ..types import (
     ConversationResponse,
     Failed,
     ImagesStripped,
+    RateLimitSnapshot,
     Retrying,
     SamplingChannel,
     SamplingErrorInfo,
@@ -948,6 +949,7 @@ class RequestRunner:
                     metrics.rate_limit = started[0].rate_limit
                     if paced is not None:
                         paced.headers(started[0].rate_limit)
+                    self._tell_admission(admitted, started[0].rate_limit)
                 await state.emit(started)
                 decoder = SSEDecoder(config.max_sse_event_bytes)
                 deadline = now + timeouts.first_token
@@ -1015,11 +1017,18 @@ class RequestRunner:
             metrics.rate_limit = exc.info.rate_limit_snapshot or metrics.rate_limit
             if paced is not None:
                 paced.failed(exc.info)
+            self._tell_admission(admitted, exc.info.rate_limit_snapshot)
             return _AttemptResult(error=exc.info, partial=state.partial(), emitted_output=emitted)
         finally:
             if holding is not None:
                 holding.release()
         return self._judge(transform.outcome, emitted, armed, triggers)
+
+    def _tell_admission(self, admitted: list[object], snapshot: RateLimitSnapshot | None) -> None:
+        """Pass the provider's rate-limit report to an admission that wants it."""
+        gate: object = self._admission  # any gate; only observers are told
+        if snapshot is not None and admitted and isinstance(gate, RateLimitObserver):
+            gate.observe_rate_limit(admitted[0], snapshot, trio.current_time())
 
     @staticmethod
     async def _hand_over(sink: AttemptSink) -> None:

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import attrs
 
 from ..config import SamplerConfig
-from ..types import SamplingErrorInfo, SamplingErrorKind, Usage
+from ..types import RateLimitSnapshot, SamplingErrorInfo, SamplingErrorKind, Usage
 from ..wire import WireRequest
 from ._events import EventHook
 from ._limiter import FleetLimiter, Permit, open_limiter
@@ -72,6 +72,12 @@ class FleetGate:
         return await self.limiter.acquire(
             self.cost(wire, config), deadline=deadline, first_attempt=first_attempt
         )
+
+    def observe_rate_limit(self, ticket: object, snapshot: RateLimitSnapshot, at: float) -> None:
+        """The provider's rate-limit report for the attempt: the settlement clamps the
+        shared state to it (no round trip of its own)."""
+        assert isinstance(ticket, Permit)
+        self.limiter.observe(ticket, snapshot, at)
 
     async def settle(self, ticket: object, usage: Usage | None) -> None:
         assert isinstance(ticket, Permit)

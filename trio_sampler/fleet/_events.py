@@ -60,3 +60,6 @@ class LimiterStatistics:
     retries_refused: int = 0
     #: In-flight leases this process holds now.
     leases: int = 0
+    #: Dimensions the provider's rate-limit headers tightened in the shared state (the
+    #: provider reported less room than the fleet counted).
+    clamped: int = 0

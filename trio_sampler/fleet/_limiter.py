@@ -33,7 +33,7 @@ from coredis.retry import NoRetryPolicy
 
 from ..admission import AdmissionRefusedError
 from ..retry import RetryBudget
-from ..types import SamplingErrorInfo, SamplingErrorKind
+from ..types import RateLimitSnapshot, SamplingErrorInfo, SamplingErrorKind
 from ._events import EventHook, FleetEvent, LimiterDegraded, LimiterRecovered, LimiterStatistics
 from ._local import LocalLimits
 from ._scripts import ADMIT, NOTE_RETRY_AFTER, RENEW, SETTLE, SPEND_RETRY, Status
@@ -59,6 +59,10 @@ class Permit:
     lease: str
     shared: bool
     settled: bool = False
+    #: What the provider's answer to this request said of its rate limits, and when (trio's
+    #: clock): the settlement clamps the shared state to it.
+    rate_limit: RateLimitSnapshot | None = None
+    observed_at: float = 0.0
 
 
 def _refusal(kind: SamplingErrorKind, message: str, code: str) -> AdmissionRefusedError:
@@ -316,6 +320,34 @@ class FleetLimiter:
                 poll = min(poll * 2, _POLL_MAX)
             await trio.sleep(min(wait, max(deadline - now, 0.0)))
 
+    def observe(self, permit: Permit, snapshot: RateLimitSnapshot, at: float) -> None:
+        """The provider's answer to ``permit``'s request reported ``snapshot`` at ``at``
+        (trio's clock): when the permit is settled, the shared state is tightened to it
+        wherever the provider reports less room than the fleet counts (the header clamp;
+        one round trip with the settlement)."""
+        permit.rate_limit = snapshot
+        permit.observed_at = at
+
+    def _clamps(self, permit: Permit) -> list[str]:
+        """Per dimension, the least TAT the provider's report allows, as an offset from
+        Redis's now in microseconds ('x': nothing reported).
+
+        A provider reporting ``remaining`` units left holds at most that much burst: the
+        TAT is at least ``now + tau - remaining * interval``, counted from when the report
+        was read (it has refilled since)."""
+        snapshot = permit.rate_limit
+        if snapshot is None:
+            return ["x"] * len(DIMENSIONS)
+        age = max(0.0, trio.current_time() - permit.observed_at) * _US
+        out = []
+        for dimension, interval in zip(DIMENSIONS, self._intervals, strict=True):
+            budget = getattr(snapshot, dimension)
+            if not interval or budget is None or budget.remaining is None:
+                out.append("x")
+                continue
+            out.append(repr(self._tau - budget.remaining * interval - age))
+        return out
+
     async def release(self, permit: Permit, actual: Cost | None) -> None:
         """End an admitted request: free its slot, correct its reservation by ``actual``
         (the usage reported; ``None`` keeps the reservation as charged). Idempotent."""
@@ -344,8 +376,11 @@ class FleetLimiter:
             strict=True,
         ):
             changes.append(repr(interval * (used - reserved)) if interval else 0)
+        changes += self._clamps(permit)
         # A failure here only loses the correction; the lease expires by itself.
-        await self._call("settle", self._keys_settle, changes)
+        reply = await self._call("settle", self._keys_settle, changes)
+        if isinstance(reply, list | tuple) and len(reply) == 2 and int(reply[1]):
+            self._stats["clamped"] += int(reply[1])
 
     def _next_lease(self) -> str:
         self._serial += 1

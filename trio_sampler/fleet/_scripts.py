@@ -96,19 +96,33 @@ return {1, wait, now}
 """
 
 # KEYS: inflight, gcra x4.  ARGV: lease id ('' for none), then per dimension the change of
-# its TAT in microseconds (positive: used more than reserved; negative: a refund).
+# its TAT in microseconds (positive: used more than reserved; negative: a refund), then per
+# dimension the header clamp: the least TAT the provider's report allows, as an offset
+# from now in microseconds ('x': no report). A clamp only ever raises a TAT (tightens).
+# Returns {now, the number of dimensions the clamp tightened}.
 SETTLE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if ARGV[1] ~= '' then
   redis.call('ZREM', KEYS[1], ARGV[1])
 end
+local clamped = 0
 for i = 1, 4 do
   local change = tonumber(ARGV[1 + i])
-  if change ~= 0 then
+  local floor = ARGV[5 + i]
+  if change ~= 0 or (floor ~= nil and floor ~= 'x') then
     local tat = tonumber(redis.call('GET', KEYS[1 + i]) or '0')
-    if change > 0 and tat < now then tat = now end
-    tat = tat + change
+    if change ~= 0 then
+      if change > 0 and tat < now then tat = now end
+      tat = tat + change
+    end
+    if floor ~= nil and floor ~= 'x' then
+      local least = now + tonumber(floor)
+      if least > tat and least > now then
+        tat = least
+        clamped = clamped + 1
+      end
+    end
     if tat > now then
       redis.call('SET', KEYS[1 + i], string.format('%.0f', tat),
                  'PX', math.ceil((tat - now) / 1000) + 1)
@@ -117,7 +131,7 @@ for i = 1, 4 do
     end
   end
 end
-return now
+return {now, clamped}
 """
 
 # KEYS: inflight.  ARGV: lease ttl, lease ids...  Only leases still held are extended.
