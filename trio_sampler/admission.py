@@ -22,19 +22,32 @@ admitted attempt reported of its rate limits (its headers, or a 429's), with the
 was read on trio's clock; the fleet limiter tightens its shared state with it when the
 attempt is settled.
 
+A gate that has ``share_breaker(route, breaker)`` (a :class:`BreakerSharing`) is offered
+each route's circuit breaker when the sampler opens, and returns the breaker the sampler
+uses for that route (the same one, or one whose state it shares, as the fleet does).
+
 :mod:`trio_sampler.fleet` provides the implementation over Redis (``FleetAdmission``).
 """
 
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from .config import SamplerConfig
 from .types import RateLimitSnapshot, SamplingErrorInfo, Usage
 from .wire import WireRequest
 
-__all__ = ["Admission", "AdmissionGate", "AdmissionRefusedError", "RateLimitObserver"]
+if TYPE_CHECKING:
+    from .routing import CircuitBreaker, RouteBreaker
+
+__all__ = [
+    "Admission",
+    "AdmissionGate",
+    "AdmissionRefusedError",
+    "BreakerSharing",
+    "RateLimitObserver",
+]
 
 
 class AdmissionRefusedError(Exception):
@@ -70,6 +83,13 @@ class RateLimitObserver(Protocol):
     def observe_rate_limit(
         self, ticket: object, snapshot: RateLimitSnapshot, at: float
     ) -> None: ...
+
+
+@runtime_checkable
+class BreakerSharing(Protocol):
+    """A gate that shares routes' circuit breakers (see the module docs)."""
+
+    def share_breaker(self, route: str, breaker: RouteBreaker) -> CircuitBreaker: ...
 
 
 class Admission(Protocol):

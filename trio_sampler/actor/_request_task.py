@@ -20,13 +20,14 @@ import random
 import attrs
 import trio
 
-from ..admission import AdmissionGate, AdmissionRefusedError, RateLimitObserver
+from ..admission import AdmissionGate, AdmissionRefusedError, BreakerSharing, RateLimitObserver
 from ..client import ResponseStream, SamplingClient, SamplingClientError
 from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy, TailRepetitionDetector, parse_trigger
 from ..models import ModelCatalog
 from ..retry import Decision, RetryAction, RetryBudget, classify
 from ..routing import (
+    CircuitBreaker,
     HedgePolicy,
     Route,
     RouteAction,
@@ -185,10 +186,10 @@ class RequestRunner:
         self._routing = routing
         #: Per route name: the state every request of the sampler shares.
         self._routes: dict[str, RouteState] = {}
+        self._admission = admission
         if routing is not None:
             for route in routing.routes:
                 self._route_state(route)
-        self._admission = admission
         self._catalog = catalog
         self._retry_policy = retry_policy
         self._doom = doom_policy
@@ -307,10 +308,13 @@ class RequestRunner:
     def _route_state(self, route: Route) -> RouteState:
         found = self._routes.get(route.name)
         if found is None or found.route is not route:
-            breaker = None
+            breaker: CircuitBreaker | None = None
             routing = self._routing
             if routing is not None and routing.breaker is not None:
                 breaker = RouteBreaker(route.name, routing.breaker, routing.on_breaker_change)
+                gate: object = self._admission  # a gate may share the breaker (a fleet's)
+                if isinstance(gate, BreakerSharing):
+                    breaker = gate.share_breaker(route.name, breaker)
             found = self._routes[route.name] = RouteState(route, breaker)
         return found
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 
 import attrs
+import trio
 
 from ..config import SamplerConfig
+from ..routing import CircuitBreaker, RouteBreaker
 from ..types import RateLimitSnapshot, SamplingErrorInfo, SamplingErrorKind, Usage
 from ..wire import WireRequest
+from ._breaker import SharedBreaker
 from ._events import EventHook
 from ._limiter import FleetLimiter, Permit, open_limiter
 from ._spec import Cost, LimiterSpec
@@ -19,6 +22,17 @@ __all__ = ["FleetAdmission", "FleetGate"]
 
 # Where each backend's body says how many tokens the answer may take.
 _MAX_OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+
+
+def _route_names(value: bool | Iterable[str]) -> bool | frozenset[str]:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        raise TypeError(
+            "share_breakers takes True (every route) or route names, e.g. "
+            f'share_breakers={{"{value}"}}, not a bare string'
+        )
+    return frozenset(value)
 
 
 @attrs.frozen
@@ -33,16 +47,39 @@ class FleetAdmission:
     When the attempt ends, the reservation is corrected with the usage it reported.
     Before each retry the fleet retry budget is asked, and a 429's ``Retry-After`` is
     shared with the fleet.
+
+    ``share_breakers`` (off by default) shares the circuit breakers of a routing sampler
+    across the fleet: ``True`` for every route, or the names of the routes to share. A
+    route one process sees failing opens for every process (they learn it within
+    ``breaker_sync_s``, and at once after their own breakers change); see
+    ``docs/fleet.md``.
     """
 
     url: str
     spec: LimiterSpec
     on_event: EventHook | None = None
+    share_breakers: bool | frozenset[str] = attrs.field(default=False, converter=_route_names)
+    breaker_sync_s: float = 0.25
+
+    def __attrs_post_init__(self) -> None:
+        sync = self.breaker_sync_s
+        if isinstance(sync, bool) or not isinstance(sync, int | float) or not 0 < sync < math.inf:
+            raise ValueError(
+                f"FleetAdmission.breaker_sync_s is a positive number of seconds; got {sync!r}"
+            )
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[FleetGate]:
-        async with open_limiter(self.spec, self.url, on_event=self.on_event) as limiter:
-            yield FleetGate(limiter)
+        async with (
+            open_limiter(self.spec, self.url, on_event=self.on_event) as limiter,
+            trio.open_nursery() as nursery,
+        ):
+            gate = FleetGate(limiter, self.share_breakers, self.breaker_sync_s)
+            nursery.start_soon(gate.run_breaker_sync)
+            try:
+                yield gate
+            finally:
+                nursery.cancel_scope.cancel()
 
 
 @attrs.define
@@ -50,6 +87,30 @@ class FleetGate:
     """An open :class:`FleetAdmission`: the gate the sampler's requests go through."""
 
     limiter: FleetLimiter
+    share_breakers: bool | frozenset[str] = False
+    breaker_sync_s: float = 0.25
+    breakers: list[SharedBreaker] = attrs.field(factory=list)
+    _changed: trio.Event = attrs.field(factory=trio.Event)
+
+    def share_breaker(self, route: str, breaker: RouteBreaker) -> CircuitBreaker:
+        """The breaker the sampler uses for ``route``: shared when the route is."""
+        shared = self.share_breakers
+        if shared is False or (shared is not True and route not in shared):
+            return breaker
+        wrapped = SharedBreaker(breaker, self._notify)
+        self.breakers.append(wrapped)
+        return wrapped
+
+    def _notify(self) -> None:
+        self._changed.set()
+
+    async def run_breaker_sync(self) -> None:
+        """Sync the shared breakers every ``breaker_sync_s``, and at once after a change."""
+        while True:
+            with trio.move_on_after(self.breaker_sync_s):
+                await self._changed.wait()
+            self._changed = trio.Event()
+            await self.limiter.sync_breakers(self.breakers)
 
     def cost(self, wire: WireRequest, config: SamplerConfig) -> Cost:
         """What an attempt with this body reserves."""

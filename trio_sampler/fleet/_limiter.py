@@ -34,6 +34,7 @@ from coredis.retry import NoRetryPolicy
 from ..admission import AdmissionRefusedError
 from ..retry import RetryBudget
 from ..types import RateLimitSnapshot, SamplingErrorInfo, SamplingErrorKind
+from ._breaker import BREAKERS, SharedBreaker
 from ._events import EventHook, FleetEvent, LimiterDegraded, LimiterRecovered, LimiterStatistics
 from ._local import LocalLimits
 from ._scripts import ADMIT, NOTE_RETRY_AFTER, RENEW, SETTLE, SPEND_RETRY, Status
@@ -125,6 +126,7 @@ class FleetLimiter:
             *(f"{prefix}:gcra:{d}" for d in DIMENSIONS),
         ]
         self._keys_settle = [self._keys_admit[0], *self._keys_admit[3:]]
+        self._breaker_prefix = f"{prefix}:breaker:"
         limits = spec.limits
         self._intervals = [
             0.0 if rate is None else limits.window_s * _US / rate for rate in limits.rates()
@@ -138,6 +140,7 @@ class FleetLimiter:
                 ("renew", RENEW),
                 ("spend", SPEND_RETRY),
                 ("retry_after", NOTE_RETRY_AFTER),
+                ("breakers", BREAKERS),
             )
         }
         share = spec.fallback_share or 1.0
@@ -381,6 +384,25 @@ class FleetLimiter:
         reply = await self._call("settle", self._keys_settle, changes)
         if isinstance(reply, list | tuple) and len(reply) == 2 and int(reply[1]):
             self._stats["clamped"] += int(reply[1])
+
+    async def sync_breakers(self, breakers: Sequence[SharedBreaker]) -> bool:
+        """Tell the fleet what ``breakers`` have to say (opened, closed) and read back how
+        long it holds each route open: one round trip. False when Redis is unavailable
+        (the breakers keep their local state)."""
+        if not breakers:
+            return True
+        keys = [self._breaker_prefix + breaker.route for breaker in breakers]
+        said = [breaker.take_pending() for breaker in breakers]
+        reply = await self._call("breakers", keys, said)
+        now = trio.current_time()
+        if not isinstance(reply, list | tuple) or len(reply) != len(breakers):
+            for breaker, what in zip(breakers, said, strict=True):
+                if what != "-" and breaker.pending is None:
+                    breaker.pending = ("c", 0.0) if what == "c" else ("o", int(what[1:]) / 1000)
+            return False
+        for breaker, held in zip(breakers, reply, strict=True):
+            breaker.shared(int(held), now)
+        return True
 
     def _next_lease(self) -> str:
         self._serial += 1
