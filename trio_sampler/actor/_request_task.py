@@ -534,8 +534,6 @@ class RequestRunner:
         doom_max = self._doom.max_resamples
         if not self._doom.enabled or policy.max_retries == 0:
             doom_max = 0
-        if budget is not None and failure is None:
-            budget.record_request(trio.current_time())
         last_partial: ConversationResponse | None = None
         model = request.model or config.model
         prefix = self._continuation(state, leg, failure)
@@ -549,6 +547,8 @@ class RequestRunner:
                 blocked = leg.blocked(trio.current_time())
                 if blocked is not None:
                     return Skipped(blocked)
+                if budget is not None and metrics.started == 0:  # the request's first attempt
+                    budget.record_request(trio.current_time())
                 if failure is not None:
                     await self._fail_over(state, failure, leg, continuing=prefix is not None)
                 first = False
