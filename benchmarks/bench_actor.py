@@ -1073,6 +1073,7 @@ async def cell_hedging(spec: dict[str, Any]) -> dict[str, Any]:
     modes = {
         "off": None,
         "fixed 200 ms": HedgePolicy(delay_s=0.2),
+        "fixed 200 ms, 2 hedges": HedgePolicy(delay_s=0.2, max_hedges=2),
         "p90 of recent TTFT": HedgePolicy(delay_s=0.2, percentile=0.9, min_samples=20),
     }
     runs = {name: await _hedging_run(spec, hedge) for name, hedge in modes.items()}
@@ -1834,7 +1835,7 @@ def print_hedging(cell: dict[str, Any]) -> None:
     )
     for name, run in cell["runs"].items():
         print(
-            f"  {name:<20} p50 {_fmt(run['ttft_p50_ms'], ',.0f')} ms, p90 "
+            f"  {name:<24} p50 {_fmt(run['ttft_p50_ms'], ',.0f')} ms, p90 "
             f"{_fmt(run['ttft_p90_ms'], ',.0f')} ms, p95 {_fmt(run['ttft_p95_ms'], ',.0f')} ms, "
             f"p99 {_fmt(run['ttft_p99_ms'], ',.0f')} ms, max {_fmt(run['ttft_max_ms'], ',.0f')} "
             f"ms, {run['over_1s']} over 1 s; {run['attempts_per_request']:.2f} attempts per "

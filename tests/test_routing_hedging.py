@@ -206,3 +206,26 @@ async def test_without_a_next_route_the_hedge_stays_on_the_route(
     end = events[-1]
     assert isinstance(end, Completed) and end.response.text == "same route"
     assert end.route == "a"
+
+
+async def test_a_second_hedge_when_the_first_is_slow_too(autojump_clock: trio.abc.Clock) -> None:
+    transport = ScriptedTransport([slow(10.0), slow(10.0), Reply(chunks=chat_stream("third"))])
+    events, took = await run(hedged(delay=1.0, max_hedges=2), transport)
+    end = events[-1]
+    assert isinstance(end, Completed) and end.response.text == "third"
+    assert took == pytest.approx(2.0, abs=0.01)  # a hedge at 1 s, another at 2 s
+    assert end.metrics is not None
+    assert [a.outcome for a in end.metrics.attempts] == [
+        AttemptOutcome.LOST_HEDGE,
+        AttemptOutcome.LOST_HEDGE,
+        AttemptOutcome.COMPLETED,
+    ]
+    assert transport.closed_bodies == transport.opened_bodies == 3
+
+
+async def test_one_hedge_by_default(autojump_clock: trio.abc.Clock) -> None:
+    transport = ScriptedTransport([slow(10.0, "first"), slow(10.0, "hedge"), slow(0.1, "never")])
+    events, _ = await run(hedged(delay=1.0), transport)
+    end = events[-1]
+    assert isinstance(end, Completed) and end.response.text == "first"
+    assert len(transport.requests) == 2

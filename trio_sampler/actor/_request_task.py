@@ -717,11 +717,11 @@ class RequestRunner:
         *,
         armed: bool,
     ) -> tuple[_AttemptResult, AttemptMetrics, Leg]:
-        """One attempt on ``leg``, and a second one on ``target`` (the same route, or the
-        next with ``HedgePolicy.next_route``) if the first has produced no content after
-        the hedge delay; both are tasks of a nursery inside the request's scope. The
-        first to produce content wins and the other is cancelled (recorded as a lost
-        hedge, with whatever usage it had). Returns the result the retry loop judges —
+        """One attempt on ``leg``, and another on ``target`` (the same route, or the next
+        with ``HedgePolicy.next_route``) each time the hedge delay passes with no content
+        yet, up to ``max_hedges``; all are tasks of a nursery inside the request's scope.
+        The first to produce content wins and the others are cancelled (recorded as lost
+        hedges, with whatever usage they had). Returns the result the retry loop judges —
         the winner's, or, if neither produced content, the last to end — with its
         attempt's timings (not yet ended in the metrics) and its route."""
         assert leg.state is not None
@@ -730,10 +730,12 @@ class RequestRunner:
         try:
             async with trio.open_nursery() as nursery:
                 self._start_lane(nursery, race, request, leg, armed)
-                with trio.move_on_after(delay):
-                    await race.settled.wait()
-                # A half-open circuit has admitted its one probe: no hedge beside it.
-                if not race.settled.is_set() and target.blocked(trio.current_time()) is None:
+                for _ in range(hedge.max_hedges):
+                    with trio.move_on_after(delay):
+                        await race.settled.wait()
+                    # A half-open circuit has admitted its one probe: no hedge beside it.
+                    if race.settled.is_set() or target.blocked(trio.current_time()) is not None:
+                        break
                     self._start_lane(nursery, race, request, target, armed)
         except BaseException:  # the request's cancel or total timeout: every lane ends
             for lane in race.lanes:
