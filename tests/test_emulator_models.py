@@ -398,3 +398,32 @@ async def test_content_filter_stops_as_the_real_apis_do(backend: str, stream: bo
         assert b'"stop_details":{"type":"refusal"' in filtered.content
         assert response.refusal  # the explanation, as the refusal
     assert collect(replay(backend, normal.content)).stop_reason is StopReason.STOP
+
+
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("backend", list(PATHS))
+async def test_a_scripted_refusal_in_each_backends_shape(backend: str, stream: bool) -> None:
+    refusal = "I can't help with that request."
+    app = _app(careful={"refusal": refusal, "chunk_chars": 6})
+    async with httpx2.AsyncClient(transport=EmulatorTransport(app)) as client:
+        response = await _post(client, backend, "careful", stream=stream)
+    assert response.status_code == 200
+    if stream:
+        if backend == "chat_completions":
+            assert b'"content":null,"refusal":""' in response.content
+            assert b'"finish_reason":"stop"' in response.content  # the wire's own stop
+        collected = collect(replay(backend, response.content))
+        assert collected.refusal == refusal and collected.text == ""
+        assert collected.stop_reason is StopReason.CONTENT_FILTER  # how the library reads it
+        return
+    data = response.json()
+    if backend == "chat_completions":
+        message = data["choices"][0]["message"]
+        assert message["content"] is None and message["refusal"] == refusal
+        assert data["choices"][0]["finish_reason"] == "stop"
+    elif backend == "responses":
+        assert data["output"][0]["content"] == [{"type": "refusal", "refusal": refusal}]
+        assert data["status"] == "completed"
+    else:
+        assert data["content"] == [] and data["stop_reason"] == "refusal"
+        assert data["stop_details"]["explanation"] == refusal

@@ -10,6 +10,7 @@ usage chunk with ``choices: []`` while every other chunk carries ``"usage": null
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -123,6 +124,13 @@ class ChatRenderer:
                 payload["usage"] = None
             return data_frame(payload)
 
+        if reply.refusal:
+            # A refusal's first chunk: content null, refusal "" (real captures).
+            frames = [chunk({"role": "assistant", "content": None, "refusal": ""})]
+            frames += [
+                chunk({"refusal": piece}) for piece in chunk_text(reply.refusal, reply.chunk_chars)
+            ]
+            return self._end(frames, chunk, reply, view, head)
         content: str | None = "" if reply.text or reply.reasoning or not reply.tool_calls else None
         frames = [chunk({"role": "assistant", "content": content, "refusal": None})]
         if reply.hosted is not None and reply.hosted.name == "web_search":
@@ -144,6 +152,17 @@ class ChatRenderer:
                 chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
                 for piece in argument_chunks(call.arguments, reply.chunk_chars)
             ]
+        return self._end(frames, chunk, reply, view, head)
+
+    @staticmethod
+    def _end(
+        frames: list[bytes],
+        chunk: Callable[..., bytes],
+        reply: Reply,
+        view: RequestView,
+        head: dict[str, Any],
+    ) -> list[bytes]:
+        """The finish chunk, the usage chunk when asked for, and ``[DONE]``."""
         frames.append(chunk({}, reply.stop))
         if view.include_usage:
             frames.append(data_frame({**head, "choices": [], "usage": chat_usage(reply.usage)}))
@@ -151,10 +170,11 @@ class ChatRenderer:
         return frames
 
     def body(self, reply: Reply, view: RequestView) -> dict[str, Any]:
+        content: str | None = reply.text if reply.text or not reply.tool_calls else None
         message: dict[str, Any] = {
             "role": "assistant",
-            "content": reply.text if reply.text or not reply.tool_calls else None,
-            "refusal": None,
+            "content": None if reply.refusal else content,
+            "refusal": reply.refusal or None,
             "annotations": [],
         }
         if reply.reasoning:

@@ -35,6 +35,18 @@ REFUSAL_DETAILS = {
     "explanation": "The request was declined by the emulated safety filter.",
 }
 
+
+def _stop(reply: Reply) -> str:
+    return "refusal" if reply.refusal else _STOP[reply.stop]
+
+
+def _refusal_details(reply: Reply) -> dict[str, Any]:
+    """``stop_details`` of a refusal: the scripted refusal is its explanation."""
+    if reply.refusal:
+        return {**REFUSAL_DETAILS, "explanation": reply.refusal}
+    return dict(REFUSAL_DETAILS)
+
+
 _ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -265,9 +277,9 @@ class MessagesRenderer:
             frames.append(
                 event_frame("content_block_stop", {"type": "content_block_stop", "index": index})
             )
-        delta: dict[str, Any] = {"stop_reason": _STOP[reply.stop], "stop_sequence": None}
-        if reply.stop == "content_filter":
-            delta["stop_details"] = REFUSAL_DETAILS
+        delta: dict[str, Any] = {"stop_reason": _stop(reply), "stop_sequence": None}
+        if _stop(reply) == "refusal":
+            delta["stop_details"] = _refusal_details(reply)
         if reply.hosted is not None and reply.hosted.name == "code_execution":
             # Code execution runs in a container; the stream names it here (real captures).
             delta["container"] = {
@@ -289,9 +301,9 @@ class MessagesRenderer:
         return {
             **self._message(reply, view),
             "content": [final for _, final, _ in _blocks(reply)],
-            "stop_reason": _STOP[reply.stop],
+            "stop_reason": _stop(reply),
             "stop_sequence": None,
-            **({"stop_details": REFUSAL_DETAILS} if reply.stop == "content_filter" else {}),
+            **({"stop_details": _refusal_details(reply)} if _stop(reply) == "refusal" else {}),
             "usage": usage,
         }
 

@@ -247,16 +247,27 @@ class _Builder:
             "content": [],
             "role": "assistant",
         }
-        part = {"type": "output_text", "annotations": [], "logprobs": [], "text": reply.text}
         common = {"item_id": item_id, "content_index": 0}
-        events: list[tuple[str, dict[str, Any]]] = [
-            ("response.content_part.added", {**common, "part": {**part, "text": ""}})
-        ]
-        events += [
-            ("response.output_text.delta", {**common, "delta": piece, "logprobs": []})
-            for piece in chunk_text(reply.text, reply.chunk_chars)
-        ]
-        events.append(("response.output_text.done", {**common, "text": reply.text, "logprobs": []}))
+        events: list[tuple[str, dict[str, Any]]]
+        part: dict[str, Any]
+        if reply.refusal:
+            part = {"type": "refusal", "refusal": reply.refusal}
+            events = [("response.content_part.added", {**common, "part": {**part, "refusal": ""}})]
+            events += [
+                ("response.refusal.delta", {**common, "delta": piece})
+                for piece in chunk_text(reply.refusal, reply.chunk_chars)
+            ]
+            events.append(("response.refusal.done", {**common, "refusal": reply.refusal}))
+        else:
+            part = {"type": "output_text", "annotations": [], "logprobs": [], "text": reply.text}
+            events = [("response.content_part.added", {**common, "part": {**part, "text": ""}})]
+            events += [
+                ("response.output_text.delta", {**common, "delta": piece, "logprobs": []})
+                for piece in chunk_text(reply.text, reply.chunk_chars)
+            ]
+            events.append(
+                ("response.output_text.done", {**common, "text": reply.text, "logprobs": []})
+            )
         events.append(("response.content_part.done", {**common, "part": part}))
         done = {**opening, "status": status, "content": [part]}
         self.item({**opening, "_done": done}, events)
@@ -295,7 +306,7 @@ class _Builder:
         if reply.hosted is not None:
             self.hosted(reply.hosted)
         incomplete = reply.stop in ("length", "content_filter")
-        if reply.text or (incomplete and not (self.output or reply.tool_calls)):
+        if reply.text or reply.refusal or (incomplete and not (self.output or reply.tool_calls)):
             self.message("incomplete" if incomplete else "completed")
         self.function_calls()
         if incomplete:

@@ -128,6 +128,8 @@ class Reply:
     stop: str
     usage: ReplyUsage
     chunk_chars: int | None = None
+    #: The model declined with this text (no text, reasoning or tool calls then).
+    refusal: str = ""
 
 
 def random_id(rng: random.Random, length: int, alphabet: str = string.ascii_letters) -> str:
@@ -253,6 +255,8 @@ def plan_reply(view: RequestView, script: Script, body: bytes) -> Reply:
     seed = hashlib.sha256(body).digest()
     rng = random.Random(seed)
     id_seed = seed.hex()
+    if script.refusal is not None:
+        return _refusal_reply(view, script, id_seed)
     budget = view.max_tokens if view.max_tokens is not None else 1 << 30
     cut = False
     reasoning = ""
@@ -310,6 +314,18 @@ def plan_reply(view: RequestView, script: Script, body: bytes) -> Reply:
     return Reply(
         id_seed, reasoning, text, tool_calls, script.hosted_tool, stop, usage, script.chunk_chars
     )
+
+
+def _refusal_reply(view: RequestView, script: Script, id_seed: str) -> Reply:
+    refusal = script.refusal or ""
+    usage = ReplyUsage(
+        input_tokens=script.usage.get("input_tokens", view.prompt.total),
+        output_tokens=script.usage.get("output_tokens", count_tokens(refusal)),
+        cache_read_tokens=script.usage.get("cache_read_tokens", view.prompt.read),
+        cache_write_tokens=script.usage.get("cache_write_tokens", view.prompt.write),
+    )
+    stop = script.stop or "stop"
+    return Reply(id_seed, "", "", (), None, stop, usage, script.chunk_chars, refusal)
 
 
 def empty_reply(view: RequestView, body: bytes) -> Reply:

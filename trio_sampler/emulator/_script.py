@@ -292,6 +292,10 @@ class Script:
     #: The model's context window in tokens: a longer prompt gets the backend's
     #: "context length exceeded" 400.
     context_window: int | None = None
+    #: The model declines, with this text: OpenAI's refusal (Chat ``delta.refusal``,
+    #: Responses' refusal content part), Anthropic's ``stop_reason: "refusal"`` with it as
+    #: the ``stop_details`` explanation. No text, reasoning or tool calls then.
+    refusal: str | None = None
     #: The header's exact text: the bench-mode cache key and the implicit scenario.
     source: str = ""
 
@@ -339,6 +343,7 @@ _SCRIPT_KEYS = frozenset(
         "after_tool_result",
         "accepts_prefill",
         "context_window",
+        "refusal",
     }
 )
 
@@ -455,6 +460,7 @@ def script_of(data: Mapping[str, Any], source: str) -> Script:
         after_tool_result=_after_tool_result(data.get("after_tool_result")),
         accepts_prefill=_opt(data, "accepts_prefill", bool, "script") is not False,
         context_window=_opt_int(data, "context_window", "script", minimum=1),
+        refusal=_opt(data, "refusal", str, "script"),
         source=source,
     )
 
