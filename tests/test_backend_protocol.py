@@ -9,6 +9,7 @@ import orjson
 import pytest
 import toy_backend
 import trio
+from loopback import read_request, serve
 
 from trio_sampler import (
     ApiBackend,
@@ -78,28 +79,16 @@ async def test_a_fourth_backend_runs_through_the_actor() -> None:
     seen: list[tuple[bytes, bytes]] = []
 
     async def handler(stream: trio.SocketStream) -> None:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            data += await stream.receive_some(65536)
-        head, _, body = data.partition(b"\r\n\r\n")
-        length = next(
-            int(line.split(b":", 1)[1])
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length:")
-        )
-        while len(body) < length:
-            body += await stream.receive_some(65536)
-        seen.append((head, body))
+        request = await read_request(stream)
+        if request is None:
+            return
+        seen.append(request)
         await stream.send_all(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             b"connection: close\r\n\r\n" + TOY_BODY
         )
-        await stream.aclose()
 
-    async with trio.open_nursery() as nursery:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        nursery.start_soon(trio.serve_listeners, handler, listeners)
-        port = listeners[0].socket.getsockname()[1]
+    async with serve(handler) as port:
         config = SamplerConfig(
             base_url=f"http://127.0.0.1:{port}/v1", backend="toy", model="toy-1", api_key="k"
         )
@@ -108,7 +97,6 @@ async def test_a_fourth_backend_runs_through_the_actor() -> None:
             async with open_sampler(config) as sampler:
                 stream = await sampler.submit(ConversationRequest(items=[User("say hi")]))
                 events = [event async for event in stream]
-        nursery.cancel_scope.cancel()
 
     (head, body) = seen[0]
     assert head.startswith(b"POST /v1/toy/generate ")

@@ -8,11 +8,13 @@ a stream and the fold of its events cannot disagree.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
 import pytest
 import trio
+from loopback import read_request, serve
 
 from benchmarks import corpus
 from trio_sampler import (
@@ -54,25 +56,13 @@ def _terminal_response(events: list[Any]) -> ConversationResponse | None:
     return end.partial
 
 
-async def _serve_once(body: bytes, content_type: str, task_status: Any) -> None:
-    """A loopback HTTP/1.1 server that answers every request with the capture's bytes,
-    in reads of a few KiB, then closes the connection."""
+def _replaying(body: bytes, content_type: str) -> Callable[[trio.SocketStream], Awaitable[None]]:
+    """A connection handler that answers the request with the capture's bytes, in reads
+    of a few KiB, then closes the connection."""
 
     async def handler(stream: trio.SocketStream) -> None:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = await stream.receive_some(65536)
-            if not chunk:
-                return
-            data += chunk
-        head, _, rest = data.partition(b"\r\n\r\n")
-        length = 0
-        for line in head.split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value.strip())
-        while len(rest) < length:
-            rest += await stream.receive_some(65536)
+        if await read_request(stream) is None:
+            return
         await stream.send_all(
             b"HTTP/1.1 200 OK\r\ncontent-type: "
             + content_type.encode()
@@ -80,11 +70,8 @@ async def _serve_once(body: bytes, content_type: str, task_status: Any) -> None:
         )
         for start in range(0, len(body), 4096):
             await stream.send_all(body[start : start + 4096])
-        await stream.aclose()
 
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    task_status.started(listeners[0].socket.getsockname()[1])
-    await trio.serve_listeners(handler, listeners)
+    return handler
 
 
 @pytest.mark.parametrize("capture", CAPTURES, ids=[c["file"] for c in CAPTURES])
@@ -105,10 +92,7 @@ async def test_every_path_gives_the_same_response(capture: dict[str, Any]) -> No
     assert deltas.chunk_count == by_replay.chunk_count
 
     # 3. The actor and 4. the bridge, over loopback HTTP.
-    async with trio.open_nursery() as nursery:
-        port = await nursery.start(
-            _serve_once, body, capture["content_type"] or "text/event-stream"
-        )
+    async with serve(_replaying(body, capture["content_type"] or "text/event-stream")) as port:
         config = SamplerConfig(
             base_url=f"http://127.0.0.1:{port}/v1",
             backend=backend,
@@ -125,7 +109,6 @@ async def test_every_path_gives_the_same_response(capture: dict[str, Any]) -> No
                 stream = await sampler.submit(request)
                 actor_events = [event async for event in stream]
                 outcome = await run_turn_via_sampler(sampler, request)
-        nursery.cancel_scope.cancel()
 
     by_actor = collect(actor_events)
     assert by_actor == by_replay

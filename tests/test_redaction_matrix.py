@@ -14,7 +14,6 @@ characters of it.
 from __future__ import annotations
 
 import base64
-import functools
 import gzip
 import json
 import traceback
@@ -27,6 +26,7 @@ import attrs
 import orjson
 import trio
 from log_capture import LogCapture
+from loopback import read_request, serve
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -250,25 +250,11 @@ async def hostile(reply: bytes) -> AsyncIterator[str]:
     """A loopback server answering every request with ``reply``; yields its base URL."""
 
     async def on_connection(stream: trio.SocketStream) -> None:
-        try:
-            data = b""
-            while b"\r\n\r\n" not in data and len(data) < 1 << 20:
-                chunk = await stream.receive_some(65536)
-                if not chunk:
-                    return
-                data += chunk
+        if await read_request(stream) is not None:
             await stream.send_all(reply)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        finally:
-            await stream.aclose()
 
-    async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(
-            functools.partial(trio.serve_tcp, on_connection, 0, host="127.0.0.1")
-        )
-        yield f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}/v1"
-        nursery.cancel_scope.cancel()
+    async with serve(on_connection) as port:
+        yield f"http://127.0.0.1:{port}/v1"
 
 
 def _telemetry() -> tuple[GenAITelemetry, InMemorySpanExporter, InMemoryMetricReader]:
