@@ -372,3 +372,25 @@ def test_long_arguments_are_checked_without_a_copy_and_like_short_ones() -> None
     assert arguments_complete("[" + "1," * _MIB + "1]")
     assert not arguments_complete("[" + " " * (2 * _MIB) + "NaN]")  # not JSON
     assert not arguments_complete("[" * (2 * _MIB) + "]" * (2 * _MIB))  # too deep
+
+
+def test_deltas_wait_only_briefly_whatever_else_arrives() -> None:
+    from trio_sampler.wire._fold import PENDING_BYTES, PENDING_PARTS
+
+    acc = _accumulator(limit=256 * _MIB)
+    out: list[SamplingEvent] = []
+    most_text = most_tool = 0
+    for _ in range(3000):
+        acc.text("ab", out)  # small: they wait to be appended together
+        acc.reasoning("r", "x" * 700, out)
+        acc.tool_arguments("t", "c", out)
+        out.clear()
+        most_text = max(most_text, len(acc._text.parts))
+        most_tool = max(most_tool, len(acc.fold._tools[0].arguments.parts))
+    # The run of text waits at most one window of bytes (703 arrive per round), however
+    # the windows end; the tool's arguments at most its count of parts.
+    assert most_text <= PENDING_BYTES // 703 + 1, most_text
+    assert most_tool <= PENDING_PARTS, most_tool
+    response = acc.build_response()
+    assert response.text == "ab" * 3000
+    assert response.assistant.tool_calls[0].arguments == "c" * 3000

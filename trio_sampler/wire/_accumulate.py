@@ -45,7 +45,7 @@ from ..types import (
     ToolCallDelta,
     Usage,
 )
-from ._fold import PENDING_PARTS, ResponseFold, _Text, arguments_complete
+from ._fold import ResponseFold, _Text, arguments_complete
 
 __all__ = ["StreamAccumulator", "held_too_much"]
 
@@ -154,15 +154,14 @@ class StreamAccumulator:
             self._text = fold.text_slot(item)
             self._text_parts = self._text.parts
         # ResponseFold.text, inlined for the per-token path.
-        count = fold.text_chunks + 1
         held = fold.held_bytes + len(delta)
-        if count % PENDING_PARTS and held <= fold.roomy_bytes:
+        if held <= fold.settle_bytes:
             self._text_parts.append(delta)
             fold.held_bytes = held
         elif not fold.append(self._text, delta):
             self._refused(out)
             return
-        fold.text_chunks = count
+        fold.text_chunks += 1
         if not self.first_token_sent:
             self._first(out)
         chunk = self.chunk_index + 1

@@ -17,7 +17,7 @@ with an assistant item.
 
 Text is held once. Each piece of text (a run of answer text, a reasoning block and each
 of its summary parts, a tool call's arguments, the refusal) is one string that grows in
-place: deltas wait in a short list (:data:`PENDING_PARTS`) and are then appended to the
+place: deltas wait in a short list (:data:`PENDING_BYTES`) and are then appended to the
 string, which CPython resizes without copying while nothing else
 refers to it. The response shares those strings, so building it (or the ``partial`` of a
 failure) never joins a second copy of the text. :attr:`ResponseFold.held_bytes` counts
@@ -61,7 +61,7 @@ from ..types import (
     Usage,
 )
 
-__all__ = ["PENDING_PARTS", "ResponseFold", "arguments_complete"]
+__all__ = ["PENDING_BYTES", "PENDING_PARTS", "ResponseFold", "arguments_complete"]
 
 _TEXT = SamplingChannel.TEXT
 _REASONING = SamplingChannel.REASONING
@@ -117,8 +117,10 @@ def arguments_complete(arguments: str) -> bool:
     return True
 
 
-#: Deltas a text keeps apart before appending them to its one string: one resize per
-#: this many deltas instead of one per delta.
+#: Deltas wait to be appended to their text's one string (one resize for many deltas
+#: instead of one per delta) until this many bytes have arrived since the last append, or
+#: (reasoning, refusal, tool arguments) this many deltas are waiting in that text.
+PENDING_BYTES = 16 * 1024
 PENDING_PARTS = 128
 
 
@@ -209,6 +211,7 @@ class ResponseFold:
         #: characters (each takes at most 4 bytes, and so would every character already
         #: held): deltas are then only counted. Above it, each is checked exactly.
         self.roomy_bytes = limit // 4
+        self.settle_bytes = min(self.roomy_bytes, PENDING_BYTES)
 
     def reset(self) -> None:
         """Forget the output so far (a retry that discards the partial output)."""
@@ -218,7 +221,11 @@ class ResponseFold:
         self.text_chunks = 0
         #: Bytes of text held (answer, refusal, reasoning, tool arguments).
         self.held_bytes = 0
+        #: Deltas wait while no more than this is held (then they are appended): at most
+        #: :data:`PENDING_BYTES` more than at the last append, and never past ``roomy_bytes``.
+        self.settle_bytes = min(self.roomy_bytes, PENDING_BYTES)
         self._exact = False  # past ``roomy_bytes``: every delta is checked
+        self._run: _Text | None = None  # the run of text opened last
         self.model: str | None = None
         self.response_id: str | None = None
         #: The terminal event's own response (``Completed.response`` or a ``partial``).
@@ -231,7 +238,7 @@ class ResponseFold:
         """Add ``delta`` to ``text``; ``False`` if that would pass ``max_held_bytes``."""
         parts = text.parts
         held = self.held_bytes + len(delta)
-        if held <= self.roomy_bytes and len(parts) < PENDING_PARTS - 1:
+        if held <= self.settle_bytes and len(parts) < PENDING_PARTS - 1:
             parts.append(delta)
             self.held_bytes = held
             return True
@@ -248,6 +255,10 @@ class ResponseFold:
             text.parts.append(delta)
             self.held_bytes = held
             self._settled(text)
+            run = self._run
+            if run is not None and run.parts:
+                self._settled(run)  # its deltas wait without a count of their own
+            self.settle_bytes = min(self.roomy_bytes, self.held_bytes + PENDING_BYTES)
             return True
         if not self._exact:
             self._settle_all()
@@ -316,24 +327,23 @@ class ResponseFold:
     def text(self, index: int, delta: str) -> bool:
         text = self.text_slot(index)
         # The accumulator's per-token path does the same (see StreamAccumulator.text).
-        count = self.text_chunks + 1
         held = self.held_bytes + len(delta)
-        if count % PENDING_PARTS and held <= self.roomy_bytes:
+        if held <= self.settle_bytes:
             text.parts.append(delta)
             self.held_bytes = held
         elif not self.append(text, delta):
             return False
-        self.text_chunks = count
+        self.text_chunks += 1
         return True
 
     def text_slot(self, index: int) -> _Text:
         """Text item ``index`` (opened if new). The accumulator grows it directly on its
-        per-token path (as :meth:`text` does), counting ``text_chunks`` as it goes: the
-        count is what bounds the pending deltas of a run of text (one in
-        :data:`PENDING_PARTS` is appended with those before it)."""
+        per-token path (as :meth:`text` does), counting ``text_chunks`` as it goes; its
+        waiting deltas are appended whenever :data:`PENDING_BYTES` more have arrived."""
         slot = self._slots[index] if index < len(self._slots) else self._slot(index)
         if type(slot) is not _Text:
             slot = self._slots[index] = _Text()
+        self._run = slot
         return slot
 
     def refusal(self, delta: str) -> bool:
@@ -429,12 +439,11 @@ class ResponseFold:
                 if type(text) is not _Text:
                     text = self.text_slot(index)
                 delta = event.text
-                count = self.text_chunks + 1
                 held = self.held_bytes + len(delta)
-                if count % PENDING_PARTS and held <= self.roomy_bytes:
+                if held <= self.settle_bytes:
                     text.parts.append(delta)
                     self.held_bytes = held
-                    self.text_chunks = count
+                    self.text_chunks += 1
                 else:
                     self.text(index, delta)
             elif event.channel is _REASONING:
