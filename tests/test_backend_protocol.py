@@ -16,7 +16,9 @@ from trio_sampler import (
     ChannelToken,
     Completed,
     ConversationRequest,
+    Failed,
     SamplerConfig,
+    SamplingErrorKind,
     StopReason,
     User,
     open_sampler,
@@ -73,6 +75,36 @@ def test_the_toy_backend_replays_and_parses_through_the_table() -> None:
     assert end.response.stop_reason is StopReason.STOP
     assert parse_request("toy", b'{"prompt": "hi", "model": "t1"}').items == (User("hi"),)
     assert isinstance(toy_backend.BACKEND, WireBackend)
+
+
+@pytest.mark.parametrize(
+    ("reason", "kind", "retryable"),
+    [
+        ("busy", SamplingErrorKind.OVERLOADED, True),
+        ("bad_prompt", SamplingErrorKind.INVALID_REQUEST, False),
+    ],
+)
+def test_a_backend_classifies_its_own_in_stream_errors(
+    reason: str, kind: SamplingErrorKind, retryable: bool
+) -> None:
+    body = (
+        TOY_BODY[:25]
+        + b'data: {"error": {"reason": "'
+        + reason.encode()
+        + b'", "detail": "no"}}\n\n'
+    )
+    events = replay("toy", body)
+    end = events[-1]
+    assert isinstance(end, Failed)
+    assert (end.error.kind, end.error.retryable, end.error.error_code) == (kind, retryable, reason)
+    assert end.partial is not None and end.partial.text == "Hello"
+    assert get_backend("toy").classify_stream_error({"error": {"reason": reason}}).kind is kind
+
+
+def test_the_built_in_backends_share_one_in_stream_classifier() -> None:
+    payload = {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
+    infos = {name: get_backend(name).classify_stream_error(payload) for name in ApiBackend}
+    assert {info.kind for info in infos.values()} == {SamplingErrorKind.OVERLOADED}
 
 
 async def test_a_fourth_backend_runs_through_the_actor() -> None:

@@ -2,8 +2,10 @@
 
 The request is ``POST /toy/generate`` with ``{"model", "prompt"}``; the answer is
 data-only SSE: ``{"text": "..."}`` pieces, then ``{"stop": "...", "usage": {"in", "out"}}``.
-An ``{"error": {...}}`` event fails the stream. This module is the whole backend: a
-request builder, a request parser, a stream transform, and one ``register_backend`` call.
+An ``{"error": {"reason": ...}}`` event fails the stream: ``busy`` is worth a retry, any
+other reason is not. This module is the whole backend: a request builder, a request
+parser, a stream transform, its in-stream error classifier, and one ``register_backend``
+call.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 import orjson
 
 from trio_sampler import ConversationRequest, StopReason, Usage, User
-from trio_sampler.types import SamplingEvent
+from trio_sampler.types import SamplingErrorInfo, SamplingErrorKind, SamplingEvent
 from trio_sampler.wire import BuildOptions, StreamTransform, WireBackend, WireRequest
 from trio_sampler.wire import register_backend as register_backend
 
@@ -66,14 +68,36 @@ class ToyTransform(StreamTransform):
         pass
 
 
+def classify_stream_error(payload: Mapping[str, Any]) -> SamplingErrorInfo:
+    """The toy protocol's error event: ``{"error": {"reason": "busy" | ..., "detail"}}``."""
+    error = payload.get("error")
+    reason = error.get("reason") if isinstance(error, dict) else None
+    detail = error.get("detail") if isinstance(error, dict) else None
+    busy = reason == "busy"
+    return SamplingErrorInfo(
+        kind=SamplingErrorKind.OVERLOADED if busy else SamplingErrorKind.INVALID_REQUEST,
+        message=detail if isinstance(detail, str) else f"the toy server failed ({reason})",
+        retryable=busy,
+        error_code=reason if isinstance(reason, str) else None,
+    )
+
+
 BACKEND = WireBackend(
     name="toy",
     build=build_request,
     parse=parse_request,
     transform=ToyTransform,
     default_headers=(("toy-version", "1"),),
+    stream_errors=classify_stream_error,
 )
 
 register_backend(BACKEND)
 
-__all__ = ["BACKEND", "PATH", "ToyTransform", "build_request", "parse_request"]
+__all__ = [
+    "BACKEND",
+    "PATH",
+    "ToyTransform",
+    "build_request",
+    "classify_stream_error",
+    "parse_request",
+]

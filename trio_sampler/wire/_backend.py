@@ -1,11 +1,11 @@
 """The backend protocol: one small explicit interface per wire protocol, and the table.
 
 A backend is an object with a name, a request builder, a request parser, a transform
-factory and its default headers (:class:`Backend`). The three built-in ones are
-:class:`WireBackend` values defined by their subpackages; :func:`register_backend` adds
-another (a fourth protocol is one module plus one call). The client, the actor, the
-emulator and :func:`~trio_sampler.wire.replay` look backends up only here
-(:func:`get_backend`): no string imports, no ``getattr``.
+factory, its default headers and its in-stream error classifier (:class:`Backend`). The
+three built-in ones are :class:`WireBackend` values defined by their subpackages;
+:func:`register_backend` adds another (a fourth protocol is one module plus one call).
+The client, the actor, the emulator and :func:`~trio_sampler.wire.replay` look backends up
+only here (:func:`get_backend`): no string imports, no ``getattr``.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from ..types import ApiBackend, ConversationRequest
+from ..types import ApiBackend, ConversationRequest, SamplingErrorInfo
 from ._request import BuildOptions, WireRequest
 from ._transform import StreamTransform
+from .errors import classify_stream_error
 
 __all__ = ["Backend", "WireBackend", "backend_name", "backends", "get_backend", "register_backend"]
 
@@ -48,6 +49,11 @@ class Backend(Protocol):
         """A fresh stream transform for one attempt."""
         ...
 
+    def classify_stream_error(self, payload: Mapping[str, Any]) -> SamplingErrorInfo:
+        """What an error event inside a 200 stream of this protocol means: its kind and
+        whether a retry may help (the transform ends the stream with it)."""
+        ...
+
 
 @attrs.frozen
 class WireBackend:
@@ -58,6 +64,9 @@ class WireBackend:
     parse: Callable[[bytes | Mapping[str, Any]], ConversationRequest]
     transform: Callable[..., StreamTransform]
     default_headers: tuple[tuple[str, str], ...] = ()
+    #: The in-stream error classifier (by default the one the built-in protocols share,
+    #: :func:`trio_sampler.wire.classify_stream_error`); every new transform uses it.
+    stream_errors: Callable[[Mapping[str, Any]], SamplingErrorInfo] = classify_stream_error
 
     def build_request(self, request: ConversationRequest, options: BuildOptions) -> WireRequest:
         return self.build(request, options)
@@ -66,7 +75,12 @@ class WireBackend:
         return self.parse(body)
 
     def new_transform(self, request_id: str, *, provider: str | None = None) -> StreamTransform:
-        return self.transform(request_id, provider=provider)
+        transform = self.transform(request_id, provider=provider)
+        transform.classify_stream_error = self.stream_errors
+        return transform
+
+    def classify_stream_error(self, payload: Mapping[str, Any]) -> SamplingErrorInfo:
+        return self.stream_errors(payload)
 
 
 _TABLE: dict[str, Backend] = {}
@@ -78,7 +92,8 @@ def register_backend(backend: Backend) -> None:
     if not isinstance(backend, Backend):
         raise TypeError(
             f"{backend!r} is not a Backend: it needs name, default_headers, build_request, "
-            "parse_request and new_transform (see trio_sampler.wire.WireBackend)"
+            "parse_request, new_transform and classify_stream_error "
+            "(see trio_sampler.wire.WireBackend)"
         )
     if backend.name in _TABLE:
         raise ValueError(f"a backend named {backend.name!r} is already registered")

@@ -21,7 +21,7 @@ After the terminal every call returns ``[]``.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import orjson
@@ -116,6 +116,12 @@ class StreamTransform(abc.ABC):
     def __init__(self, request_id: str = "stream", *, provider: str | None = None) -> None:
         self.request_id = request_id
         self.provider = provider
+        #: How an error event inside the 200 stream is classified: the backend's
+        #: :meth:`~trio_sampler.wire.Backend.classify_stream_error` (set by
+        #: :meth:`~trio_sampler.wire.WireBackend.new_transform`; the shared one otherwise).
+        self.classify_stream_error: Callable[[Mapping[str, Any]], SamplingErrorInfo] = (
+            classify_stream_error
+        )
         #: The provider's quirks (validated: an unknown name raises ``ValueError`` here).
         self.profile = profile_for(provider)
         self.acc = StreamAccumulator(request_id, self.backend)
@@ -253,7 +259,7 @@ class StreamTransform(abc.ABC):
 
     def _stream_error(self, payload: Mapping[str, Any], out: list[SamplingEvent]) -> None:
         """An error event inside the 200 stream → ``Failed`` with the partial output."""
-        self.acc.fail(classify_stream_error(payload), out)
+        self.acc.fail(self.classify_stream_error(payload), out)
 
     def _serialization_failure(self, message: str, out: list[SamplingEvent]) -> None:
         self.acc.fail(error_info(SamplingErrorKind.SERIALIZATION, message), out)
