@@ -27,7 +27,7 @@ from trio_sampler.types import (
     SamplingEvent,
     ToolCallDelta,
 )
-from trio_sampler.wire import ResponseFold, collect
+from trio_sampler.wire import ResponseFold, collect, new_transform
 from trio_sampler.wire._accumulate import StreamAccumulator
 
 _MIB = 1024 * 1024
@@ -276,8 +276,8 @@ def test_held_bytes_follow_the_width_of_the_text() -> None:
 
 def test_response_memory_stops_the_largest() -> None:
     memory = ResponseMemory(100)
-    accs = [_accumulator() for _ in range(3)]
-    small, large, medium = (memory.hold(acc) for acc in accs)
+    transforms = [new_transform(ApiBackend.CHAT_COMPLETIONS, f"r{n}") for n in range(3)]
+    small, large, medium = (memory.hold(transform) for transform in transforms)
     memory.update(small, 10)
     memory.update(large, 60)
     memory.update(medium, 30)

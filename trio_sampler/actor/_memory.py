@@ -21,7 +21,7 @@ import trio
 
 from ..client import SamplingClientError
 from ..types import SamplingErrorInfo, SamplingErrorKind
-from ..wire._accumulate import StreamAccumulator
+from ..wire import StreamTransform
 
 __all__ = ["DEFAULT_MAX_BUFFERED_RESPONSE_BYTES", "Holding", "ResponseMemory"]
 
@@ -40,9 +40,9 @@ class ResponseMemory:
         self.peak = 0
         self._live: set[Holding] = set()
 
-    def hold(self, acc: StreamAccumulator) -> Holding:
-        """Start counting what the attempt behind ``acc`` holds."""
-        holding = Holding(self, acc)
+    def hold(self, transform: StreamTransform) -> Holding:
+        """Start counting what the attempt behind ``transform`` holds."""
+        holding = Holding(self, transform)
         self._live.add(holding)
         return holding
 
@@ -88,9 +88,9 @@ def _held(holding: Holding) -> int:
 class Holding:
     """What one attempt holds; the body iterator that reports it and can be stopped."""
 
-    def __init__(self, memory: ResponseMemory, acc: StreamAccumulator) -> None:
+    def __init__(self, memory: ResponseMemory, transform: StreamTransform) -> None:
         self._memory = memory
-        self._acc = acc
+        self._transform = transform
         self.bytes = 0
         #: Chosen to stop: every read from now on fails with the memory's error.
         self.stopped = False
@@ -115,10 +115,10 @@ class Holding:
 
     async def __anext__(self) -> bytes:
         assert self._chunks is not None
-        if self._acc.finished:
+        if self._transform.finished:
             self.release()  # the response (or partial) is the consumer's now
         else:
-            self._memory.update(self, self._acc.held_bytes)
+            self._memory.update(self, self._transform.held_bytes)
         if not self.stopped:
             with trio.CancelScope() as self._scope:
                 try:

@@ -828,7 +828,7 @@ class RequestRunner:
         elif result is not None and result.partial is not None:
             usage = result.partial.usage
         elif state.transform is not None:
-            usage = state.transform.acc.usage
+            usage = state.transform.usage
         with trio.CancelScope(shield=True):
             await self._admission.settle(ticket, usage)
 
@@ -938,8 +938,8 @@ class RequestRunner:
             paced.sending()
         transform = new_transform(config.backend, state.request_id, provider=config.provider)
         # One stream holds at most what it may read; all of them together, ``_memory``.
-        transform.acc.fold.max_held_bytes = config.max_response_bytes
-        holding = self._memory.hold(transform.acc) if self._memory is not None else None
+        transform.max_held_bytes = config.max_response_bytes
+        holding = self._memory.hold(transform) if self._memory is not None else None
         # Disarmed attempts run the detector too: an accepted response carries its trigger.
         detector = TailRepetitionDetector(self._doom) if self._doom.enabled else None
         state.transform = transform

@@ -37,6 +37,7 @@ from ..types import (
     SamplingErrorKind,
     SamplingEvent,
     StreamStarted,
+    Usage,
 )
 from ._accumulate import StreamAccumulator
 from ._ratelimit import parse_rate_limits
@@ -140,6 +141,26 @@ class StreamTransform(abc.ABC):
     def finished(self) -> bool:
         """True once the terminal event was produced."""
         return self.acc.finished
+
+    @property
+    def usage(self) -> Usage | None:
+        """The usage the server has reported so far (``None`` before any report)."""
+        return self.acc.usage
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of response text the stream holds, as CPython stores them."""
+        return self.acc.held_bytes
+
+    @property
+    def max_held_bytes(self) -> int:
+        """The most text the stream may hold (see :attr:`held_bytes`); a delta past it
+        ends the stream with ``Failed`` (``response_too_large``). No bound by default."""
+        return self.acc.fold.max_held_bytes
+
+    @max_held_bytes.setter
+    def max_held_bytes(self, limit: int) -> None:
+        self.acc.fold.max_held_bytes = limit
 
     @property
     def outcome(self) -> Completed | Failed | None:
