@@ -13,7 +13,7 @@ from fakes import DONE, Reply, ScriptedTransport, chat_chunk, chat_stream, error
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trio_sampler.actor import open_sampler
+from trio_sampler.actor import SamplerHandle, open_sampler
 from trio_sampler.config import RetryPolicy, Timeouts
 from trio_sampler.types import (
     Cancelled,
@@ -82,6 +82,35 @@ def test_exactly_one_terminal_under_random_faults(
     trio.run(_run, plans, seed, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
+async def run_plans(
+    sampler: SamplerHandle, cancels: list[float | None]
+) -> dict[int, list[SamplingEvent]]:
+    """Submit ``User("request N")`` for every N at once, cancel request N after
+    ``cancels[N]`` seconds (never when ``None``), and return every request's events."""
+    results: dict[int, list[SamplingEvent]] = {}
+
+    async def one(index: int, cancel_at: float | None) -> None:
+        stream = await sampler.submit(ConversationRequest(items=[User(f"request {index}")]))
+        events: list[SamplingEvent] = []
+        async with trio.open_nursery() as nursery:
+            if cancel_at is not None:
+
+                async def canceller() -> None:
+                    await trio.sleep(cancel_at)
+                    stream.cancel()
+
+                nursery.start_soon(canceller)
+            async for event in stream:
+                events.append(event)
+            nursery.cancel_scope.cancel()
+        results[index] = events
+
+    async with trio.open_nursery() as nursery:
+        for index, cancel_at in enumerate(cancels):
+            nursery.start_soon(one, index, cancel_at)
+    return results
+
+
 async def _run(plans: list[tuple[list[tuple[str, int]], float | None]], seed: int) -> None:
     attempts: dict[int, int] = {}
     served: dict[int, list[str]] = {}
@@ -103,30 +132,9 @@ async def _run(plans: list[tuple[list[tuple[str, int]], float | None]], seed: in
         retry=RetryPolicy(max_retries=MAX_RETRIES, base_delay=1.0, max_delay=4.0),
         timeouts=Timeouts(first_token=30.0, idle=10.0),
     )
-    results: dict[int, list[SamplingEvent]] = {}
     transport = ScriptedTransport(script)
     async with open_sampler(config, transport=transport, seed=seed) as sampler:
-
-        async def one(index: int, cancel_at: float | None) -> None:
-            request = ConversationRequest(items=[User(f"request {index}")])
-            stream = await sampler.submit(request)
-            events: list[SamplingEvent] = []
-            async with trio.open_nursery() as nursery:
-                if cancel_at is not None:
-
-                    async def canceller() -> None:
-                        await trio.sleep(cancel_at)
-                        stream.cancel()
-
-                    nursery.start_soon(canceller)
-                async for event in stream:
-                    events.append(event)
-                nursery.cancel_scope.cancel()
-            results[index] = events
-
-        async with trio.open_nursery() as nursery:
-            for index, (_, cancel_at) in enumerate(plans):
-                nursery.start_soon(one, index, cancel_at)
+        results = await run_plans(sampler, [cancel_at for _, cancel_at in plans])
 
     # Every response body the client opened was closed (no leaked connections).
     assert transport.closed_bodies == transport.opened_bodies

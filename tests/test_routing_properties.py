@@ -14,20 +14,17 @@ import trio.testing
 from fakes import Reply, ScriptedTransport, chat_stream, make_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_actor_properties import FAULTS, fault_reply
+from test_actor_properties import FAULTS, fault_reply, run_plans
 
 from trio_sampler import (
     BreakerPolicy,
     Cancelled,
     Completed,
-    ConversationRequest,
     Failed,
     HedgePolicy,
     Route,
     RouteCapabilities,
     RoutingPolicy,
-    SamplingEvent,
-    User,
     collect,
     open_sampler,
 )
@@ -97,31 +94,11 @@ async def _run(
         hedge=HedgePolicy(delay_s=2.0) if hedging else None,
         continue_by_prefill=continuing,
     )
-    results: dict[int, list[SamplingEvent]] = {}
     transport = ScriptedTransport(script)
     async with open_sampler(
         routing.routes[0].config, routing=routing, transport=transport, seed=seed
     ) as sampler:
-
-        async def one(index: int, cancel_at: float | None) -> None:
-            stream = await sampler.submit(ConversationRequest(items=[User(f"request {index}")]))
-            events: list[SamplingEvent] = []
-            async with trio.open_nursery() as nursery:
-                if cancel_at is not None:
-
-                    async def canceller() -> None:
-                        await trio.sleep(cancel_at)
-                        stream.cancel()
-
-                    nursery.start_soon(canceller)
-                async for event in stream:
-                    events.append(event)
-                nursery.cancel_scope.cancel()
-            results[index] = events
-
-        async with trio.open_nursery() as nursery:
-            for index, (_, cancel_at) in enumerate(plans):
-                nursery.start_soon(one, index, cancel_at)
+        results = await run_plans(sampler, [cancel_at for _, cancel_at in plans])
 
     assert transport.closed_bodies == transport.opened_bodies
     for index, events in results.items():
