@@ -74,6 +74,12 @@ import httpx2
 import orjson
 import trio
 
+try:
+    from benchmarks.common import cpu_seconds, read_request
+except ModuleNotFoundError:  # run as a script: python benchmarks/bench_actor.py
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from benchmarks.common import cpu_seconds, read_request
+
 from trio_sampler.actor import RequestStream, SamplerHandle, open_sampler
 from trio_sampler.config import RetryPolicy, SamplerConfig, Timeouts
 from trio_sampler.types import (
@@ -293,12 +299,7 @@ class Server:
 
     def cpu_seconds(self) -> float:
         """User + system CPU of the server processes so far (from ``/proc``)."""
-        total = 0
-        for pid in self.pids:
-            with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-        return total / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.pids)
 
     def open_files(self) -> int:
         """File descriptors the server processes hold (sockets included)."""
@@ -1136,28 +1137,6 @@ def _race_response(number: int) -> bytes:
     )
 
 
-async def _read_request(stream: trio.SocketStream) -> bool:
-    """Read one request (head and content-length body); False if the peer closed first."""
-    buffer = b""
-    while b"\r\n\r\n" not in buffer:
-        data = await stream.receive_some(65536)
-        if not data:
-            return False
-        buffer += data
-    head, _, body = buffer.partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value.strip())
-    while len(body) < length:
-        data = await stream.receive_some(65536)
-        if not data:
-            return False
-        body += data
-    return True
-
-
 async def cell_keepalive_race(spec: dict[str, Any]) -> dict[str, Any]:
     """The keep-alive race, over loopback: the server answers a connection's request and
     closes the connection ``close_after_s`` later, without saying so (no ``connection:
@@ -1176,7 +1155,7 @@ async def cell_keepalive_race(spec: dict[str, Any]) -> dict[str, Any]:
     async def on_connection(stream: trio.SocketStream) -> None:
         counts["connections"] += 1
         try:
-            if not await _read_request(stream):
+            if await read_request(stream) is None:
                 return
             counts["answered"] += 1
             await stream.send_all(_race_response(counts["answered"]))

@@ -37,6 +37,12 @@ from typing import Any
 
 import orjson
 
+try:
+    from benchmarks.common import cpu_seconds
+except ModuleNotFoundError:  # run as a script: python benchmarks/bench_loadtest.py
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from benchmarks.common import cpu_seconds
+
 DEFAULT_JSON = Path(__file__).parent / "results" / "bench_loadtest.json"
 MODEL = "bench-model"
 FIRST_TOKEN_MS = 250.0
@@ -77,12 +83,8 @@ class Server:
             raise
 
     def cpu_seconds(self) -> float:
-        total = 0
-        for proc in self.procs:
-            with open(f"/proc/{proc.pid}/stat", encoding="ascii") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-        return total / os.sysconf("SC_CLK_TCK")
+        """User + system CPU of the server processes so far (from ``/proc``)."""
+        return cpu_seconds(proc.pid for proc in self.procs)
 
     def close(self) -> None:
         for proc in self.procs:

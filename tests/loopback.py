@@ -1,6 +1,6 @@
 """Hand-written HTTP/1.1 servers on a free loopback port, for the tests that need a server
 to answer byte by byte (hostile replies, captured bodies, a toy protocol): the emulator is
-too well behaved for them."""
+too well behaved for them. :func:`read_request` is the benchmarks' own."""
 
 from __future__ import annotations
 
@@ -10,33 +10,9 @@ from contextlib import asynccontextmanager
 
 import trio
 
+from benchmarks.common import read_request
+
 __all__ = ["read_request", "serve"]
-
-# A request head longer than this is not a request these tests send.
-_MAX_HEAD = 1 << 20
-
-
-async def read_request(stream: trio.SocketStream) -> tuple[bytes, bytes] | None:
-    """One request's head (without the blank line) and its ``content-length`` body;
-    ``None`` when the peer closes (or sends a megabyte of head) first."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = await stream.receive_some(65536)
-        if not chunk or len(data) > _MAX_HEAD:
-            return None
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value.strip())
-    while len(body) < length:
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            return None
-        body += chunk
-    return head, body
 
 
 @asynccontextmanager

@@ -1,0 +1,47 @@
+"""Small pieces the benchmark scripts share (and the tests' hand-written servers use): the
+CPU time of child processes, and one HTTP/1.1 request read off a socket."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+import trio
+
+__all__ = ["cpu_seconds", "read_request"]
+
+# A request head longer than this is not a request these servers are sent.
+_MAX_HEAD = 1 << 20
+
+
+def cpu_seconds(pids: Iterable[int]) -> float:
+    """User + system CPU of the processes ``pids`` so far (from ``/proc``)."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+async def read_request(stream: trio.SocketStream) -> tuple[bytes, bytes] | None:
+    """One request's head (without the blank line) and its ``content-length`` body;
+    ``None`` when the peer closes (or sends a megabyte of head) first."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = await stream.receive_some(65536)
+        if not chunk or len(data) > _MAX_HEAD:
+            return None
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            return None
+        body += chunk
+    return head, body
