@@ -44,13 +44,32 @@ from ._ratelimit import parse_rate_limits
 from .errors import classify_stream_error, error_info, internal_error
 from .sse import ServerSentEvent
 
-__all__ = ["ProviderDataError", "StreamTransform", "reported_cost", "truncated_stream_error"]
+__all__ = [
+    "ProviderDataError",
+    "StreamTransform",
+    "reported_cost",
+    "str_field",
+    "truncated_stream_error",
+]
 
 
 class ProviderDataError(ValueError):
     """Provider data that does not have the documented shape (a field of the wrong type,
     a required field missing). Raised by a transform's explicit checks; it becomes a
     ``Failed`` of kind ``serialization``, never an exception out of the transform."""
+
+
+def str_field(obj: Mapping[str, Any], field: str, label: str | None = None) -> str:
+    """A provider's text field: absent or null is ``""``; any type but a string is
+    malformed (:class:`ProviderDataError`, named ``<obj[label]>.<field>`` when ``label``
+    is given, e.g. the event's ``type``)."""
+    value = obj.get(field)
+    if type(value) is str:
+        return value
+    if value is None:
+        return ""
+    name = f"{obj.get(label)}.{field}" if label is not None else field
+    raise ProviderDataError(f"{name} is {type(value).__name__}, not a string")
 
 
 def truncated_stream_error(what: str) -> SamplingErrorInfo:

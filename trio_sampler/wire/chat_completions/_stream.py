@@ -22,7 +22,13 @@ from ...types import (
     Usage,
 )
 from .._fold import arguments_complete
-from .._transform import ProviderDataError, StreamTransform, reported_cost, truncated_stream_error
+from .._transform import (
+    ProviderDataError,
+    StreamTransform,
+    reported_cost,
+    str_field,
+    truncated_stream_error,
+)
 
 __all__ = ["ChatCompletionsTransform"]
 
@@ -38,16 +44,6 @@ _FINISH_REASONS: dict[str, StopReason] = {
 }
 
 _ORIGIN = ApiBackend.CHAT_COMPLETIONS
-
-
-def _text_field(obj: dict[str, Any], field: str) -> str:
-    """A text field: absent or null is ``""``; any type but a string is malformed."""
-    value = obj.get(field)
-    if type(value) is str:
-        return value
-    if value is None:
-        return ""
-    raise ProviderDataError(f"{field} is {type(value).__name__}, not a string")
 
 
 def _int(value: Any) -> int:
@@ -195,7 +191,7 @@ class ChatCompletionsTransform(StreamTransform):
         # Reasoning first: within one chunk it precedes the answer it leads to.
         details = delta.get("reasoning_details")
         if not (details and self._on_reasoning_details(details, out)):
-            reasoning = _text_field(delta, "reasoning_content") or _text_field(delta, "reasoning")
+            reasoning = str_field(delta, "reasoning_content") or str_field(delta, "reasoning")
             if reasoning:
                 acc.reasoning(self._reasoning_key, reasoning, out)
         content = delta.get("content")
@@ -205,7 +201,7 @@ class ChatCompletionsTransform(StreamTransform):
             if type(content) is not str:
                 raise ProviderDataError(f"delta.content is {type(content).__name__}")
             acc.text(content, out)
-        refusal = _text_field(delta, "refusal")
+        refusal = str_field(delta, "refusal")
         if refusal:
             self._refused = True
             acc.refusal(refusal, out)
@@ -234,15 +230,15 @@ class ChatCompletionsTransform(StreamTransform):
                 raise ProviderDataError(f"a delta.content part is {type(part).__name__}")
             kind = part.get("type")
             if kind == "text":
-                acc.text(_text_field(part, "text"), out)
+                acc.text(str_field(part, "text"), out)
             elif kind == "thinking":
                 thinking = part.get("thinking")
                 if type(thinking) is list:
                     for inner in thinking:
                         if type(inner) is dict and inner.get("type") == "text":
-                            acc.reasoning(self._reasoning_key, _text_field(inner, "text"), out)
+                            acc.reasoning(self._reasoning_key, str_field(inner, "text"), out)
                 else:
-                    acc.reasoning(self._reasoning_key, _text_field(part, "thinking"), out)
+                    acc.reasoning(self._reasoning_key, str_field(part, "thinking"), out)
             else:
                 self.unknown_events += 1  # images, references, future part types
 

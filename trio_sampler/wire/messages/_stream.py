@@ -35,7 +35,13 @@ from typing import Any, ClassVar, Final
 import orjson
 
 from ...types import ApiBackend, BackendToolCall, SamplingEvent, StopReason, Usage
-from .._transform import ProviderDataError, StreamTransform, reported_cost, truncated_stream_error
+from .._transform import (
+    ProviderDataError,
+    StreamTransform,
+    reported_cost,
+    str_field,
+    truncated_stream_error,
+)
 
 __all__ = ["STOP_REASONS", "MessagesTransform"]
 
@@ -440,19 +446,19 @@ class MessagesTransform(StreamTransform):
     def _on_text_delta(
         self, block: _Block | None, delta: dict[str, Any], out: list[SamplingEvent]
     ) -> None:
-        self.acc.text(_delta_str(delta, "text"), out)
+        self.acc.text(str_field(delta, "text", "type"), out)
 
     def _on_thinking_delta(
         self, block: _Block | None, delta: dict[str, Any], out: list[SamplingEvent]
     ) -> None:
-        thinking = _delta_str(delta, "thinking")
+        thinking = str_field(delta, "thinking", "type")
         if block is not None and block.kind == _THINKING:
             self.acc.reasoning(block, thinking, out)
 
     def _on_signature_delta(
         self, block: _Block | None, delta: dict[str, Any], out: list[SamplingEvent]
     ) -> None:
-        signature = _delta_str(delta, "signature")
+        signature = str_field(delta, "signature", "type")
         if block is not None and block.kind == _THINKING:
             # Replaces, never appends (the thinking text is complete by now).
             block.signature = signature or None
@@ -460,7 +466,7 @@ class MessagesTransform(StreamTransform):
     def _on_input_delta(
         self, block: _Block | None, delta: dict[str, Any], out: list[SamplingEvent]
     ) -> None:
-        partial = _delta_str(delta, "partial_json")
+        partial = str_field(delta, "partial_json", "type")
         if block is None or not partial:
             return
         if block.kind == _TOOL:
@@ -473,13 +479,3 @@ class MessagesTransform(StreamTransform):
         self, block: _Block | None, delta: dict[str, Any], out: list[SamplingEvent]
     ) -> None:
         pass
-
-
-def _delta_str(delta: dict[str, Any], field: str) -> str:
-    """A delta's string field; absent or null is ``""``, any other type is malformed."""
-    value = delta.get(field)
-    if type(value) is str:
-        return value
-    if value is None:
-        return ""
-    raise ProviderDataError(f"{delta.get('type')}.{field} is {type(value).__name__}, not a string")

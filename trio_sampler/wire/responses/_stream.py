@@ -34,7 +34,12 @@ from ...types import (
     StopReason,
     Usage,
 )
-from .._transform import ProviderDataError, StreamTransform, reported_cost, truncated_stream_error
+from .._transform import (
+    StreamTransform,
+    reported_cost,
+    str_field,
+    truncated_stream_error,
+)
 from ..sse import ServerSentEvent
 
 __all__ = ["HOSTED_TOOL_ITEMS", "ResponsesTransform"]
@@ -97,16 +102,6 @@ _INCOMPLETE: dict[str, StopReason] = {
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def _delta(payload: Mapping[str, Any]) -> str:
-    """An event's ``delta`` text: absent or null is ``""``; any other type is malformed."""
-    value = payload.get("delta")
-    if isinstance(value, str):
-        return value
-    if value is None:
-        return ""
-    raise ProviderDataError(f"{payload.get('type')}.delta is {type(value).__name__}")
 
 
 def _int(value: Any) -> int:
@@ -301,31 +296,31 @@ class ResponsesTransform(StreamTransform):
         pass
 
     def _on_text_delta(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
-        self.acc.text(_delta(payload), out)
+        self.acc.text(str_field(payload, "delta", "type"), out)
 
     def _on_refusal_delta(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
-        self.acc.refusal(_delta(payload), out)
+        self.acc.refusal(str_field(payload, "delta", "type"), out)
 
     def _on_part_added(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
         if _dict(payload.get("part")).get("type") == "refusal":
             self.acc.refusal("", out)  # a refusal part, even before (or without) deltas
 
     def _on_summary_delta(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
-        delta = _delta(payload)
+        delta = str_field(payload, "delta", "type")
         if delta:
             index = payload.get("summary_index")
             index = index if isinstance(index, int) and index >= 0 else 0
             self.acc.reasoning(self._key(payload), delta, out, summary_index=index)
 
     def _on_reasoning_text_delta(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
-        delta = _delta(payload)
+        delta = str_field(payload, "delta", "type")
         if delta:
             self.acc.reasoning(self._key(payload), delta, out)
 
     # -- function calls ---------------------------------------------------------------
 
     def _on_arguments_delta(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
-        delta = _delta(payload)
+        delta = str_field(payload, "delta", "type")
         if delta:
             self.acc.tool_arguments(self._key(payload), delta, out)
 
