@@ -675,20 +675,18 @@ class RequestRunner:
                 return fail_over
             if decision.action is RetryAction.FAIL:
                 return Failed(state.request_id, error, last_partial, metrics.build(last_partial))
+            spent = None
             if budget is not None and not budget.try_spend(trio.current_time()):
-                budget_error = attrs.evolve(
-                    error, message=f"{error.message} (not retried: the retry budget is spent)"
-                )
+                spent = "the retry budget"
+            elif self._admission is not None and not await self._admission.retry_allowed(error):
+                spent = "the fleet retry budget"
+            if spent is not None:
+                message = f"{error.message} (not retried: {spent} is spent)"
                 return Failed(
-                    state.request_id, budget_error, last_partial, metrics.build(last_partial)
-                )
-            if self._admission is not None and not await self._admission.retry_allowed(error):
-                budget_error = attrs.evolve(
-                    error,
-                    message=f"{error.message} (not retried: the fleet retry budget is spent)",
-                )
-                return Failed(
-                    state.request_id, budget_error, last_partial, metrics.build(last_partial)
+                    state.request_id,
+                    attrs.evolve(error, message=message),
+                    last_partial,
+                    metrics.build(last_partial),
                 )
             consecutive_rate_limits = (
                 consecutive_rate_limits + 1 if error.kind is SamplingErrorKind.RATE_LIMITED else 0
