@@ -222,15 +222,10 @@ class RequestRunner:
         terminal: TerminalEvent | None = None
         try:
             with state.scope:
-                # The request's own nursery: helper tasks of this request live and die
-                # here, inside the request's cancel scope.
-                async with trio.open_nursery() as nursery:
-                    state.nursery = nursery
-                    try:
-                        terminal = await self._run(state)
-                    except Exception as exc:  # a bug of ours: a typed terminal, no crash
-                        terminal = self._internal_error(state, exc)
-        except Exception as exc:  # a helper task's bug, arriving as an ExceptionGroup
+                # Helper tasks (hedged attempts) run in a nursery of their own, opened
+                # inside this scope only while they run (``_race``).
+                terminal = await self._run(state)
+        except Exception as exc:  # a bug of ours (a helper's: an ExceptionGroup): typed
             terminal = self._internal_error(state, exc)
         finally:
             # Cancelled: a cancel() recorded its terminal already (finish keeps the first).
@@ -244,7 +239,6 @@ class RequestRunner:
                     partial,
                     state.metrics.build(partial),
                 )
-            state.nursery = None
             state.finish(terminal)
 
     def _priced(
@@ -267,12 +261,10 @@ class RequestRunner:
         ``Timeouts.total`` deadline counted from submit: waiting for a ``max_concurrency``
         slot, backoff sleeps, fail-overs and a consumer that stops reading all spend it."""
         total = state.config.timeouts.total
-        deadline = state.submitted_at + total if total else math.inf
-        with trio.CancelScope(deadline=deadline) as total_scope:
-            if self._limiter is not None:
-                async with self._limiter:
-                    return await self._chain(state)
-            return await self._chain(state)
+        if not total:  # no deadline: no scope to enter and leave
+            return await self._limited_chain(state)
+        with trio.CancelScope(deadline=state.submitted_at + total) as total_scope:
+            return await self._limited_chain(state)
         # Only reached when the total deadline fired.
         assert total_scope.cancelled_caught
         partial = self._priced(state.partial(), state.serving) or state.last_partial
@@ -287,6 +279,13 @@ class RequestRunner:
             partial,
             state.metrics.build(partial),
         )
+
+    async def _limited_chain(self, state: RequestState) -> TerminalEvent:
+        """The chain, in a ``max_concurrency`` slot when the sampler has a limit."""
+        if self._limiter is not None:
+            async with self._limiter:
+                return await self._chain(state)
+        return await self._chain(state)
 
     def _with_cost(
         self, response: ConversationResponse, config: SamplerConfig

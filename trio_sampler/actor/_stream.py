@@ -123,8 +123,6 @@ class RequestState:
     task_done: trio.Event = attrs.field(factory=trio.Event)
     terminal: TerminalEvent | None = None
     cancel_reason: str | None = None
-    #: The request's own nursery (helper tasks of the request run there), once open.
-    nursery: trio.Nursery | None = None
     #: The transform of the attempt in progress (its accumulation is the partial output).
     transform: StreamTransform | None = None
     #: Batches handed to the channel, and taken out of it by the consumer.
@@ -164,8 +162,15 @@ class RequestState:
         return partial_output(transform)
 
     async def emit(self, batch: list[SamplingEvent]) -> None:
-        """Send one batch of non-terminal events, waiting for buffer credit (backpressure)."""
-        await self.credits.acquire()
+        """Send one batch of non-terminal events, waiting for buffer credit (backpressure).
+
+        Not a checkpoint while credit is left: every attempt's read that produced the
+        batch was one already, so yielding here too would only add a scheduling round
+        per read."""
+        try:
+            self.credits.acquire_nowait()
+        except trio.WouldBlock:
+            await self.credits.acquire()
         try:
             self.send.send_nowait(self.redactor.events(batch))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
