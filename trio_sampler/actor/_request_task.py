@@ -1063,15 +1063,10 @@ class RequestRunner:
 
     @staticmethod
     def _feed(transform: StreamTransform, decoder: SSEDecoder, chunk: bytes) -> list[SamplingEvent]:
-        events: list[SamplingEvent] = []
         try:
-            for sse in decoder.feed(chunk):
-                events.extend(transform.feed(sse))
-                if transform.finished:
-                    break
+            return transform.feed_payloads(decoder.feed_payloads(chunk))
         except SSEDecodeError as exc:
-            events.extend(transform.abort(decode_failure(exc)))
-        return events
+            return transform.abort(decode_failure(exc))
 
     @classmethod
     def _feed_to_content(
@@ -1090,9 +1085,7 @@ class RequestRunner:
 
     @staticmethod
     def _close(transform: StreamTransform, decoder: SSEDecoder) -> list[SamplingEvent]:
-        events: list[SamplingEvent] = []
-        for sse in decoder.close():
-            events.extend(transform.feed(sse))
+        events = transform.feed_payloads(decoder.close_payloads())
         events.extend(transform.close())
         return events
 

@@ -44,18 +44,12 @@ def replay(
     events = transform.start(headers)
     if isinstance(chunks, bytes | bytearray | memoryview):
         chunks = [bytes(chunks)]
-    # Bound methods hoisted out of the per-event loop (it runs once per SSE event).
-    feed_bytes = decoder.feed
-    feed_event = transform.feed
-    extend = events.extend
     try:
         for chunk in chunks:
-            for sse in feed_bytes(chunk):
-                extend(feed_event(sse))
+            events.extend(transform.feed_payloads(decoder.feed_payloads(chunk)))
             if transform.finished:
                 return events
-        for sse in decoder.close():
-            extend(feed_event(sse))
+        events.extend(transform.feed_payloads(decoder.close_payloads()))
     except SSEDecodeError as exc:
         events.extend(transform.abort(decode_failure(exc)))
         return events

@@ -29,9 +29,17 @@ Comment lines are skipped as they arrive and never buffered, so they are not bou
 At end of body, :meth:`SSEDecoder.close` dispatches an event whose lines were all
 complete but that lacked the final blank line (some servers omit it), and discards an
 unterminated last line: a body cut mid-line is a truncated stream, not an event.
+
+Per event, the cost that matters is what a stream of small events pays: lines stay
+``bytes`` until their event is dispatched, and :meth:`SSEDecoder.feed_payloads` hands a
+data-only event over as its raw bytes (no ``str``, no event object), which
+:meth:`StreamTransform.feed_payloads <trio_sampler.wire.StreamTransform.feed_payloads>`
+parses as they are.
 """
 
 from __future__ import annotations
+
+from typing import TypeAlias
 
 import attrs
 
@@ -40,7 +48,9 @@ __all__ = [
     "SSEDecodeError",
     "SSEDecoder",
     "SSEEventTooLarge",
+    "SSEPayload",
     "ServerSentEvent",
+    "payload_event",
 ]
 
 #: Default bound on one event's size: generous for huge tool arguments, still bounded.
@@ -57,6 +67,18 @@ class ServerSentEvent:
     event: str = "message"
     id: str | None = None
     retry: int | None = None
+
+
+#: One decoded event as :meth:`SSEDecoder.feed_payloads` gives it: the raw data of an event
+#: that is a ``data`` field alone, or the whole event.
+SSEPayload: TypeAlias = "bytes | ServerSentEvent"
+
+
+def payload_event(item: SSEPayload) -> ServerSentEvent:
+    """The :class:`ServerSentEvent` an :data:`SSEPayload` stands for."""
+    if type(item) is bytes:
+        return ServerSentEvent(item.decode("utf-8", "replace"))
+    return item  # type: ignore[return-value]
 
 
 class SSEDecodeError(ValueError):
@@ -105,7 +127,8 @@ class SSEDecoder:
         self._skip_lf = False  # last chunk ended in \r: a leading \n belongs to it
         self._in_comment = False  # inside a comment line split across chunks
         self._failed = False
-        self._data: list[str] = []
+        # The event's data lines, undecoded (decoded when it is dispatched).
+        self._data: list[bytes] = []
         self._event: str | None = None
         self._last_id: str | None = None  # persists across events (WHATWG)
         self._retry: int | None = None
@@ -121,6 +144,16 @@ class SSEDecoder:
 
         Raises :class:`SSEEventTooLarge` when an event grows past the bound (and on every
         call after that).
+        """
+        return [payload_event(item) for item in self.feed_payloads(chunk)]
+
+    def feed_payloads(self, chunk: bytes) -> list[SSEPayload]:
+        """:meth:`feed`, in the form that costs least per event: an event made of one
+        ``data`` field alone (no ``event``, ``retry`` or ``id``, and no ``id`` seen
+        before it; what a Chat Completions stream sends) is its data's raw UTF-8
+        ``bytes``, undecoded; any other event is a :class:`ServerSentEvent`. Decoding
+        such ``bytes`` with ``"replace"`` gives the data :meth:`feed` would give, and
+        the event is ``"message"``, with no ``id`` or ``retry``.
         """
         if self._failed:
             raise SSEEventTooLarge(self._max)
@@ -163,7 +196,7 @@ class SSEDecoder:
             lines[0] = bytes(partial)
             partial.clear()
         tail = lines.pop()
-        out: list[ServerSentEvent] = []
+        out: list[SSEPayload] = []
         if lines:
             self._lines(lines, out)
         if tail:  # the start of a new line (the carried partial is empty again here)
@@ -177,14 +210,23 @@ class SSEDecoder:
 
     def close(self) -> list[ServerSentEvent]:
         """Signal end of body; returns a final event that lacked its blank line, if any."""
+        return [payload_event(item) for item in self.close_payloads()]
+
+    def close_payloads(self) -> list[SSEPayload]:
+        """:meth:`close`, in the form of :meth:`feed_payloads`."""
         if self._failed:
             return []
-        out: list[ServerSentEvent] = []
+        out: list[SSEPayload] = []
         # An unterminated last line is a truncated line: discard it (see module doc).
         self._partial.clear()
         self._in_comment = False
-        if self._data:
-            self._dispatch(self._data, self._event, out)
+        data = self._data
+        if data:
+            plain = self._event is None and self._retry is None and self._last_id is None
+            if plain and len(data) == 1:
+                out.append(data[0])
+            else:
+                self._dispatch(data, self._event, out)
         self._reset_event()
         return out
 
@@ -209,28 +251,35 @@ class SSEDecoder:
         self._data = []
         raise SSEEventTooLarge(self._max)
 
-    def _lines(self, lines: list[bytes], out: list[ServerSentEvent]) -> None:
+    def _lines(self, lines: list[bytes], out: list[SSEPayload]) -> None:
         # The hot loop: one iteration per line, without a method call per line.
         # ``data: `` and ``event: `` (with the usual single space) are handled inline, with
         # the event's state in locals; anything else (comments, ``id``, ``retry``, odd
         # spacing, unknown fields) goes through ``_line`` with the state written back
-        # first. Both paths implement the same rules.
+        # first. Both paths implement the same rules. ``plain``: no ``retry`` in this
+        # event and no ``id`` ever, so a lone data line is dispatched as its bytes.
         data = self._data
         event = self._event
         size = self._event_bytes
         limit = self._max
+        plain = self._retry is None and self._last_id is None
         for line in lines:
             if line[:6] == b"data: ":
                 size += len(line) + 1
                 if size > limit:
                     self._fail()
-                data.append(line[6:].decode("utf-8", "replace"))
+                data.append(line[6:])
             elif not line:  # a blank line dispatches the event (if it has data)
                 if data:
-                    self._dispatch(data, event, out)
+                    if plain and event is None and len(data) == 1:
+                        out.append(data[0])
+                    else:
+                        self._dispatch(data, event, out)
                     data = []
                 event = None
-                self._retry = None
+                if not plain:
+                    self._retry = None
+                    plain = self._last_id is None
                 size = 0
             elif line[:7] == b"event: ":
                 size += len(line) + 1
@@ -245,6 +294,7 @@ class SSEDecoder:
                 data = self._data
                 event = self._event
                 size = self._event_bytes
+                plain = self._retry is None and self._last_id is None
         self._data = data
         self._event = event
         self._event_bytes = size
@@ -260,7 +310,7 @@ class SSEDecoder:
         if sep and value[:1] == b" ":
             value = value[1:]
         if name == b"data":
-            self._data.append(value.decode("utf-8", "replace"))
+            self._data.append(value)
         elif name == b"event":
             self._event = value.decode("utf-8", "replace")
         elif name == b"id":
@@ -270,8 +320,8 @@ class SSEDecoder:
             self._retry = int(value)
         # Any other field name is ignored (WHATWG).
 
-    def _dispatch(self, data: list[str], event: str | None, out: list[ServerSentEvent]) -> None:
-        text = data[0] if len(data) == 1 else "\n".join(data)
+    def _dispatch(self, data: list[bytes], event: str | None, out: list[SSEPayload]) -> None:
+        text = "\n".join([line.decode("utf-8", "replace") for line in data])
         out.append(ServerSentEvent(text, event or "message", self._last_id, self._retry))
 
     def _reset_event(self) -> None:

@@ -1,0 +1,230 @@
+"""The per-event fast form: ``SSEDecoder.feed_payloads`` and ``StreamTransform.feed_payloads``.
+
+A data-only event travels as its raw bytes, parsed without a ``str`` or an event object.
+These tests hold the fast form to the general one: the decoder against a reference
+decoder written from the WHATWG rules (whole body at once, one line at a time), and each
+backend's transform fed through ``feed_payloads`` against the same transform fed one
+``ServerSentEvent`` at a time, over random framings and random read boundaries.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from benchmarks import corpus
+from trio_sampler.types import ApiBackend, SamplingEvent
+from trio_sampler.wire import ServerSentEvent, SSEDecoder, new_transform
+from trio_sampler.wire.chat_completions import ChatCompletionsTransform
+from trio_sampler.wire.sse import SSEPayload, payload_event
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def reference(body: bytes) -> list[ServerSentEvent]:
+    """The events of a whole body, by the WHATWG rules, the plainest way."""
+    if body.startswith(_BOM):
+        body = body[3:]
+    lines = re.split(rb"\r\n|\r|\n", body)
+    lines.pop()  # the unterminated last line (or b""): a cut line is not an event
+    events: list[ServerSentEvent] = []
+    data: list[str] = []
+    event: str | None = None
+    last_id: str | None = None
+    retry: int | None = None
+    for line in [*lines, b""]:  # end of body dispatches a complete last event
+        if not line:
+            if data:
+                events.append(ServerSentEvent("\n".join(data), event or "message", last_id, retry))
+            data, event, retry = [], None, None
+            continue
+        if line.startswith(b":"):
+            continue
+        name, sep, value = line.partition(b":")
+        if sep and value.startswith(b" "):
+            value = value[1:]
+        if name == b"data":
+            data.append(value.decode("utf-8", "replace"))
+        elif name == b"event":
+            event = value.decode("utf-8", "replace")
+        elif name == b"id" and b"\x00" not in value:
+            last_id = value.decode("utf-8", "replace")
+        elif name == b"retry" and value.isdigit():
+            retry = int(value)
+    return events
+
+
+def _chunks(body: bytes, rnd: random.Random, cuts: int) -> list[bytes]:
+    points = sorted({rnd.randrange(1, len(body)) for _ in range(cuts)}) if len(body) > 1 else []
+    return [body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)]
+
+
+def payloads(chunks: list[bytes]) -> list[SSEPayload]:
+    decoder = SSEDecoder(1 << 20)
+    out: list[SSEPayload] = []
+    for chunk in chunks:
+        out += decoder.feed_payloads(chunk)
+    return out + decoder.close_payloads()
+
+
+_field = st.sampled_from(
+    [b"data: ", b"data:", b"data", b"event: ", b"id: ", b"id:", b"retry: ", b": ", b"x: ", b""]
+)
+_value = st.one_of(
+    st.text(max_size=12).map(str.encode),
+    st.sampled_from([b"{}", b"[DONE]", b"\xff\xfe", b"\xe2\x82", b"12", b"a\x00b", b""]),
+)
+_eol = st.sampled_from([b"\n", b"\r", b"\r\n", b"\n\n", b"\r\n\r\n"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.tuples(_field, _value, _eol), max_size=24),
+    st.booleans(),
+    st.randoms(use_true_random=False),
+)
+def test_payloads_are_the_reference_events(
+    lines: list[tuple[bytes, bytes, bytes]], bom: bool, rnd: random.Random
+) -> None:
+    body = (_BOM if bom else b"") + b"".join(f + v + e for f, v, e in lines)
+    expected = reference(body)
+    for cuts in (0, 3, len(body)):
+        got = payloads(_chunks(body, rnd, cuts))
+        assert [payload_event(item) for item in got] == expected
+        for item, event in zip(got, expected, strict=True):
+            # The bytes form is exactly the plain event: its name, no id, no retry.
+            if type(item) is bytes:
+                assert (event.event, event.id, event.retry) == ("message", None, None)
+                assert "\n" not in event.data
+        decoder = SSEDecoder(1 << 20)
+        events: list[ServerSentEvent] = []
+        for chunk in _chunks(body, rnd, cuts):
+            events += decoder.feed(chunk)
+        assert events + decoder.close() == expected
+
+
+def test_a_data_only_event_is_its_raw_bytes() -> None:
+    body = b'data: {"a":"\xc3\xa9"}\n\nevent: e\ndata: {}\n\nid: 1\ndata: x\n\ndata: y\n\n'
+    assert payloads([body]) == [
+        b'{"a":"\xc3\xa9"}',
+        ServerSentEvent("{}", event="e"),
+        ServerSentEvent("x", id="1"),
+        ServerSentEvent("y", id="1"),  # the id persists: no bytes form after it
+    ]
+
+
+# -- the transforms --------------------------------------------------------------------
+
+
+def _chat(obj: object) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+def _chunk(delta: dict[str, object], finish: str | None = None, **extra: object) -> bytes:
+    base = {"id": "c1", "model": "m", "choices": [{"index": 0, "delta": delta}]}
+    if finish is not None:
+        base["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
+    return _chat({**base, **extra})
+
+
+_CHAT_FRAMES = [
+    _chunk({"role": "assistant", "content": ""}),
+    _chunk({"content": "Hello"}),
+    _chunk({"content": " wörld"}),
+    _chunk({"content": 7}),  # malformed: content of the wrong type
+    _chunk({"reasoning_content": "hm"}),
+    _chunk({"tool_calls": [{"index": 0, "id": "t1", "function": {"name": "f", "arguments": ""}}]}),
+    _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"x": 1}'}}]}),
+    _chunk({}, "stop"),
+    _chunk({"content": "x"}, usage={"prompt_tokens": 3, "completion_tokens": 2}),
+    _chat({"id": "c1", "choices": [{"index": 1, "delta": {"content": "other"}}]}),
+    _chat({"id": "c1", "model": "m", "choices": [], "usage": {"prompt_tokens": 1}}),
+    _chat({"error": {"message": "overloaded", "type": "server_error"}}),
+    _chat([1, 2]),  # JSON but not an object
+    b'data: {"id":"c1","model":"m","choices":[{"delta":{"content":"\xff"}}]}\n\n',  # not UTF-8
+    b"data: {not json\n\n",
+    b"data: \n\n",
+    b"data:    \n\n",
+    b"data: [DONE]\n\n",
+    b": keep-alive\n\n",
+    b"event: error\ndata: " + orjson.dumps({"error": {"message": "bad"}}) + b"\n\n",
+    b"id: 9\n",  # every event after it has an id: no bytes form
+    b"retry: 10\n",
+    b'data: {"id":"c1",\ndata: "choices":[]}\n\n',  # one event in two data lines
+    b'data: {"id":"c1","model":"m","choices":[{"index":0,"delta":{"content":"cut',
+]
+
+
+def _per_event(backend: ApiBackend, chunks: list[bytes]) -> list[SamplingEvent]:
+    """The general path: one ``ServerSentEvent`` at a time through ``feed``."""
+    transform = new_transform(backend, "r")
+    decoder = SSEDecoder(1 << 20)
+    events = transform.start({"openai-model": "m"})
+    for chunk in chunks:
+        for sse in decoder.feed(chunk):
+            events += transform.feed(sse)
+    for sse in decoder.close():
+        events += transform.feed(sse)
+    return events + transform.close()
+
+
+def _fast(backend: ApiBackend, chunks: list[bytes]) -> list[SamplingEvent]:
+    """The fast path, read by read, as the actor and ``replay`` feed it."""
+    transform = new_transform(backend, "r")
+    decoder = SSEDecoder(1 << 20)
+    events = transform.start({"openai-model": "m"})
+    for chunk in chunks:
+        events += transform.feed_payloads(decoder.feed_payloads(chunk))
+    events += transform.feed_payloads(decoder.close_payloads())
+    return events + transform.close()
+
+
+def _same(backend: ApiBackend, body: bytes, rnd: random.Random) -> None:
+    for cuts in (0, 4, 40):
+        chunks = _chunks(body, rnd, cuts)
+        assert _fast(backend, chunks) == _per_event(backend, chunks)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from(_CHAT_FRAMES), max_size=30),
+    st.sampled_from(list(ApiBackend)),
+    st.randoms(use_true_random=False),
+)
+def test_feed_payloads_gives_the_events_of_feed(
+    frames: list[bytes], backend: ApiBackend, rnd: random.Random
+) -> None:
+    """Any mix of well-formed, malformed and odd events, for each backend (a Chat
+    Completions event is an unknown or malformed event to the other two)."""
+    _same(backend, b"".join(frames), rnd)
+
+
+def test_a_subclass_that_maps_events_itself_sees_every_event() -> None:
+    """A transform that overrides ``feed`` gets every event through it, the bytes
+    form included (as a ``ServerSentEvent``)."""
+    seen: list[ServerSentEvent] = []
+
+    class Watching(ChatCompletionsTransform):
+        def feed(self, event: ServerSentEvent) -> list[SamplingEvent]:
+            seen.append(event)
+            return super().feed(event)
+
+    body = _chunk({"content": "a"}) + b"data: [DONE]\n\n"
+    events = Watching("r").feed_payloads(SSEDecoder().feed_payloads(body))
+    assert [event.data[:6] for event in seen] == ['{"id":', "[DONE]"]
+    assert events == ChatCompletionsTransform("r").feed_payloads(SSEDecoder().feed_payloads(body))
+
+
+CAPTURES = corpus.manifest()
+
+
+@pytest.mark.real_streams
+@pytest.mark.parametrize("capture", CAPTURES, ids=[c["file"] for c in CAPTURES])
+def test_real_captures_give_the_same_events_both_ways(capture: dict[str, object]) -> None:
+    body = corpus.path(str(capture["file"])).read_bytes()
+    _same(ApiBackend(capture["backend"]), body, random.Random(str(capture["file"])))
