@@ -1,9 +1,9 @@
 """The SamplerActor: runs sampling requests inside the application's structured concurrency.
 
 ``open_sampler`` opens the sampler's nursery; every accepted request is a task in it, with
-a cancel scope created at once (so a cancel that races the request's start still wins) and
-a child nursery of its own for helper tasks. Requests never raise into the sampler: a
-request's failure touches no other request.
+a cancel scope created at once (so a cancel that races the request's start still wins);
+its helper tasks (hedged attempts) run in a nursery it opens inside that scope while they
+race. Requests never raise into the sampler: a request's failure touches no other request.
 
 Every operation on the sampler (submit, cancel, update_config, the queries) is a
 synchronous step in the caller's own task: Trio runs one task at a time, so the sampler's
