@@ -128,10 +128,12 @@ def accuracy_cell(origin: str, streams: int, duration: float, workers: int) -> d
     request_s = (FIRST_TOKEN_MS + (ACCURACY_TOKENS - 1) * TOKEN_INTERVAL_MS) / 1000
     test = LoadTest(
         _config(origin, script),
-        [Concurrency(streams)],
+        # The streams start spread over one request's duration (started together they
+        # would stay in step, every token of a round arriving in one burst), and the
+        # warm-up covers the ramp and one more round: every stream's connection is open.
+        [Concurrency(streams, ramp_s=request_s)],
         SyntheticWorkload(Fixed(64), Fixed(ACCURACY_TOKENS)),
-        # One full round of requests as warm-up (every stream's connection is open).
-        Limits(duration_s=duration, warmup_s=request_s * 1.5, drain_timeout_s=120),
+        Limits(duration_s=duration, warmup_s=request_s * 2.5, drain_timeout_s=120),
         workers=min(workers, streams),
     )
     [stage] = run(test).stages

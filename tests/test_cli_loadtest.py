@@ -111,6 +111,8 @@ async def test_open_loop_from_the_command_line(emulator: EmulatorFixture, tmp_pa
         (["--concurrency", "a,b"], "comma-separated list"),
         (["--rate", "1", "--concurrency", "2"], "not allowed with argument"),
         (["--header", "nocolon"], "write NAME:VALUE"),
+        (["--rate", "1", "--ramp", "2"], "drop --ramp"),
+        (["--ramp", "-1"], "ramp_s must be a finite number of seconds"),
         (["--extra-body", "[1]"], "JSON object"),
         (["--input-tokens", "lots"], "uniform:LOW:HIGH"),
         (["--api-key-env", "LOADTEST_UNSET_VARIABLE"], "empty or unset"),

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import MutableMapping
 from typing import Any
 
 import httpx2
 import orjson
 import pytest
 import trio
+import trio.testing
 
-from trio_sampler.emulator import ScriptError, parse_script
+from trio_sampler.emulator import EmulatorApp, PromptCache, ScriptError, parse_script
 from trio_sampler.emulator._sse import is_token_frame
+from trio_sampler.emulator._timer import DeadlineTimer
 from trio_sampler.testing import EmulatorTransport, script_headers
 
 BASE = "http://emulator.test/v1"
@@ -109,3 +113,107 @@ def _event(payload: dict[str, Any]) -> bytes:
 )
 def test_is_token_frame(frame: bytes, expected: bool) -> None:
     assert is_token_frame(frame) is expected
+
+
+# -- the paced stream on the wire: what is sent, and when -----------------------------------
+
+
+async def _call(
+    script: dict[str, Any], path: str, *, body_after: float = 0.0
+) -> list[tuple[float, bytes]]:
+    """Serve one request straight through the ASGI app; each body message sent, with the
+    time (from the request's arrival) it was sent at. The body arrives ``body_after``
+    seconds after the request head."""
+    app = EmulatorApp(cache=PromptCache())
+    body = orjson.dumps(BODIES[path])
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1" + path,
+        "query_string": b"",
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"x-emulator-script", orjson.dumps(script)),
+        ],
+    }
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            await trio.sleep(body_after)
+            return messages.pop()
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    sent: list[tuple[float, bytes]] = []
+    start = trio.current_time()
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            assert message["status"] == 200
+        elif message["body"]:
+            sent.append((trio.current_time() - start, message["body"]))
+
+    await app({"type": "http", **scope}, receive, send)
+    return sent
+
+
+@pytest.mark.parametrize("path", list(BODIES))
+async def test_a_paced_stream_is_the_unpaced_stream_one_delta_per_message(
+    autojump_clock: trio.abc.Clock, path: str
+) -> None:
+    script: dict[str, Any] = {"ignore_eos": True, "chunk_chars": 4}
+    unpaced = await _call(script, path)
+    paced = await _call({**script, "first_token_ms": 250, "token_interval_ms": 40}, path)
+    # The same bytes (the reply depends on the request, not on its pacing) ...
+    assert b"".join(body for _, body in paced) == b"".join(body for _, body in unpaced)
+    # ... with each content delta in a body message of its own, sent when it is due.
+    deltas = [(at, body) for at, body in paced if _token_frames(body)]
+    assert [len(_token_frames(body)) for _, body in deltas] == [1] * 16
+    assert [at for at, _ in deltas] == pytest.approx([0.25 + 0.04 * k for k in range(16)])
+
+
+async def test_pacing_counts_from_the_requests_arrival_not_its_bodys_end(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    script = {"ignore_eos": True, "chunk_chars": 4, "first_token_ms": 250, "token_interval_ms": 40}
+    sent = await _call(script, "/chat/completions", body_after=0.1)
+    deltas = [at for at, body in sent if _token_frames(body)]
+    assert deltas[0] == pytest.approx(0.25)
+    assert deltas[1:] == pytest.approx([0.25 + 0.04 * k for k in range(1, 16)])
+
+
+# -- the deadline timer ----------------------------------------------------------------------
+
+
+async def test_the_deadline_timer_follows_the_mock_clock(autojump_clock: trio.abc.Clock) -> None:
+    with DeadlineTimer() as timer:
+        start = trio.current_time()
+        for k in range(1, 4):
+            await timer.sleep_until(start + 0.1 * k)
+            assert trio.current_time() == pytest.approx(start + 0.1 * k)
+
+
+async def test_the_deadline_timer_never_wakes_before_its_deadline() -> None:
+    # The real clock (a timerfd on Linux): each wake-up is at or after its deadline, and
+    # a deadline already past is a checkpoint, not a wait. How late is for the benchmark.
+    with DeadlineTimer() as timer:
+        start = trio.current_time()
+        for k in range(1, 6):
+            deadline = start + 0.003 * k
+            await timer.sleep_until(deadline)
+            assert trio.current_time() >= deadline
+        with trio.testing.assert_checkpoints():
+            await timer.sleep_until(start)
+
+
+async def test_the_deadline_timer_is_cancellable_and_closes_its_descriptor() -> None:
+    with DeadlineTimer() as timer:
+        with trio.move_on_after(0.01) as scope:
+            await timer.sleep_until(trio.current_time() + 60)
+        assert scope.cancelled_caught
+        fd = timer._fd
+    assert timer._fd is None
+    if fd is not None:  # Linux: the timerfd is gone
+        with pytest.raises(OSError):
+            os.fstat(fd)

@@ -216,6 +216,16 @@ def test_shares_split_the_load_over_workers() -> None:
         Concurrency(2),
     ]
     assert Concurrency(1).share(1, 2) is None
+    # A ramp stays one ramp: worker w starts the streams w, w + workers, ... of the whole.
+    ramped = Concurrency(10, ramp_s=5.0)
+    starts = sorted(
+        share.start_offset(j)
+        for share in (ramped.share(i, 4) for i in range(4))
+        if share is not None
+        for j in range(share.streams)
+    )
+    assert starts == pytest.approx([0.5 * k for k in range(10)])
+    assert [ramped.start_offset(k) for k in range(3)] == pytest.approx([0, 0.5, 1.0])
     shares = [Rate(30, "constant").share(i, 3) for i in range(3)]
     assert {s.per_second for s in shares} == {10}
     assert [s.phase for s in shares] == pytest.approx([0, 1 / 30, 2 / 30])
@@ -223,6 +233,12 @@ def test_shares_split_the_load_over_workers() -> None:
     parts = [limits.share(i, 3) for i in range(3)]
     assert [p.requests for p in parts if p is not None] == [2, 2, 1]
     assert Limits(duration_s=None, requests=1).share(1, 2) is None
+
+
+@pytest.mark.parametrize("ramp", [-1.0, math.inf, math.nan])
+def test_a_ramp_is_a_finite_number_of_seconds(ramp: float) -> None:
+    with pytest.raises(ValueError, match="ramp_s must be a finite number of seconds"):
+        Concurrency(4, ramp_s=ramp)
 
 
 def test_limits_need_a_stop() -> None:

@@ -97,6 +97,49 @@ async def test_reported_ttft_and_itl_match_the_programmed_pacing(
     assert e2e["p50"] == pytest.approx(120 + 11 * 15, abs=1.0)
 
 
+class ArrivalsApp(EmulatorApp):
+    """The emulator noting when each request arrives."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrivals: list[float] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            self.arrivals.append(trio.current_time())
+        await super().__call__(scope, receive, send)
+
+
+@pytest.mark.parametrize("workers_share", [False, True])
+async def test_a_ramp_spreads_the_streams_and_they_stay_spread(
+    autojump_clock: trio.abc.Clock, workers_share: bool
+) -> None:
+    # 4 streams over a ramp of one request's duration (100 + 15 * 10 = 250 ms): they
+    # start 62.5 ms apart and, the server's latencies being steady, their later requests
+    # keep that spacing (started together, all four would arrive at once every round).
+    load = Concurrency(4, ramp_s=0.25)
+    if workers_share:  # one worker's share of the whole is the whole
+        share = load.share(0, 1)
+        assert share is not None
+        load = share
+    app = ArrivalsApp()
+    test = LoadTest(
+        _paced(100, 10),
+        [load],
+        SyntheticWorkload(Fixed(8), Fixed(16)),
+        Limits(duration_s=2.0, warmup_s=0.5),
+    )
+    start = trio.current_time()
+    [stage] = (await _run(test, app)).stages
+    arrivals = sorted(at - start for at in app.arrivals)
+    assert arrivals[:4] == pytest.approx([0.0, 0.0625, 0.125, 0.1875], abs=0.001)
+    # Every later request keeps its stream's phase: none arrives with another.
+    phases = [at % 0.0625 for at in arrivals]
+    assert all(phase < 0.001 or phase > 0.0615 for phase in phases)
+    assert len({round(at, 3) for at in arrivals}) == len(arrivals) > 30
+    assert stage.latency("ttft", "p99") == pytest.approx(100, abs=1.0)
+
+
 async def test_open_loop_above_capacity_shows_queueing(autojump_clock: trio.abc.Clock) -> None:
     # 4 slots, 0.25 s per request: capacity 16 requests/s.
     test = LoadTest(

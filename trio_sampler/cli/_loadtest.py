@@ -100,6 +100,16 @@ def add_parser(commands: Any) -> None:
         metavar="R[,R...]",
         help="open loop: requests per second; several values sweep",
     )
+    load.add_argument(
+        "--ramp",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help=(
+            "closed loop: start the streams evenly over this many seconds instead of all at "
+            "once (about one request's duration; keep --warmup above ramp + one request)"
+        ),
+    )
     load.add_argument("--arrivals", choices=("poisson", "constant"), default="poisson")
     load.add_argument(
         "--max-in-flight", type=int, help="open loop: drop (and count) arrivals beyond this"
@@ -218,10 +228,15 @@ def _build(args: argparse.Namespace) -> Any:
             seed=args.seed,
         )
     stages: list[Any]
+    if args.rate and args.ramp:
+        raise ValueError(
+            "--ramp spreads the start of closed-loop streams (--concurrency); an open loop "
+            "(--rate) has no streams to spread: drop --ramp"
+        )
     if args.rate:
         stages = [Rate(r, args.arrivals, args.max_in_flight) for r in args.rate]
     else:
-        stages = [Concurrency(c) for c in (args.concurrency or [8])]
+        stages = [Concurrency(c, ramp_s=args.ramp) for c in (args.concurrency or [8])]
     duration = args.duration if args.duration is not None else (None if args.requests else 30.0)
     limits = Limits(
         duration_s=duration,

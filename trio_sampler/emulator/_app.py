@@ -44,6 +44,7 @@ from ._script import (
     parse_script,
 )
 from ._sse import Renderer, dumps, is_token_frame, retry_after_headers
+from ._timer import DeadlineTimer
 from ._validate import ApiError, view_chat, view_messages, view_responses
 
 __all__ = ["EMULATOR_MODELS", "REDACTED", "EmulatorApp", "redact_headers"]
@@ -205,6 +206,8 @@ class EmulatorApp:
                 return
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # When the request arrived (its head parsed): paced streams count from here.
+        arrived = trio.current_time()
         path: str = scope["path"].rstrip("/")
         method: str = scope["method"]
         headers: dict[str, str] = {}
@@ -233,7 +236,9 @@ class EmulatorApp:
                 raise ApiError(f"Method {method} not allowed for {path}.", status=405)
             renderer, view_of = route
             body = await self._read_body(receive)
-            await self._sample(renderer, view_of, path, headers, body, receive, send, request_id)
+            await self._sample(
+                renderer, view_of, path, headers, body, receive, send, request_id, arrived
+            )
         except _ClientGone:
             return
         except ApiError as error:
@@ -284,8 +289,8 @@ class EmulatorApp:
         receive: Receive,
         send: Send,
         request_id: str,
+        arrived: float,
     ) -> None:
-        read_at = trio.current_time()
         now = self.clock()
         model = _model_of(body) if self.models else None
         model_script = None if model is None else self.models.get(model)
@@ -296,7 +301,7 @@ class EmulatorApp:
                 script = merge_scripts(model_script, headers.get("x-emulator-script"))
         except ScriptError as exc:
             raise ApiError(str(exc)) from None
-        pacing = TokenPacing.of(script, read_at)
+        pacing = TokenPacing.of(script, arrived)
         bench = (self.bench or headers.get("x-emulator-bench") == "1") and not (
             script.faults or script.delay_ms or pacing or self.rate_limits or model_script
         )
@@ -401,12 +406,12 @@ class EmulatorApp:
                     plan,
                     script.delay_ms / 1000,
                     pacing,
-                    read_at,
+                    arrived,
                 )
                 nursery.cancel_scope.cancel()
             return
         if plan.first_token_after is not None:
-            await _hold(receive, read_at + plan.first_token_after - trio.current_time())
+            await _hold(receive, arrived + plan.first_token_after - trio.current_time())
         for stall in plan.stalls:
             await _hold(receive, stall.seconds)
         payload = dumps(renderer.body(reply, view))
@@ -622,16 +627,33 @@ async def _emit(
     plan: AttemptPlan,
     delay: float,
     pacing: TokenPacing | None = None,
-    read_at: float = 0.0,
+    arrived: float = 0.0,
 ) -> None:
     """Send ``frames`` with the attempt's pacing and outcome faults applied.
 
     Events are counted over ``frames`` (keep-alives excluded). Without a delay, consecutive
     frames are coalesced into one body message. With token ``pacing``, the k-th content
-    delta (k from 0) is sent at ``read_at + first_token + k * interval`` on an absolute
-    schedule, so a late wake-up does not push every later token back; other events go out
-    right after the one before them.
+    delta (k from 0) is sent, in a body message of its own, at ``arrived + first_token +
+    k * interval`` on an absolute schedule (so a late wake-up does not push every later
+    token back), woken by a :class:`DeadlineTimer`; other events go out right after the
+    one before them.
     """
+    with DeadlineTimer() as timer:
+        await _emit_frames(send, renderer, reply, view, frames, plan, delay, pacing, arrived, timer)
+
+
+async def _emit_frames(
+    send: Send,
+    renderer: Renderer,
+    reply: Reply,
+    view: RequestView,
+    frames: list[bytes],
+    plan: AttemptPlan,
+    delay: float,
+    pacing: TokenPacing | None,
+    arrived: float,
+    timer: DeadlineTimer,
+) -> None:
     token_number = 0
     pending = bytearray()
 
@@ -655,7 +677,7 @@ async def _emit(
     if isinstance(outcome, NoTerminatorFault):
         frames = frames[:-1]
     middle = len(frames) // 2
-    first_token_due = None if plan.first_token_after is None else read_at + plan.first_token_after
+    first_token_due = None if plan.first_token_after is None else arrived + plan.first_token_after
     for index, frame in enumerate(frames):
         if index == cut:
             if isinstance(outcome, StreamErrorFault):
@@ -675,10 +697,15 @@ async def _emit(
         if (pacing is not None or first_token_due is not None) and is_token_frame(frame):
             await flush()
             if pacing is not None:
-                await trio.sleep_until(pacing.deadline(token_number))
+                await timer.sleep_until(pacing.deadline(token_number))
             if first_token_due is not None and token_number == 0:
-                await trio.sleep_until(first_token_due)
+                await timer.sleep_until(first_token_due)
             token_number += 1
+            if pacing is not None:
+                # Out at once, on its own: the delta is due now, whatever follows it.
+                pending += frame
+                await flush()
+                continue
         pending += frame
     await flush()
     await send({"type": "http.response.body", "body": b"", "more_body": False})

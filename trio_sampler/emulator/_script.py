@@ -304,25 +304,26 @@ class Script:
 class TokenPacing:
     """When each content delta of a paced stream is due (``trio.current_time()`` values).
 
-    The k-th delta (k from 0) is due at ``read_at + first_token + k * interval``: an
+    The k-th delta (k from 0) is due at ``arrived + first_token + k * interval``: an
     absolute schedule, so the timing a load generator measures can be compared with the
     programmed one to the millisecond.
     """
 
-    read_at: float
+    arrived: float
     first_token: float
     interval: float
 
     @classmethod
-    def of(cls, script: Script, read_at: float) -> TokenPacing | None:
-        """The pacing ``script`` asks for, from ``read_at``; ``None`` if it asks for none."""
+    def of(cls, script: Script, arrived: float) -> TokenPacing | None:
+        """The pacing ``script`` asks for, counted from ``arrived`` (when the request
+        arrived); ``None`` if it asks for none."""
         if script.first_token_ms is None and script.token_interval_ms is None:
             return None
         first = (script.first_token_ms or 0) / 1000
-        return cls(read_at, first, (script.token_interval_ms or 0) / 1000)
+        return cls(arrived, first, (script.token_interval_ms or 0) / 1000)
 
     def deadline(self, token_number: int) -> float:
-        return self.read_at + self.first_token + token_number * self.interval
+        return self.arrived + self.first_token + token_number * self.interval
 
 
 _SCRIPT_KEYS = frozenset(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
@@ -15,17 +16,53 @@ from ._workload import SyntheticWorkload, Workload
 __all__ = ["Concurrency", "Limits", "Load", "LoadTest", "Rate"]
 
 
+def _finite_seconds(_: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not (isinstance(value, int | float) and 0 <= value < math.inf):
+        raise ValueError(
+            f"{attribute.name} must be a finite number of seconds, 0 or more; got {value!r}"
+        )
+
+
 @attrs.frozen
 class Concurrency:
     """Closed loop: ``streams`` requests in flight at all times; each stream sends its next
-    request as soon as the previous one ends."""
+    request as soon as the previous one ends.
+
+    Args:
+        streams: the requests in flight.
+        ramp_s: the streams start evenly spread over this many seconds (stream ``k`` at
+            ``k * ramp_s / streams``) instead of all at once. Started together, streams
+            against a server with steady latencies stay in step: every request of a round
+            is sent in the same instant and every token arrives in the same burst, so the
+            client (and the server) see ``streams`` events at once where a steady load
+            would spread them, and the latencies measured include that queueing. A ramp
+            of about one request's duration spreads them evenly; set the warm-up
+            (``Limits.warmup_s``) to at least the ramp plus one request so only the
+            steady state is measured.
+    """
 
     streams: int = attrs.field(validator=attrs.validators.ge(1))
+    ramp_s: float = attrs.field(default=0.0, validator=_finite_seconds, kw_only=True)
+    #: This worker's first start (seconds) and the gap between its streams' starts, when
+    #: the streams are split over workers (see :meth:`share`); ``None``: ``ramp_s / streams``.
+    phase: float = attrs.field(default=0.0, kw_only=True)
+    spacing: float | None = attrs.field(default=None, kw_only=True)
 
     def share(self, worker: int, workers: int) -> Concurrency | None:
-        """This worker's part (``None`` if it gets no stream)."""
+        """This worker's part (``None`` if it gets no stream). Worker ``w`` runs the streams
+        ``w, w + workers, w + 2 * workers, ...`` of the whole, with their start times."""
         streams = self.streams // workers + (1 if worker < self.streams % workers else 0)
-        return Concurrency(streams) if streams else None
+        if not streams:
+            return None
+        if not self.ramp_s:
+            return Concurrency(streams)
+        step = self.ramp_s / self.streams
+        return Concurrency(streams, ramp_s=self.ramp_s, phase=worker * step, spacing=workers * step)
+
+    def start_offset(self, stream: int) -> float:
+        """Seconds after the stage's start at which stream ``stream`` (from 0) starts."""
+        spacing = self.ramp_s / self.streams if self.spacing is None else self.spacing
+        return self.phase + stream * spacing
 
     def participants(self, workers: int) -> int:
         """How many of ``workers`` get a share (the first this-many)."""
@@ -36,7 +73,7 @@ class Concurrency:
         return self.streams
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": "concurrency", "streams": self.streams}
+        return {"kind": "concurrency", "streams": self.streams, "ramp_s": self.ramp_s}
 
     def label(self) -> str:
         return f"C={self.streams}"

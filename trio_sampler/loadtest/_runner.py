@@ -234,13 +234,14 @@ class StageRunner:
 
     # -- the loops ------------------------------------------------------------------------
 
-    async def closed_loop(self, streams: int, nursery: trio.Nursery) -> None:
-        async def stream_loop() -> None:
+    async def closed_loop(self, load: Concurrency, nursery: trio.Nursery) -> None:
+        async def stream_loop(starts_at: float) -> None:
+            await trio.sleep_until(starts_at)
             while (slot := self.next_slot(trio.current_time())) is not None:
                 await self.one(next(self.items), slot, None)
 
-        for _ in range(streams):
-            nursery.start_soon(stream_loop)
+        for stream in range(load.streams):
+            nursery.start_soon(stream_loop, self.start + load.start_offset(stream))
 
     async def open_loop(self, rate: Rate, nursery: trio.Nursery) -> None:
         gap: Callable[[], float]
@@ -273,7 +274,7 @@ class StageRunner:
             probes.start_soon(self._probe_lag)
             async with trio.open_nursery() as requests:
                 if isinstance(self.load, Concurrency):
-                    await self.closed_loop(self.load.streams, requests)
+                    await self.closed_loop(self.load, requests)
                     # The streams stop by themselves; wake them for the time limit too.
                     await self._wait_for_stop()
                 else:
