@@ -116,23 +116,31 @@ def _config(origin: str, script: str) -> Any:
 # -- accuracy -------------------------------------------------------------------------------
 
 
-def accuracy_cell(origin: str, streams: int, duration: float, workers: int) -> dict[str, Any]:
+def accuracy_cell(
+    origin: str,
+    streams: int,
+    duration: float,
+    workers: int,
+    first_token_ms: float = FIRST_TOKEN_MS,
+    token_interval_ms: float = TOKEN_INTERVAL_MS,
+    tokens: int = ACCURACY_TOKENS,
+) -> dict[str, Any]:
     from trio_sampler.loadtest import Concurrency, Fixed, Limits, LoadTest, SyntheticWorkload, run
 
     script = _script(
         ignore_eos=True,
         chunk_chars=CHUNK_CHARS,
-        first_token_ms=FIRST_TOKEN_MS,
-        token_interval_ms=TOKEN_INTERVAL_MS,
+        first_token_ms=first_token_ms,
+        token_interval_ms=token_interval_ms,
     )
-    request_s = (FIRST_TOKEN_MS + (ACCURACY_TOKENS - 1) * TOKEN_INTERVAL_MS) / 1000
+    request_s = (first_token_ms + (tokens - 1) * token_interval_ms) / 1000
     test = LoadTest(
         _config(origin, script),
         # The streams start spread over one request's duration (started together they
         # would stay in step, every token of a round arriving in one burst), and the
         # warm-up covers the ramp and one more round: every stream's connection is open.
         [Concurrency(streams, ramp_s=request_s)],
-        SyntheticWorkload(Fixed(64), Fixed(ACCURACY_TOKENS)),
+        SyntheticWorkload(Fixed(64), Fixed(tokens)),
         Limits(duration_s=duration, warmup_s=request_s * 2.5, drain_timeout_s=120),
         workers=min(workers, streams),
     )
@@ -144,10 +152,10 @@ def accuracy_cell(origin: str, streams: int, duration: float, workers: int) -> d
         "workers": test.workers,
         "completed": summary["requests"]["completed"],
         "failed": summary["requests"]["failed"],
-        "ttft_p50_err_ms": latency["ttft"]["p50"] - FIRST_TOKEN_MS,
-        "ttft_p99_err_ms": latency["ttft"]["p99"] - FIRST_TOKEN_MS,
-        "itl_p50_err_ms": latency["itl"]["p50"] - TOKEN_INTERVAL_MS,
-        "itl_p99_err_ms": latency["itl"]["p99"] - TOKEN_INTERVAL_MS,
+        "ttft_p50_err_ms": latency["ttft"]["p50"] - first_token_ms,
+        "ttft_p99_err_ms": latency["ttft"]["p99"] - first_token_ms,
+        "itl_p50_err_ms": latency["itl"]["p50"] - token_interval_ms,
+        "itl_p99_err_ms": latency["itl"]["p99"] - token_interval_ms,
         "client_bound": summary["client"]["client_bound"],
         "client_reasons": summary["client"]["reasons"],
         "client_cpu_fraction": [w["cpu_fraction"] for w in summary["client"]["workers"]],
