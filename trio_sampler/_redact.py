@@ -393,10 +393,9 @@ class Redactor:
 
     def events(self, batch: list[SamplingEvent]) -> list[SamplingEvent]:
         """:meth:`event` over a batch (content events pass at the cost of a lookup)."""
-        for index, event in enumerate(batch):
-            if type(event) in _EVENT_SCRUBBERS:
-                return batch[:index] + [self.event(e) for e in batch[index:]]
-        return batch
+        if _EVENT_SCRUBBERS.keys().isdisjoint(map(type, batch)):  # the usual batch: tokens
+            return batch
+        return [self.event(event) for event in batch]
 
 
 def _changed(instance: Any, **candidates: Any) -> dict[str, Any]:

@@ -1102,17 +1102,19 @@ class RequestRunner:
         done = outcome is not None
         if done and events and events[-1] is outcome:
             events = events[:-1]
-        batch: list[SamplingEvent] = []
         content = 0
         reasoning: list[str] = []
         for event in events:
             kind = type(event)
-            if kind in _CONTENT:
+            if kind is ChannelToken:  # the per-token event: one test, not a set lookup
                 content += 1
-                if kind is ChannelToken and event.channel is _REASONING:  # type: ignore[union-attr]
+                if event.channel is _REASONING:  # type: ignore[union-attr]
                     reasoning.append(event.text)  # type: ignore[union-attr]
-            batch.append(event)
-        return batch, done, content, "".join(reasoning)
+            elif kind in _CONTENT:
+                content += 1
+        # ``events`` is the transform's fresh list (or a copy without the terminal): the
+        # batch itself.
+        return events, done, content, "".join(reasoning)
 
     def _judge(
         self,

@@ -235,12 +235,14 @@ class StreamTransform(abc.ABC):
                 out.extend(self.feed(payload_event(item)))
             return out
         acc = self.acc
+        if items and not self._started and not acc.finished:
+            out.extend(self.start())
         on_json = self._on_json
         for item in items:
             if type(item) is not bytes:
                 self._feed_data(item.event, item.data, out)  # type: ignore[union-attr]
                 continue
-            if acc.finished or not self._started:
+            if acc.finished:
                 self._feed_data("message", item.decode("utf-8", "replace"), out)
                 continue
             try:
