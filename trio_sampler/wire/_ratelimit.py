@@ -70,6 +70,10 @@ def parse_duration(text: str) -> float | None:
     return total if math.isfinite(total) else None
 
 
+#: Every header :func:`parse_rate_limits` reads starts with one of these.
+_REPORTING_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-", "ratelimit", "retry-after")
+
+
 def parse_rate_limits(headers: Headers, *, now: float | None = None) -> RateLimitSnapshot | None:
     """The rate-limit state ``headers`` report, or ``None`` when they report none.
 
@@ -77,6 +81,8 @@ def parse_rate_limits(headers: Headers, *, now: float | None = None) -> RateLimi
     local clock); it turns absolute reset times into seconds from then.
     """
     lowered = _normalize_headers(headers)
+    if not any(name.startswith(_REPORTING_PREFIXES) for name in lowered):
+        return None  # most responses: no header below is there to read
     if now is None:
         now = _parse_http_date(lowered.get("date", ""))
     clock = time.time() if now is None else now

@@ -104,17 +104,9 @@ _CONTEXT_HEADER = "x-grok-context-window"
 _MAX_OUTPUT_HEADER = "x-grok-max-completion-tokens"
 
 
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    value = headers.get(name)
-    if value is None:
-        for key, candidate in headers.items():
-            if key.lower() == name:
-                return candidate
-    return value
-
-
-def _int_header(headers: Mapping[str, str], name: str) -> int | None:
-    value = _header(headers, name)
+def _int_header(lowered: Mapping[str, str], name: str) -> int | None:
+    """The integer value of header ``name`` in ``lowered`` (names lower-cased)."""
+    value = lowered.get(name.lower())
     if value is None:
         return None
     try:
@@ -197,13 +189,17 @@ class StreamTransform(abc.ABC):
         if self._started:
             return []
         self._started = True
-        snapshot = parse_rate_limits(headers) if headers else None
+        # Names lower-cased once (a repeated header: its first value), for every lookup.
+        lowered: dict[str, str] = {}
+        for name, value in (headers or {}).items():
+            lowered.setdefault(name.lower(), value)
+        snapshot = parse_rate_limits(lowered) if lowered else None
         out: list[SamplingEvent] = [StreamStarted(self.request_id, attempt, snapshot)]
         profile = self.profile
-        if headers:
-            window = _int_header(headers, profile.context_window_header or _CONTEXT_HEADER)
-            max_out = _int_header(headers, profile.max_output_tokens_header or _MAX_OUTPUT_HEADER)
-            model = _header(headers, "openai-model") or _header(headers, "x-model")
+        if lowered:
+            window = _int_header(lowered, profile.context_window_header or _CONTEXT_HEADER)
+            max_out = _int_header(lowered, profile.max_output_tokens_header or _MAX_OUTPUT_HEADER)
+            model = lowered.get("openai-model") or lowered.get("x-model")
             if window is not None or max_out is not None or model is not None:
                 out.append(
                     ModelMetadata(
