@@ -7,15 +7,13 @@ stops the largest streams until the total is back under it: each then fails like
 over ``max_response_bytes`` does, with its partial output and
 ``error_code="sampler_memory_cap"``, not retried.
 
-An attempt reads its body through :meth:`Holding.read`, which reports what the attempt
-holds before every read and runs the read in a cancel scope the memory cancels when the
-attempt is the one to stop. So the total is exact at every read, and exceeds the limit
-by at most what each stream's last read added.
+An attempt reports what it holds before every body read (:meth:`Holding.report`) and
+lets the memory cancel the read's scope when the attempt is the one to stop. So the total
+is exact at every read, and exceeds the limit by at most what each stream's last read
+added.
 """
 
 from __future__ import annotations
-
-from collections.abc import AsyncIterable, AsyncIterator
 
 import trio
 
@@ -86,7 +84,12 @@ def _held(holding: Holding) -> int:
 
 
 class Holding:
-    """What one attempt holds; the body iterator that reports it and can be stopped."""
+    """What one attempt holds, and the way the memory stops it.
+
+    The attempt calls :meth:`report` before every body read and runs the read in a
+    cancel scope it hands over (:meth:`guard`: the read's own timer scope, so a read
+    needs no second scope), which :meth:`stop` cancels; :meth:`check` after the read
+    turns a stop into the memory's error."""
 
     def __init__(self, memory: ResponseMemory, transform: StreamTransform) -> None:
         self._memory = memory
@@ -94,13 +97,7 @@ class Holding:
         self.bytes = 0
         #: Chosen to stop: every read from now on fails with the memory's error.
         self.stopped = False
-        self._chunks: AsyncIterator[bytes] | None = None
         self._scope: trio.CancelScope | None = None
-
-    def read(self, body: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
-        """The chunks of ``body``, reporting before every read what the attempt holds."""
-        self._chunks = body.__aiter__()
-        return self
 
     def stop(self) -> None:
         self.stopped = True
@@ -110,19 +107,20 @@ class Holding:
     def release(self) -> None:
         self._memory.release(self)
 
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return self
-
-    async def __anext__(self) -> bytes:
-        assert self._chunks is not None
+    def report(self) -> None:
+        """Before a read: report what the attempt holds now (the largest past the
+        limit is stopped); raises the memory's error if this attempt is stopped."""
         if self._transform.finished:
             self.release()  # the response (or partial) is the consumer's now
         else:
             self._memory.update(self, self._transform.held_bytes)
-        if not self.stopped:
-            with trio.CancelScope() as self._scope:
-                try:
-                    return await self._chunks.__anext__()
-                finally:
-                    self._scope = None
-        raise SamplingClientError(self._memory.error())
+        self.check()
+
+    def guard(self, scope: trio.CancelScope | None) -> None:
+        """The scope of the read in progress (``None`` once it is over)."""
+        self._scope = scope
+
+    def check(self) -> None:
+        """Raise the memory's error (a :class:`SamplingClientError`) if stopped."""
+        if self.stopped:
+            raise SamplingClientError(self._memory.error())

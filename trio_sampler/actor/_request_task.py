@@ -129,16 +129,18 @@ class ConnectionDrains:
         self._nursery.start_soon(self._drain, stream.detach(), name="trio_sampler connection drain")
 
     async def _drain(self, stream: ResponseStream) -> None:
-        with trio.CancelScope() as scope:
-            if self._closed:
-                scope.cancel()
-            self._scopes.add(scope)
-            try:
-                await stream.drain_and_close(
-                    max_bytes=_DRAIN_MAX_BYTES, max_seconds=_DRAIN_MAX_SECONDS
-                )
-            finally:
-                self._scopes.discard(scope)
+        try:
+            # One scope: the drain's time bound, and what ``close`` cancels.
+            with trio.CancelScope(relative_deadline=_DRAIN_MAX_SECONDS) as scope:
+                if self._closed:
+                    scope.cancel()
+                self._scopes.add(scope)
+                try:
+                    await stream.drain(max_bytes=_DRAIN_MAX_BYTES)
+                finally:
+                    self._scopes.discard(scope)
+        finally:
+            await stream.aclose()
 
     def close(self) -> None:
         """Cancel every drain (their connections are closed); start no more."""
@@ -956,7 +958,7 @@ class RequestRunner:
                 await state.emit(started)
                 decoder = SSEDecoder(config.max_sse_event_bytes)
                 deadline = now + timeouts.first_token
-                chunks = stream.__aiter__() if holding is None else holding.read(stream)
+                chunks = stream.__aiter__()
                 body_done = False
                 # The part of a read not parsed yet (see ``_FIRST_SLICE_BYTES``).
                 pending = b""
@@ -966,13 +968,21 @@ class RequestRunner:
                     if pending:
                         chunk, pending = pending, b""
                     else:
+                        if holding is not None:
+                            holding.report()
                         timed_out = True
-                        with trio.move_on_at(deadline):
+                        # One scope per read: the timer, and the memory's stop.
+                        with trio.move_on_at(deadline) as read_scope:
+                            if holding is not None:
+                                holding.guard(read_scope)
                             try:
                                 chunk = await chunks.__anext__()
                             except StopAsyncIteration:
                                 chunk = None  # end of body
                             timed_out = False
+                        if holding is not None:
+                            holding.guard(None)
+                            holding.check()
                     if timed_out:
                         events = transform.abort(self._timeout_error(emitted))
                     elif chunk is None:
