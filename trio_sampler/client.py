@@ -270,11 +270,16 @@ class _ConnectionTrace:
 
     Yes when httpcore sent it over HTTP/1.1 or HTTP/2 without first opening a connection
     for it. A transport that is not httpcore's (a mock, the in-memory emulator) emits no
-    events, and its requests count as not reused."""
+    events, and its requests count as not reused.
 
-    __slots__ = ("connected", "sent")
+    Once the headers are being sent the answer is known, and the trace takes itself out
+    of the request's extensions (httpcore reads them at each step): the rest of the
+    exchange (body, response, close) is not traced at all."""
 
-    def __init__(self) -> None:
+    __slots__ = ("_extensions", "connected", "sent")
+
+    def __init__(self, extensions: dict[str, object]) -> None:
+        self._extensions = extensions
         self.connected = False
         self.sent = False
 
@@ -287,6 +292,8 @@ class _ConnectionTrace:
             self.connected = True
         elif event.startswith(("http11.send_request_headers", "http2.send_request_headers")):
             self.sent = True
+            if self._extensions.get("trace") is self:
+                del self._extensions["trace"]
 
 
 class _BorrowedTransport(httpx2.AsyncBaseTransport):
@@ -520,9 +527,10 @@ class SamplingClient:
         self, client: httpx2.AsyncClient, request: httpx2.Request, headers_timeout: float
     ) -> httpx2.Response:
         try:
-            with trio.fail_after(headers_timeout):
+            # A bare scope rather than ``fail_after`` (the same, plus two context managers).
+            with trio.CancelScope(relative_deadline=headers_timeout):
                 return await self._send_resending_stale(client, request)
-        except trio.TooSlowError:
+            # Left without a response: the scope caught its own deadline's cancellation.
             info = SamplingErrorInfo(
                 kind=SamplingErrorKind.IDLE_TIMEOUT,
                 message=f"no response headers within {headers_timeout:g} s",
@@ -550,7 +558,7 @@ class SamplingClient:
         """
         resends = 0
         while True:
-            trace = _ConnectionTrace()
+            trace = _ConnectionTrace(request.extensions)
             request.extensions["trace"] = trace
             try:
                 return await client.send(request, stream=True)
