@@ -290,7 +290,13 @@ class RequestStream:
         if type(state.terminal) is Cancelled:
             return self._take_cancelled()
         try:
-            batch = await self._receive.receive()
+            # A batch already waiting is taken without a schedule point (the request task
+            # yields at every read anyway), but a cancelled consumer still stops here.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            try:
+                batch = self._receive.receive_nowait()
+            except trio.WouldBlock:
+                batch = await self._receive.receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
             self._ended = True
             raise StopAsyncIteration from None
