@@ -26,11 +26,29 @@ A gate that has ``share_breaker(route, breaker)`` (a :class:`BreakerSharing`) is
 each route's circuit breaker when the sampler opens, and returns the breaker the sampler
 uses for that route (the same one, or one whose state it shares, as the fleet does).
 
+Limits per route. An admission that has ``check_routes(routes)`` (a
+:class:`RoutedAdmission`) is shown the names of the sampler's routes when
+``open_sampler`` is called, and raises ``ValueError`` there for a route it names that the
+routing policy does not have. Its gate has ``for_route(route)`` (a :class:`RoutedGate`):
+the gate each route's attempts go through (``None``: that route is not limited; the
+route ``None`` is a request without routing), kept in the route's
+:class:`~trio_sampler.routing.RouteState`. Every attempt is admitted, settled and asked
+about retries by the gate of the route it runs on.
+
+Choosing a route. A route's gate that has ``try_admit`` (a :class:`RouteChoosingGate`) is
+asked by the chain, for a route's first attempt while a later route could take the
+request, to admit only if the attempt can start within ``within`` seconds (the routing
+policy's ``max_retry_wait_s``). Otherwise it raises :class:`AdmissionBusyError`, having
+reserved nothing, and the chain passes the route over (``skipped_routes``); the last
+route that can take the request is asked with ``admit`` and waits. ``withdraw(ticket)``
+gives back everything an admitted attempt that was never sent reserved.
+
 :mod:`trio_sampler.fleet` provides the implementation over Redis (``FleetAdmission``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -43,10 +61,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Admission",
+    "AdmissionBusyError",
     "AdmissionGate",
     "AdmissionRefusedError",
     "BreakerSharing",
     "RateLimitObserver",
+    "RouteChoosingGate",
+    "RoutedAdmission",
+    "RoutedGate",
 ]
 
 
@@ -56,6 +78,20 @@ class AdmissionRefusedError(Exception):
     def __init__(self, info: SamplingErrorInfo) -> None:
         super().__init__(info.message)
         self.info = info
+
+
+class AdmissionBusyError(Exception):
+    """A route's admission cannot take the attempt within the time the chain allows;
+    nothing was reserved, and the chain tries a later route.
+
+    ``reason`` says why in words (it becomes the route's ``skipped_routes`` entry);
+    ``wait`` is how long the admission would have held the attempt, when known.
+    """
+
+    def __init__(self, reason: str, wait: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.wait = wait
 
 
 class AdmissionGate(Protocol):
@@ -90,6 +126,38 @@ class BreakerSharing(Protocol):
     """A gate that shares routes' circuit breakers (see the module docs)."""
 
     def share_breaker(self, route: str, breaker: RouteBreaker) -> CircuitBreaker: ...
+
+
+@runtime_checkable
+class RouteChoosingGate(Protocol):
+    """A route's gate the chain may ask while it chooses a route (see the module docs)."""
+
+    async def try_admit(
+        self,
+        wire: WireRequest,
+        config: SamplerConfig,
+        *,
+        within: float,
+        deadline: float,
+        first_attempt: bool,
+    ) -> object: ...
+
+    async def withdraw(self, ticket: object) -> None: ...
+
+
+@runtime_checkable
+class RoutedGate(Protocol):
+    """An open admission with a gate per route (see the module docs)."""
+
+    def for_route(self, route: str | None) -> AdmissionGate | None: ...
+
+
+@runtime_checkable
+class RoutedAdmission(Protocol):
+    """An admission configured per route: checked against the sampler's routes when
+    ``open_sampler`` is called (``None``: the sampler has no routing)."""
+
+    def check_routes(self, routes: Sequence[str] | None) -> None: ...
 
 
 class Admission(Protocol):

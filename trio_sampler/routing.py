@@ -20,12 +20,15 @@ import enum
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
 
 from .config import SamplerConfig
 from .types import Assistant, ConversationRequest, SamplingErrorInfo, SamplingErrorKind, User
+
+if TYPE_CHECKING:
+    from .admission import AdmissionGate
 
 __all__ = [
     "ROUTING",
@@ -638,18 +641,26 @@ class RoutingPolicy:
 @attrs.define(eq=False)
 class RouteState:
     """What a sampler keeps per route, shared by all its requests: the circuit breaker,
-    recent times to first token (for hedging), and counters for metrics."""
+    the route's admission gate (its fleet limiter, say), recent times to first token (for
+    hedging), and counters for metrics."""
 
     route: Route
     breaker: CircuitBreaker | None = None
+    #: The gate the route's attempts are admitted by (``None``: none).
+    admission: AdmissionGate | None = None
     #: Seconds from an attempt's start to its first content, most recent last.
     ttft_s: collections.deque[float] = attrs.field(factory=lambda: collections.deque(maxlen=200))
     attempts: int = 0
     failures: int = 0
     completions: int = 0
+    #: Requests the chain passed the route over for: its provider rate limit (the pacer),
+    #: and its shared admission (the fleet limiter).
+    passed_over_rate_limit: int = 0
+    passed_over_admission: int = 0
 
     def snapshot(self) -> RouteSnapshot:
         breaker = self.breaker
+        name = getattr(self.admission, "name", None)
         return RouteSnapshot(
             route=self.route.name,
             state=None if breaker is None else breaker.state,
@@ -657,6 +668,9 @@ class RouteState:
             failures=self.failures,
             completions=self.completions,
             opened=getattr(breaker, "opened", 0),
+            admission=name if isinstance(name, str) else None,
+            passed_over_rate_limit=self.passed_over_rate_limit,
+            passed_over_admission=self.passed_over_admission,
         )
 
 
@@ -673,3 +687,10 @@ class RouteSnapshot:
     completions: int
     #: How many times the circuit opened.
     opened: int
+    #: The shared limit the route's attempts are charged to (a fleet limiter's
+    #: ``LimiterSpec.name``; ``None``: none).
+    admission: str | None = None
+    #: Requests the chain passed the route over for its provider rate limit (the
+    #: pacer), and for its shared limit (the fleet limiter had no room in time).
+    passed_over_rate_limit: int = 0
+    passed_over_admission: int = 0

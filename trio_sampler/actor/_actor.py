@@ -32,7 +32,7 @@ import httpx2
 import trio
 
 from .._redact import redactor_for
-from ..admission import Admission, AdmissionGate
+from ..admission import Admission, AdmissionGate, RoutedAdmission
 from ..client import SamplingClient
 from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy
@@ -339,6 +339,9 @@ def open_sampler(
         RoutingPolicy | None,
         'RoutingPolicy([Route("primary", config), Route("fallback", other)])',
     )
+    routed: object = admission  # any admission; one with limits per route checks their names
+    if isinstance(routed, RoutedAdmission):
+        routed.check_routes(None if routing is None else routing.names)
     return _open_sampler(
         config,
         retry_policy=retry_policy,

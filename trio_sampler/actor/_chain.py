@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 import attrs
 import trio
 
+from ..admission import AdmissionGate
 from ..config import SamplerConfig
 from ..routing import BREAKER_COUNTS, BreakerState, Route, RouteAction, RouteState, route_action
 from ..types import (
@@ -25,15 +26,22 @@ from ._metrics import AttemptMetrics
 from ._stream import CONTENT_EVENTS, RequestState, partial_output
 
 if TYPE_CHECKING:
-    from ..wire import StreamTransform
+    from ..types import SamplingErrorInfo as _Error
+    from ..wire import StreamTransform, WireRequest
+    from ._pacing import PacedAttempt
     from ._request_task import _AttemptResult
+
+#: An admitted attempt's ticket, with the gate that issued it (and settles it).
+Admitted = tuple[AdmissionGate, object]
 
 __all__ = [
     "NOT_THE_ROUTES_FAULT",
+    "Admitted",
     "AttemptSink",
     "FailOver",
     "Lane",
     "Leg",
+    "Prepared",
     "Race",
     "Skipped",
     "continued",
@@ -55,9 +63,27 @@ class FailOver:
 
 @attrs.frozen
 class Skipped:
-    """The route's circuit refused the request before any attempt."""
+    """The chain passed the route over before any attempt: its circuit refused the
+    request, or (``by_admission``) its shared admission had no room in time."""
 
     reason: str
+    by_admission: bool = False
+
+
+@attrs.define(eq=False)
+class Prepared:
+    """A route's first attempt, prepared while the chain chose the route: its body, its
+    pacer place and its admission (or the error that ends it before sending). The
+    attempt takes it over (``taken``); otherwise its reservations are given back."""
+
+    wire: WireRequest
+    paced: PacedAttempt | None
+    admitted: Admitted | None
+    #: When the preparation began (the attempt's start) and what the pacer held it.
+    started_at: float
+    paced_s: float
+    error: _Error | None = None
+    taken: bool = False
 
 
 @attrs.define(eq=False)
@@ -67,6 +93,8 @@ class Leg:
     route: Route | None
     config: SamplerConfig
     state: RouteState | None
+    #: The gate the route's attempts are admitted by (``None``: none).
+    admission: AdmissionGate | None = None
 
     @property
     def name(self) -> str | None:
@@ -166,7 +194,7 @@ class Lane:
         self.scope = trio.CancelScope()
         self.held: list[list[SamplingEvent]] = []
         self.result: _AttemptResult | None = None
-        self.admitted: list[object] = []
+        self.admitted: list[Admitted] = []
 
     async def emit(self, batch: list[SamplingEvent]) -> None:
         race = self.race

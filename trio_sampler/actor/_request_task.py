@@ -20,7 +20,15 @@ import random
 import attrs
 import trio
 
-from ..admission import AdmissionGate, AdmissionRefusedError, BreakerSharing, RateLimitObserver
+from ..admission import (
+    AdmissionBusyError,
+    AdmissionGate,
+    AdmissionRefusedError,
+    BreakerSharing,
+    RateLimitObserver,
+    RouteChoosingGate,
+    RoutedGate,
+)
 from ..client import ResponseStream, SamplingClient, SamplingClientError
 from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy, TailRepetitionDetector, parse_trigger
@@ -73,10 +81,12 @@ from ..wire import (
 from ..wire._replay import decode_failure
 from ..wire.errors import internal_error
 from ._chain import (
+    Admitted,
     AttemptSink,
     FailOver,
     Lane,
     Leg,
+    Prepared,
     Race,
     Skipped,
     continued,
@@ -303,8 +313,20 @@ class RequestRunner:
 
     def _legs(self, state: RequestState) -> list[Leg]:
         if state.chain is None:
-            return [Leg(None, state.config, None)]
-        return [Leg(route, route.config, self._route_state(route)) for route in state.chain]
+            return [Leg(None, state.config, None, self._gate_for(None))]
+        legs = []
+        for route in state.chain:
+            route_state = self._route_state(route)
+            legs.append(Leg(route, route.config, route_state, route_state.admission))
+        return legs
+
+    def _gate_for(self, route: str | None) -> AdmissionGate | None:
+        """The gate ``route``'s attempts go through: the route's own, when the admission
+        has one per route (``None``: a request without routing)."""
+        gate: object = self._admission  # any gate; only routed ones have a gate per route
+        if isinstance(gate, RoutedGate):
+            return gate.for_route(route)
+        return self._admission
 
     def _route_state(self, route: Route) -> RouteState:
         found = self._routes.get(route.name)
@@ -316,7 +338,9 @@ class RequestRunner:
                 gate: object = self._admission  # a gate may share the breaker (a fleet's)
                 if isinstance(gate, BreakerSharing):
                     breaker = gate.share_breaker(route.name, breaker)
-            found = self._routes[route.name] = RouteState(route, breaker)
+            found = self._routes[route.name] = RouteState(
+                route, breaker, admission=self._gate_for(route.name)
+            )
         return found
 
     async def _chain(self, state: RequestState) -> TerminalEvent:
@@ -339,14 +363,25 @@ class RequestRunner:
             ]
             held = self._rate_limit_hold(leg, later)
             if held is not None:
-                assert leg.route is not None
+                assert leg.route is not None and leg.state is not None
+                leg.state.passed_over_rate_limit += 1
                 metrics.skip(leg.route.name, held)
                 continue
+            # Asking the route's admission while choosing is worth it only when a later
+            # route is admitted elsewhere (routes of one limiter share its budget).
+            steer = any(other.admission is not leg.admission for other in later)
             result = await self._attempts(
-                state, leg, failure, has_next=bool(later), hedge_leg=later[0] if later else None
+                state,
+                leg,
+                failure,
+                has_next=bool(later),
+                hedge_leg=later[0] if later else None,
+                steer=steer,
             )
             if isinstance(result, Skipped):
-                assert leg.route is not None
+                assert leg.route is not None and leg.state is not None
+                if result.by_admission:
+                    leg.state.passed_over_admission += 1
                 metrics.skip(leg.route.name, result.reason)
                 continue
             if isinstance(result, FailOver):
@@ -517,11 +552,14 @@ class RequestRunner:
         *,
         has_next: bool,
         hedge_leg: Leg | None = None,
+        steer: bool = False,
     ) -> TerminalEvent | FailOver | Skipped:
         """Attempts on one route: its retry policy, then the routing table's verdict.
 
         ``has_next``: another route could take the request after this one (without
-        routing, never: the retry policy alone decides, as it always has)."""
+        routing, never: the retry policy alone decides, as it always has). ``steer``: a
+        later route is admitted by another gate, so this route's admission is asked to
+        admit its first attempt within ``max_retry_wait_s`` or have it passed over."""
         config = leg.config
         state.serving = config
         metrics = state.metrics
@@ -541,6 +579,7 @@ class RequestRunner:
         if prefix is not None:
             request = attrs.evolve(request, items=(*request.items, Assistant(prefix)))
         first = True
+        prepared: Prepared | None = None
         while True:
             if first:
                 # The breaker is asked once per route (a half-open circuit admits one
@@ -548,10 +587,22 @@ class RequestRunner:
                 blocked = leg.blocked(trio.current_time())
                 if blocked is not None:
                     return Skipped(blocked)
-                if budget is not None and metrics.started == 0:  # the request's first attempt
-                    budget.record_request(trio.current_time())
-                if failure is not None:
-                    await self._fail_over(state, failure, leg, continuing=prefix is not None)
+                if steer:
+                    # The route's shared admission has its say while the route is chosen.
+                    chosen = await self._ask_route(state, leg, request, armed=doom_max > 0)
+                    if isinstance(chosen, Skipped):
+                        leg.abandon(trio.current_time())
+                        return chosen
+                    prepared = chosen
+                try:
+                    if budget is not None and metrics.started == 0:  # the first attempt
+                        budget.record_request(trio.current_time())
+                    if failure is not None:
+                        await self._fail_over(state, failure, leg, continuing=prefix is not None)
+                except BaseException:
+                    if prepared is not None:
+                        await self._discard(prepared)
+                    raise
                 first = False
             armed = resamples < doom_max
             hedge = self._routing.hedge if self._routing is not None else None
@@ -561,12 +612,17 @@ class RequestRunner:
                 target = leg
                 if hedge.next_route and hedge_leg is not None and prefix is None:
                     target = hedge_leg
-                result, attempt_metrics, served = await self._race(
-                    state, request, leg, target, hedge, armed=armed
-                )
+                try:
+                    result, attempt_metrics, served = await self._race(
+                        state, request, leg, target, hedge, armed=armed, prepared=prepared
+                    )
+                finally:
+                    if prepared is not None:  # the first lane takes it; if it never ran:
+                        await self._discard(prepared)
+                    prepared = None
             else:
                 attempt_metrics = metrics.start_attempt(trio.current_time(), leg.name, model)
-                admitted: list[object] = []
+                admitted: list[Admitted] = []
                 result = None
                 try:
                     result = await self._attempt(
@@ -577,8 +633,11 @@ class RequestRunner:
                         armed=armed,
                         attempt=metrics.started,
                         admitted=admitted,
+                        gate=leg.admission,
+                        prepared=prepared,
                     )
                 finally:
+                    prepared = None
                     if admitted:
                         await self._settle(admitted[0], state, result)
                     if result is None:  # cancelled: the request's cancel or its total timeout
@@ -679,7 +738,7 @@ class RequestRunner:
             spent = None
             if budget is not None and not budget.try_spend(trio.current_time()):
                 spent = "the retry budget"
-            elif self._admission is not None and not await self._admission.retry_allowed(error):
+            elif leg.admission is not None and not await leg.admission.retry_allowed(error):
                 spent = "the fleet retry budget"
             if spent is not None:
                 message = f"{error.message} (not retried: {spent} is spent)"
@@ -715,6 +774,7 @@ class RequestRunner:
         hedge: HedgePolicy,
         *,
         armed: bool,
+        prepared: Prepared | None = None,
     ) -> tuple[_AttemptResult, AttemptMetrics, Leg]:
         """One attempt on ``leg``, and another on ``target`` (the same route, or the next
         with ``HedgePolicy.next_route``) each time the hedge delay passes with no content
@@ -728,7 +788,7 @@ class RequestRunner:
         race = Race(state)
         try:
             async with trio.open_nursery() as nursery:
-                self._start_lane(nursery, race, request, leg, armed)
+                self._start_lane(nursery, race, request, leg, armed, prepared)
                 for _ in range(hedge.max_hedges):
                     with trio.move_on_after(delay):
                         await race.settled.wait()
@@ -758,15 +818,21 @@ class RequestRunner:
         request: ConversationRequest,
         leg: Leg,
         armed: bool,
+        prepared: Prepared | None = None,
     ) -> None:
         model = request.model or leg.config.model
         metrics = race.state.metrics.start_attempt(trio.current_time(), leg.name, model)
         lane = Lane(race, metrics, leg)
         race.lanes.append(lane)
-        nursery.start_soon(self._run_lane, race, lane, request, armed)
+        nursery.start_soon(self._run_lane, race, lane, request, armed, prepared)
 
     async def _run_lane(
-        self, race: Race, lane: Lane, request: ConversationRequest, armed: bool
+        self,
+        race: Race,
+        lane: Lane,
+        request: ConversationRequest,
+        armed: bool,
+        prepared: Prepared | None,
     ) -> None:
         try:
             with lane.scope:
@@ -778,6 +844,8 @@ class RequestRunner:
                     armed=armed,
                     attempt=lane.metrics.number,
                     admitted=lane.admitted,
+                    gate=lane.leg.admission,
+                    prepared=prepared,
                 )
         finally:
             if lane.admitted:
@@ -816,11 +884,11 @@ class RequestRunner:
         leg.record(result.error, now, lane.metrics)
 
     async def _settle(
-        self, ticket: object, state: AttemptSink, result: _AttemptResult | None
+        self, admitted: Admitted, state: AttemptSink, result: _AttemptResult | None
     ) -> None:
         """Tell the admission how an attempt ended (shielded: it runs on cancellation too;
         the admission bounds its own time)."""
-        assert self._admission is not None
+        gate, ticket = admitted
         usage: Usage | None = None
         if result is not None and result.response is not None:
             usage = result.response.usage
@@ -829,7 +897,65 @@ class RequestRunner:
         elif state.transform is not None:
             usage = state.transform.usage
         with trio.CancelScope(shield=True):
-            await self._admission.settle(ticket, usage)
+            await gate.settle(ticket, usage)
+
+    async def _discard(self, prepared: Prepared) -> None:
+        """A prepared attempt that will not be sent: its reservations go back (shielded)."""
+        if prepared.taken:
+            return
+        prepared.taken = True
+        if prepared.paced is not None:
+            prepared.paced.withdraw()
+        if prepared.admitted is not None:
+            gate, ticket = prepared.admitted
+            assert isinstance(gate, RouteChoosingGate)
+            with trio.CancelScope(shield=True):
+                await gate.withdraw(ticket)
+
+    async def _ask_route(
+        self, state: RequestState, leg: Leg, request: ConversationRequest, *, armed: bool
+    ) -> Prepared | Skipped | None:
+        """The route's first attempt, prepared while the chain chooses the route: its
+        body, its place in the pacer, and the route's shared admission asked to admit
+        within ``max_retry_wait_s`` (one round trip). A route whose admission has no room
+        in time is :class:`Skipped` (nothing reserved); ``None``: nothing to ask (the
+        attempt prepares itself)."""
+        gate: object = leg.admission  # any gate; only choosing ones are asked here
+        routing = self._routing
+        if routing is None or not isinstance(gate, RouteChoosingGate):
+            return None
+        config = leg.config
+        wire = self._wire(request, config, armed)
+        if isinstance(wire, SamplingErrorInfo):
+            return None  # the attempt reports it
+        started_at = trio.current_time()
+        scratch = AttemptMetrics(0, started_at, leg.name, None)
+        deadline = self._deadline(state, config)
+        paced = await self.pacers.admit(config, wire, scratch, deadline=deadline)
+        if isinstance(paced, SamplingErrorInfo):
+            return Prepared(wire, None, None, started_at, scratch.paced_s, error=paced)
+        try:
+            ticket = await gate.try_admit(
+                wire,
+                config,
+                within=routing.max_retry_wait_s,
+                deadline=deadline,
+                first_attempt=state.metrics.started == 0,
+            )
+        except AdmissionBusyError as exc:
+            if paced is not None:
+                paced.withdraw()
+            return Skipped(exc.reason, by_admission=True)
+        except AdmissionRefusedError as exc:
+            if paced is not None:
+                paced.withdraw()
+            return Prepared(wire, None, None, started_at, scratch.paced_s, error=exc.info)
+        except BaseException:
+            if paced is not None:
+                paced.withdraw()
+            raise
+        assert leg.admission is not None
+        return Prepared(wire, paced, (leg.admission, ticket), started_at, scratch.paced_s)
 
     async def _emit_retry(
         self,
@@ -862,6 +988,32 @@ class RequestRunner:
 
     # -- one attempt ---------------------------------------------------------------------
 
+    @staticmethod
+    def _deadline(sink: AttemptSink, config: SamplerConfig) -> float:
+        """When the attempt's waits must end, on trio's clock: the request's
+        ``Timeouts.total`` (its sampler's, or its own config's), or its route's if shorter."""
+        request = sink.race.state if isinstance(sink, Lane) else sink
+        assert isinstance(request, RequestState)
+        totals = [t for t in (request.config.timeouts.total, config.timeouts.total) if t]
+        return sink.submitted_at + min(totals) if totals else math.inf
+
+    def _wire(
+        self, request: ConversationRequest, config: SamplerConfig, armed: bool
+    ) -> WireRequest | SamplingErrorInfo:
+        """The attempt's body, or why the backend cannot carry the request."""
+        try:
+            wire = build_request(config.backend, request, config.build_options())
+        except ValueError as exc:  # a request the backend cannot carry (anything else: ours)
+            return _error(
+                SamplingErrorKind.INVALID_REQUEST, str(exc), retryable=False, code="invalid_request"
+            )
+        doom_header = config.profile.doom_loop_header if config.profile is not None else None
+        if armed and doom_header and config.backend is ApiBackend.RESPONSES:
+            wire = attrs.evolve(
+                wire, headers=(*wire.headers, (doom_header, str(self._doom.window_tokens)))
+            )
+        return wire
+
     async def _attempt(
         self,
         state: AttemptSink,
@@ -871,33 +1023,46 @@ class RequestRunner:
         *,
         armed: bool,
         attempt: int,
-        admitted: list[object],
+        admitted: list[Admitted],
+        gate: AdmissionGate | None,
+        prepared: Prepared | None = None,
     ) -> _AttemptResult:
-        try:
-            wire = build_request(config.backend, request, config.build_options())
-        except ValueError as exc:  # a request the backend cannot carry (anything else: ours)
-            return _AttemptResult(
-                error=_error(
-                    SamplingErrorKind.INVALID_REQUEST,
-                    str(exc),
-                    retryable=False,
-                    code="invalid_request",
-                )
-            )
-        doom_header = config.profile.doom_loop_header if config.profile is not None else None
-        if armed and doom_header and config.backend is ApiBackend.RESPONSES:
-            wire = attrs.evolve(
-                wire, headers=(*wire.headers, (doom_header, str(self._doom.window_tokens)))
-            )
-        total = config.timeouts.total
-        deadline = state.submitted_at + total if total else math.inf
-        paced = await self.pacers.admit(config, wire, metrics, deadline=deadline)
-        if isinstance(paced, SamplingErrorInfo):
-            return _AttemptResult(error=paced)
+        """One attempt: its body, the pacer, the admission (``gate``), the stream. A
+        ``prepared`` attempt (the chain asked its route while choosing it) has its body,
+        pacer place and admission already, and is taken over here before any checkpoint."""
+        if prepared is not None:
+            prepared.taken = True
+            metrics.started_at = prepared.started_at
+            metrics.paced_s = prepared.paced_s
+            if prepared.admitted is not None:
+                admitted.append(prepared.admitted)
+            if prepared.error is not None:
+                return _AttemptResult(error=prepared.error)
+            wire = prepared.wire
+            paced = prepared.paced
+            gate = None  # admitted already
+        else:
+            built = self._wire(request, config, armed)
+            if isinstance(built, SamplingErrorInfo):
+                return _AttemptResult(error=built)
+            wire = built
+            deadline = self._deadline(state, config)
+            admission = await self.pacers.admit(config, wire, metrics, deadline=deadline)
+            if isinstance(admission, SamplingErrorInfo):
+                return _AttemptResult(error=admission)
+            paced = admission
         result: _AttemptResult | None = None
         try:
             result = await self._admitted_attempt(
-                state, wire, config, metrics, paced, armed=armed, attempt=attempt, admitted=admitted
+                state,
+                wire,
+                config,
+                metrics,
+                paced,
+                armed=armed,
+                attempt=attempt,
+                admitted=admitted,
+                gate=gate,
             )
             return result
         finally:
@@ -917,22 +1082,22 @@ class RequestRunner:
         *,
         armed: bool,
         attempt: int,
-        admitted: list[object],
+        admitted: list[Admitted],
+        gate: AdmissionGate | None,
     ) -> _AttemptResult:
-        """The attempt once the rate-limit pacer let it go: the admission, the stream."""
-        if self._admission is not None:
-            total = config.timeouts.total
+        """The attempt once the rate-limit pacer let it go: the admission (by ``gate``,
+        unless it was admitted already), the stream."""
+        if gate is not None:
             try:
-                admitted.append(
-                    await self._admission.admit(
-                        wire,
-                        config,
-                        deadline=state.submitted_at + total if total else math.inf,
-                        first_attempt=attempt == 1,
-                    )
+                ticket = await gate.admit(
+                    wire,
+                    config,
+                    deadline=self._deadline(state, config),
+                    first_attempt=attempt == 1,
                 )
             except AdmissionRefusedError as exc:
                 return _AttemptResult(error=exc.info)
+            admitted.append((gate, ticket))
         if paced is not None:
             paced.sending()
         transform = new_transform(config.backend, state.request_id, provider=config.provider)
@@ -1037,11 +1202,14 @@ class RequestRunner:
                 holding.release()
         return self._judge(transform.outcome, emitted, armed, triggers)
 
-    def _tell_admission(self, admitted: list[object], snapshot: RateLimitSnapshot | None) -> None:
+    @staticmethod
+    def _tell_admission(admitted: list[Admitted], snapshot: RateLimitSnapshot | None) -> None:
         """Pass the provider's rate-limit report to an admission that wants it."""
-        gate: object = self._admission  # any gate; only observers are told
-        if snapshot is not None and admitted and isinstance(gate, RateLimitObserver):
-            gate.observe_rate_limit(admitted[0], snapshot, trio.current_time())
+        if snapshot is None or not admitted:
+            return
+        gate, ticket = admitted[0]
+        if isinstance(gate, RateLimitObserver):  # any gate; only observers are told
+            gate.observe_rate_limit(ticket, snapshot, trio.current_time())
 
     @staticmethod
     async def _hand_over(sink: AttemptSink) -> None:

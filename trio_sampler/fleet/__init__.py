@@ -22,6 +22,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 from ..admission import AdmissionRefusedError as AdmissionRefusedError
 from ._admission import FleetAdmission as FleetAdmission
 from ._admission import FleetGate as FleetGate
+from ._admission import LimiterGate as LimiterGate
 from ._events import FleetEvent as FleetEvent
 from ._events import LimiterDegraded as LimiterDegraded
 from ._events import LimiterRecovered as LimiterRecovered
@@ -29,6 +30,7 @@ from ._events import LimiterStatistics as LimiterStatistics
 from ._limiter import FleetLimiter as FleetLimiter
 from ._limiter import Permit as Permit
 from ._limiter import open_limiter as open_limiter
+from ._limiter import open_limiters as open_limiters
 from ._limiter import redis_client as redis_client
 from ._spec import Cost as Cost
 from ._spec import FailurePolicy as FailurePolicy
@@ -46,11 +48,13 @@ __all__ = [
     "FleetLimiter",
     "FleetLimits",
     "LimiterDegraded",
+    "LimiterGate",
     "LimiterRecovered",
     "LimiterSpec",
     "LimiterStatistics",
     "Permit",
     "RetryBudgetSpec",
     "open_limiter",
+    "open_limiters",
     "redis_client",
 ]

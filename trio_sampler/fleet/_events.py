@@ -45,6 +45,9 @@ class LimiterStatistics:
     admitted_locally: int = 0
     #: Refused: the wait would pass the request's deadline, or the cost exceeds a burst.
     refused: int = 0
+    #: Asked by a chain choosing a route, and found no room within its bound: the
+    #: request went to a later route (nothing reserved).
+    passed_over: int = 0
     #: Refused because Redis was unavailable (``FAIL_CLOSED``).
     refused_unavailable: int = 0
     #: Seconds spent waiting for admission, summed over requests.

@@ -31,7 +31,7 @@ import coredis.exceptions
 import trio
 from coredis.retry import NoRetryPolicy
 
-from ..admission import AdmissionRefusedError
+from ..admission import AdmissionBusyError, AdmissionRefusedError
 from ..retry import RetryBudget
 from ..types import RateLimitSnapshot, SamplingErrorInfo, SamplingErrorKind
 from ._breaker import BREAKERS, SharedBreaker
@@ -40,7 +40,7 @@ from ._local import LocalLimits
 from ._scripts import ADMIT, NOTE_RETRY_AFTER, RENEW, SETTLE, SPEND_RETRY, Status
 from ._spec import DIMENSIONS, Cost, FailurePolicy, LimiterSpec
 
-__all__ = ["FleetLimiter", "Permit", "open_limiter", "redis_client"]
+__all__ = ["FleetLimiter", "Permit", "open_limiter", "open_limiters", "redis_client"]
 
 logger = logging.getLogger("trio_sampler.fleet")
 
@@ -233,7 +233,12 @@ class FleetLimiter:
     # -- admission -----------------------------------------------------------------------
 
     async def acquire(
-        self, cost: Cost, *, deadline: float = math.inf, first_attempt: bool = True
+        self,
+        cost: Cost,
+        *,
+        deadline: float = math.inf,
+        first_attempt: bool = True,
+        within: float | None = None,
     ) -> Permit:
         """Wait until ``cost`` may be spent (cancellable), and reserve it.
 
@@ -241,10 +246,13 @@ class FleetLimiter:
         it is refused at once, without reserving anything. A ``first_attempt`` (not a
         retry) also deposits into the fleet retry budget. Raises :class:`AdmissionRefusedError`
         when refused (its ``info`` says why).
+
+        With ``within`` (seconds), the limiter is asked once and waits at most that long:
+        a wait past it, a shared Retry-After window, every in-flight slot taken, or a cost
+        larger than one burst raise :class:`AdmissionBusyError` instead, with nothing
+        reserved (a chain choosing a route passes this one over).
         """
         budget = self.spec.retry_budget if first_attempt else None
-        if first_attempt:
-            self.record_local_request()
         poll = _POLL_FIRST
         waited_from = trio.current_time()
         while True:
@@ -252,9 +260,10 @@ class FleetLimiter:
             room = deadline - now
             if room <= 0:
                 raise self._too_late(0.0, deadline)
+            limit = room if within is None else min(room, max(within, 0.0))
             lease = self._next_lease() if self.spec.limits.max_in_flight else ""
             args: list[Any] = [
-                -1 if math.isinf(room) else math.floor(room * _US),
+                -1 if math.isinf(limit) else math.floor(limit * _US),
                 lease,
                 math.floor(self.spec.lease_ttl * _US),
                 self.spec.limits.max_in_flight or 0,
@@ -263,18 +272,28 @@ class FleetLimiter:
             ]
             for interval, amount in zip(self._intervals, cost.amounts(), strict=True):
                 args += [repr(interval), repr(self._tau), amount]
-            reply = await self._call("admit", self._keys_admit, args)
+            # Shielded: once sent, the script may reserve, and only its answer says what
+            # to give back. A cancel waits for it (one round trip, at most the admission
+            # timeout) and then lands in ``_wait_reserved``, which gives it all back.
+            with trio.CancelScope(shield=True):
+                reply = await self._call("admit", self._keys_admit, args)
             if reply is None:
-                return await self._acquire_locally(cost, deadline, waited_from)
+                return await self._acquire_locally(
+                    cost, deadline, waited_from, within, first_attempt=first_attempt
+                )
             status, value = int(reply[0]), int(reply[1])
             if status == Status.ADMITTED:
                 if lease:
                     self._leases.add(lease)
+                if first_attempt:
+                    self.record_local_request()
                 permit = Permit(cost, lease, shared=True)
                 await self._wait_reserved(permit, value / _US)
                 self._stats["admitted"] += 1
                 self._stats["waited"] += trio.current_time() - waited_from
                 return permit
+            if within is not None:
+                raise self._busy(status, value, cost)
             if status == Status.REFUSED_WAIT:
                 raise self._too_late(value / _US, deadline)
             if status == Status.TOO_LARGE:
@@ -289,35 +308,80 @@ class FleetLimiter:
                 raise self._too_late(delay, deadline)
             await trio.sleep(delay)
 
+    def _busy(self, status: int, value: int, cost: Cost) -> AdmissionBusyError:
+        """Why an ask ``within`` a bound found no room (ADMIT's reply), in words."""
+        self._stats["passed_over"] += 1
+        name = self.spec.name
+        if status == Status.TOO_LARGE:
+            return AdmissionBusyError(
+                f"fleet limit too small ({name!r}: the request needs more than one burst of "
+                f"{DIMENSIONS[value - 1]}, {cost.input_tokens} input + {cost.output_tokens} "
+                "output tokens)"
+            )
+        if status == Status.RETRY_AFTER:
+            why, wait = f"a shared Retry-After, {value / _US:.3g} s left", value / _US
+        elif status == Status.IN_FLIGHT_FULL:
+            why, wait = f"all {self.spec.limits.max_in_flight} in-flight slots taken", None
+        else:
+            why, wait = f"no room for {value / _US:.3g} s", value / _US
+        return AdmissionBusyError(f"fleet rate limited ({name!r}: {why})", wait)
+
     async def _wait_reserved(self, permit: Permit, wait: float) -> None:
         """Sleep until a reservation's start; cancelled, give the reservation back."""
-        if wait <= 0:
-            return
         try:
-            await trio.sleep(wait)
+            if wait > 0:
+                await trio.sleep(wait)
+            else:
+                await trio.lowlevel.checkpoint_if_cancelled()
         except BaseException:
             with trio.CancelScope(shield=True):
                 # Never sent: everything comes back, whatever ``refund_unused`` says.
-                await self._settle(permit, Cost(0, 0, 0), refund=True)
+                await self.withdraw(permit)
             raise
 
-    async def _acquire_locally(self, cost: Cost, deadline: float, waited_from: float) -> Permit:
+    async def _acquire_locally(
+        self,
+        cost: Cost,
+        deadline: float,
+        waited_from: float,
+        within: float | None = None,
+        *,
+        first_attempt: bool = True,
+    ) -> Permit:
         if self.spec.on_failure is FailurePolicy.FAIL_CLOSED:
             raise self._unavailable()
         local = self._local
         poll = _POLL_FIRST
+        name = self.spec.name
         while True:
             now = trio.current_time()
             wait = max(local.wait(cost, now), self._local_retry_after - now)
+            if within is not None and wait > within:
+                self._stats["passed_over"] += 1
+                why = "more than one burst" if math.isinf(wait) else f"no room for {wait:.3g} s"
+                raise AdmissionBusyError(
+                    f"fleet rate limited ({name!r}, its local floor while Redis is "
+                    f"unavailable: {why})",
+                    wait,
+                )
             if math.isinf(wait):
                 raise self._too_large(cost, None)
             if now + wait > deadline:
                 raise self._too_late(wait, deadline)
             if wait <= 0 and local.has_slot():
                 local.take(cost, now)
+                if first_attempt:
+                    self.record_local_request()
                 self._stats["admitted_locally"] += 1
                 self._stats["waited"] += now - waited_from
                 return Permit(cost, "", shared=False)
+            if wait <= 0 and within is not None:
+                self._stats["passed_over"] += 1
+                limit = self.spec.limits.max_in_flight
+                raise AdmissionBusyError(
+                    f"fleet rate limited ({name!r}, its local floor while Redis is "
+                    f"unavailable: all {limit} in-flight slots taken)"
+                )
             if wait <= 0:
                 wait = poll * (0.5 + self._rng.random())
                 poll = min(poll * 2, _POLL_MAX)
@@ -355,6 +419,11 @@ class FleetLimiter:
         """End an admitted request: free its slot, correct its reservation by ``actual``
         (the usage reported; ``None`` keeps the reservation as charged). Idempotent."""
         await self._settle(permit, actual, refund=self.spec.refund_unused)
+
+    async def withdraw(self, permit: Permit) -> None:
+        """End an admitted request that was never sent: free its slot and give back all
+        it reserved, whatever ``refund_unused`` says. Idempotent."""
+        await self._settle(permit, Cost(0, 0, 0), refund=True)
 
     async def _settle(self, permit: Permit, actual: Cost | None, *, refund: bool) -> None:
         if permit.settled:
@@ -529,15 +598,35 @@ async def open_limiter(
     need not be reachable then: the limiter starts degraded, applies its failure policy
     and says so (an event), and probes again every ``probe_interval``.
     """
-    connect_timeout = max(1.0, spec.admission_timeout)
+    async with open_limiters([spec], url, on_event=on_event, rng=rng) as limiters:
+        yield limiters[0]
+
+
+@asynccontextmanager
+async def open_limiters(
+    specs: Sequence[LimiterSpec],
+    url: str,
+    *,
+    on_event: EventHook | None = None,
+    rng: random.Random | None = None,
+) -> AsyncIterator[list[FleetLimiter]]:
+    """One :class:`FleetLimiter` per spec (in order), all on one coredis client, each
+    renewing its leases meanwhile (see :func:`open_limiter`)."""
+    if not specs:
+        raise ValueError("open_limiters needs at least one LimiterSpec")
+    connect_timeout = max(1.0, *(spec.admission_timeout for spec in specs))
     client = redis_client(url, connect_timeout=connect_timeout)
     body_error: BaseException | None = None
     async with client, trio.open_nursery() as nursery:
-        limiter = FleetLimiter(spec, client, on_event=on_event, rng=rng)
-        await limiter.warm_up(connect_timeout)
-        nursery.start_soon(limiter.run_renewals)
+        limiters = [FleetLimiter(spec, client, on_event=on_event, rng=rng) for spec in specs]
+        # Concurrently: a Redis that is down costs one connect timeout, not one per limiter.
+        async with trio.open_nursery() as warming:
+            for limiter in limiters:
+                warming.start_soon(limiter.warm_up, connect_timeout)
+        for limiter in limiters:
+            nursery.start_soon(limiter.run_renewals)
         try:
-            yield limiter
+            yield limiters
         except BaseException as exc:
             # Re-raised outside the nurseries: the caller gets their exception back, not
             # wrapped in an ExceptionGroup (a Cancelled still surfaces inside its scope).
