@@ -19,7 +19,7 @@ import attrs
 import pytest
 import trio
 
-from benchmarks.redis_server import RedisServer
+from benchmarks.redis_server import RedisServer, running_redis
 from trio_sampler import (
     Cancelled,
     Completed,
@@ -39,8 +39,10 @@ from trio_sampler.fleet import (
     Cost,
     FailurePolicy,
     FleetAdmission,
+    FleetEvent,
     FleetLimiter,
     FleetLimits,
+    LimiterDegraded,
     LimiterSpec,
     open_limiter,
 )
@@ -369,6 +371,39 @@ async def test_hedges_charge_the_route_they_run_on(redis_server: RedisServer) ->
         # One request on each account: the primary's attempt and the backup's hedge.
         assert not await _room(first, Cost(10, 0, 0)) and await _room(first, Cost(9, 0, 0))
         assert not await _room(second, Cost(10, 0, 0)) and await _room(second, Cost(9, 0, 0))
+
+
+async def test_redis_down_each_route_applies_its_own_failure_policy() -> None:
+    # The primary's account fails closed, the backup's fails open: with Redis gone the
+    # primary is passed over (nothing sent to it) and the backup admits on its local floor.
+    events: list[FleetEvent] = []
+    primary = _spec(FleetLimits(requests_per_minute=1000), admission_timeout=0.5)
+    backup = _spec(
+        FleetLimits(requests_per_minute=1000),
+        on_failure=FailurePolicy.FAIL_OPEN,
+        fallback_share=0.5,
+        admission_timeout=0.5,
+    )
+    app = EmulatorApp(cache=PromptCache())
+    with running_redis() as server:
+        admission = FleetAdmission(
+            server.url, routes={"primary": primary, "backup": backup}, on_event=events.append
+        )
+        async with _sampler(admission, app) as sampler:
+            assert (await _served(sampler)).route == "primary"
+            server.stop()
+            ends = [await _served(sampler) for _ in range(2)]
+    assert [end.route for end in ends] == ["backup", "backup"]
+    assert all(_skipped(end)["primary"].startswith("fleet unavailable (") for end in ends)
+    degraded = [e for e in events if isinstance(e, LimiterDegraded)]
+    assert len(degraded) == len(events) == 2
+    assert sorted((e.limiter, e.routes, e.policy) for e in degraded) == sorted(
+        [
+            (primary.name, ("primary",), FailurePolicy.FAIL_CLOSED),
+            (backup.name, ("backup",), FailurePolicy.FAIL_OPEN),
+        ]
+    )
+    assert sum(1 for entry in app.requests() if entry["body"]["model"] == "primary-model") == 1
 
 
 # -- bad arguments ---------------------------------------------------------------------

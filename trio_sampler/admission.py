@@ -40,7 +40,9 @@ asked by the chain, for a route's first attempt while a later route could take t
 request, to admit only if the attempt can start within ``within`` seconds (the routing
 policy's ``max_retry_wait_s``). Otherwise it raises :class:`AdmissionBusyError`, having
 reserved nothing, and the chain passes the route over (``skipped_routes``); the last
-route that can take the request is asked with ``admit`` and waits. ``withdraw(ticket)``
+route that can take the request is asked with ``admit`` and waits. A refusal of kind
+``FLEET_UNAVAILABLE`` from ``try_admit`` passes the route over too (a later route's
+admission may fail open); from the last route it ends the request. ``withdraw(ticket)``
 gives back everything an admitted attempt that was never sent reserved.
 
 :mod:`trio_sampler.fleet` provides the implementation over Redis (``FleetAdmission``).

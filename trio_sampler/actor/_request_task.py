@@ -949,6 +949,9 @@ class RequestRunner:
         except AdmissionRefusedError as exc:
             if paced is not None:
                 paced.withdraw()
+            if exc.info.kind is SamplingErrorKind.FLEET_UNAVAILABLE:
+                # This route's limiter fails closed; a later route's may not.
+                return Skipped(f"fleet unavailable ({exc.info.message})", by_admission=True)
             return Prepared(wire, None, None, started_at, scratch.paced_s, error=exc.info)
         except BaseException:
             if paced is not None:

@@ -15,7 +15,7 @@ from ..routing import CircuitBreaker, RouteBreaker
 from ..types import RateLimitSnapshot, SamplingErrorInfo, SamplingErrorKind, Usage
 from ..wire import WireRequest
 from ._breaker import SharedBreaker
-from ._events import EventHook, LimiterStatistics
+from ._events import EventHook, FleetEvent, LimiterStatistics
 from ._limiter import FleetLimiter, Permit, open_limiters
 from ._spec import Cost, LimiterSpec
 
@@ -191,8 +191,19 @@ class FleetAdmission:
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[FleetGate]:
+        gates: list[FleetGate] = []
+        hook = self.on_event
+
+        def named(event: FleetEvent) -> None:
+            # Each limiter's events name the sampler's routes it admits.
+            assert hook is not None
+            routes = gates[0].routes_of(event.limiter) if gates else ()
+            hook(attrs.evolve(event, routes=routes))
+
         async with (
-            open_limiters(self._specs(), self.url, on_event=self.on_event) as limiters,
+            open_limiters(
+                self._specs(), self.url, on_event=None if hook is None else named
+            ) as limiters,
             trio.open_nursery() as nursery,
         ):
             by_name = {limiter.spec.name: limiter for limiter in limiters}
@@ -202,6 +213,7 @@ class FleetAdmission:
                 for route, spec in self.routes.items()
             }
             gate = FleetGate(default, self.share_breakers, self.breaker_sync_s, routes=routes)
+            gates.append(gate)
             nursery.start_soon(gate.run_breaker_sync)
             try:
                 yield gate
@@ -314,6 +326,8 @@ class FleetGate:
             route: None if found is None else self._gate(found)
             for route, found in (routes or {}).items()
         }
+        #: Routes the sampler asked a gate for, by limiter name (an ordered set).
+        self._asked: dict[str, dict[str, None]] = {}
         #: Shared breakers, by the limiter they are synced through.
         self.breakers: dict[str, list[SharedBreaker]] = {}
         self._changed = trio.Event()
@@ -326,10 +340,16 @@ class FleetGate:
 
     def for_route(self, route: str | None) -> LimiterGate | None:
         """The gate of ``route``'s limiter (``None``: the fleet does not limit it); the
-        route ``None`` is a request without routing."""
-        if route is not None and route in self._routes:
-            return self._routes[route]
-        return self._default
+        route ``None`` is a request without routing. The sampler asks once per route."""
+        named = route is not None and route in self._routes
+        gate = self._routes[route] if named and route is not None else self._default
+        if gate is not None and route is not None:
+            self._asked.setdefault(gate.name, {})[route] = None
+        return gate
+
+    def routes_of(self, limiter: str) -> tuple[str, ...]:
+        """The routes the sampler asked for that ``limiter`` admits, in their order."""
+        return tuple(self._asked.get(limiter, ()))
 
     def statistics(self) -> dict[str, LimiterStatistics]:
         """Each limiter's counters in this process, by limiter name."""

@@ -20,6 +20,9 @@ class LimiterDegraded:
     policy: FailurePolicy
     #: What failed, in words (an exception's type and message; never a password).
     reason: str
+    #: The sampler's routes this limiter admits (empty for a limiter opened on its own,
+    #: or one only requests without routing use).
+    routes: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -29,6 +32,8 @@ class LimiterRecovered:
     limiter: str
     #: How long the limiter was degraded, in seconds.
     degraded_for: float
+    #: The sampler's routes this limiter admits (as in :class:`LimiterDegraded`).
+    routes: tuple[str, ...] = ()
 
 
 FleetEvent = LimiterDegraded | LimiterRecovered
