@@ -150,6 +150,27 @@ async def test_a_route_spent_by_another_process_is_passed_over_until_it_refills(
     assert again.route == "primary" and _skipped(again) == {}
 
 
+async def test_another_sampler_spending_a_route_steers_this_one(
+    redis_server: RedisServer,
+) -> None:
+    # Two samplers (two processes of a fleet) with the same per-route limits: what one
+    # spends on the primary, the other routes around.
+    primary = _spec(FleetLimits(requests_per_minute=2, window_s=600.0))
+    backup = _spec(FleetLimits(requests_per_minute=1000))
+    app = EmulatorApp(cache=PromptCache())
+
+    def admission() -> FleetAdmission:
+        return FleetAdmission(redis_server.url, routes={"primary": primary, "backup": backup})
+
+    async with _sampler(admission(), app) as one, _sampler(admission(), app) as other:
+        spent = [(await _served(one)).route for _ in range(2)]
+        end = await _served(other)
+        stats = await other.route_stats()
+    assert spent == ["primary", "primary"]
+    assert end.route == "backup" and list(_skipped(end)) == ["primary"]
+    assert stats["primary"].passed_over_admission == 1 and stats["backup"].completions == 1
+
+
 async def test_the_last_route_waits_for_its_fleet_budget(redis_server: RedisServer) -> None:
     primary = _spec(FleetLimits(requests_per_minute=1, window_s=600.0))
     backup = _spec(FleetLimits(requests_per_minute=1, window_s=1.0))
