@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import orjson
 import trio
@@ -90,6 +91,26 @@ def test_serve_prints_its_address_first_and_answers() -> None:
         stderr=subprocess.DEVNULL,
     ) as process:
         _check_serving(process)
+
+
+def test_serve_closes_idle_connections_after_its_keep_alive_timeout() -> None:
+    with subprocess.Popen(
+        [sys.executable, "-m", "trio_sampler.cli", "serve", "--port", "0",
+         "--keep-alive-timeout", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    ) as process:  # fmt: skip
+        try:
+            assert process.stdout is not None
+            port = int(process.stdout.readline().decode().strip().rsplit(":", 1)[1])
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as idle:
+                # Closed by the server long before the default 5 s (a generous bound).
+                start = time.monotonic()
+                assert idle.recv(1) == b""
+                assert time.monotonic() - start < 4.0
+        finally:
+            process.terminate()
+            process.wait(timeout=10)
 
 
 def _check_serving(process: subprocess.Popen[bytes]) -> None:

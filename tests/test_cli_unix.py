@@ -222,6 +222,8 @@ async def test_closed_pipe_ends_quietly(emulator: EmulatorFixture) -> None:
         (["serve", "--port", "99999"], "port 99999 is out of range"),
         (["serve", "--port", "eighty"], "not a port number"),
         (["serve", "--backlog", "0"], "must be at least 1"),
+        (["serve", "--keep-alive-timeout", "0"], "must be a positive number of seconds"),
+        (["serve", "--keep-alive-timeout", "soon"], "not a number of seconds"),
         (["replay", "no-such-file.sse", "--backend", "messages"], "cannot read no-such-file.sse"),
         (["replay", "-", "--backend", "smoke-signals"], "invalid choice"),
         (["chat", "hi", "--base-url", "localhost:8080", "--model", "m"], "not an http://"),

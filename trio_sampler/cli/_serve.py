@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 from typing import Any
 
 from ._errors import UsageError, port, positive_int, run_interruptibly
@@ -42,6 +43,17 @@ def add_parser(commands: Any) -> None:
         ),
     )
     parser.add_argument(
+        "--keep-alive-timeout",
+        type=_seconds,
+        default=5.0,
+        metavar="SECONDS",
+        help=(
+            "close a connection idle this long, before its first request or between "
+            "requests (default 5); a load generator opening thousands of connections at "
+            "once can take longer than that to send its first request on each"
+        ),
+    )
+    parser.add_argument(
         "--models",
         metavar="FILE",
         help=(
@@ -66,8 +78,20 @@ def run(args: argparse.Namespace) -> int:
             backlog=args.backlog,
             reuse_port=args.reuse_port,
             models=models,
+            keep_alive_timeout=args.keep_alive_timeout,
         )
     )
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
 
 
 def _models(path: str) -> dict[str, Any]:

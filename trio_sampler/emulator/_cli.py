@@ -50,10 +50,12 @@ async def serve_and_report(
     backlog: int = 1024,
     reuse_port: bool = False,
     models: Mapping[str, Mapping[str, Any]] | None = None,
+    keep_alive_timeout: float = 5.0,
 ) -> int:
     """Serve until cancelled, printing the ``listening on`` line; 1 when it cannot listen.
 
-    ``models`` is :class:`~trio_sampler.emulator.EmulatorApp`'s table of per-model scripts.
+    ``models`` is :class:`~trio_sampler.emulator.EmulatorApp`'s table of per-model scripts;
+    ``keep_alive_timeout`` is :func:`~trio_sampler.emulator.serve`'s.
     """
     app = EmulatorApp(bench=bench, models=models) if models else None
     async with trio.open_nursery() as nursery:
@@ -67,6 +69,7 @@ async def serve_and_report(
                     backlog=backlog,
                     reuse_port=reuse_port,
                     app=app,
+                    keep_alive_timeout=keep_alive_timeout,
                 )
             )
         except (OSError, ValueError) as failure:  # handled here: the nursery would wrap it
