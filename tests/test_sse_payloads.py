@@ -156,6 +156,13 @@ _CHAT_FRAMES = [
     b"id: 9\n",  # every event after it has an id: no bytes form
     b"retry: 10\n",
     b'data: {"id":"c1",\ndata: "choices":[]}\n\n',  # one event in two data lines
+    # Named events of the other two protocols, and the Responses doom-loop check.
+    b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+    b'"item_id":"m1","output_index":0,"content_index":0,"delta":"hi"}\n\n',
+    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+    b'"delta":{"type":"text_delta","text":"hi"}}\n\n',
+    b'event: response.doom_loop_check\ndata: {"doom_loop_check":{"triggers":["x"]}}\n\n',
+    b"event: response.doom_loop_check\ndata: nope\n\n",
     b'data: {"id":"c1","model":"m","choices":[{"index":0,"delta":{"content":"cut',
 ]
 

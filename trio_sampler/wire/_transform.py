@@ -262,7 +262,9 @@ class StreamTransform(abc.ABC):
         return out
 
     def _feed_data(self, name: str, data: str, out: list[SamplingEvent]) -> None:
-        """One event (its name, its data) into ``out``."""
+        """One event (its name, its data) into ``out``. A subclass may take events of
+        a name of its own here (every event named other than ``"message"`` comes through
+        it); a data-only ``"message"`` event may go straight to :meth:`_on_json`."""
         if self.acc.finished:
             if data[:6] == "[DONE]":
                 self.done_marker = True

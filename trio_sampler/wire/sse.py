@@ -321,7 +321,10 @@ class SSEDecoder:
         # Any other field name is ignored (WHATWG).
 
     def _dispatch(self, data: list[bytes], event: str | None, out: list[SSEPayload]) -> None:
-        text = "\n".join([line.decode("utf-8", "replace") for line in data])
+        if len(data) == 1:
+            text = data[0].decode("utf-8", "replace")
+        else:
+            text = "\n".join([line.decode("utf-8", "replace") for line in data])
         out.append(ServerSentEvent(text, event or "message", self._last_id, self._retry))
 
     def _reset_event(self) -> None:

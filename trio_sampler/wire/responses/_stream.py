@@ -40,7 +40,6 @@ from .._transform import (
     str_field,
     truncated_stream_error,
 )
-from ..sse import ServerSentEvent
 
 __all__ = ["HOSTED_TOOL_ITEMS", "ResponsesTransform"]
 
@@ -232,21 +231,22 @@ class ResponsesTransform(StreamTransform):
 
     # -- the StreamTransform protocol ---------------------------------------------------
 
-    def feed(self, event: ServerSentEvent) -> list[SamplingEvent]:
+    def _feed_data(self, name: str, data: str, out: list[SamplingEvent]) -> None:
         # A doom-loop check is advisory: even a garbage payload must not fail the stream,
         # so it never reaches the base class's JSON/serialization handling.
-        if event.event == _DOOM_LOOP_EVENT and not self.acc.finished:
-            out: list[SamplingEvent] = [] if self._started else self.start()
+        if name == _DOOM_LOOP_EVENT and not self.acc.finished:
+            if not self._started:
+                out.extend(self.start())
             try:
-                payload = orjson.loads(event.data)
+                payload = orjson.loads(data)
             except orjson.JSONDecodeError:
                 payload = None
             if isinstance(payload, dict):
                 self._on_doom_loop_check(payload, out)
             else:
                 self.malformed_doom_loop_events += 1
-            return out
-        return super().feed(event)
+            return
+        super()._feed_data(name, data, out)
 
     def _on_json(self, event_name: str, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
         event_type = payload.get("type")
