@@ -130,8 +130,8 @@ async def _next_room(limiter: FleetLimiter) -> float:
 async def test_a_route_spent_by_another_process_is_passed_over_until_it_refills(
     redis_server: RedisServer,
 ) -> None:
-    # One request per second on the primary's account: another process takes it.
-    primary = _spec(FleetLimits(requests_per_minute=1, window_s=1.0))
+    # One request per 3 s on the primary's account: another process takes it.
+    primary = _spec(FleetLimits(requests_per_minute=1, window_s=3.0))
     backup = _spec(FleetLimits(requests_per_minute=1000))
     admission = FleetAdmission(redis_server.url, routes={"primary": primary, "backup": backup})
     async with open_limiter(primary, redis_server.url) as other, _sampler(admission) as sampler:
@@ -140,11 +140,11 @@ async def test_a_route_spent_by_another_process_is_passed_over_until_it_refills(
         passed = await _served(sampler)
         stats = (await sampler.route_stats())["primary"]
         # The ask that passed the primary over reserved nothing: it refills on time.
-        await trio.sleep_until(spent_at + 1.1)
+        await trio.sleep_until(spent_at + 3.1)
         again = await _served(sampler)
     assert passed.route == "backup"
     reason = _skipped(passed)["primary"]
-    assert reason.startswith(f"fleet rate limited ({primary.name!r}: no room for 0.")
+    assert reason.startswith(f"fleet rate limited ({primary.name!r}: no room for ")
     assert stats.admission == primary.name and stats.passed_over_admission == 1
     assert stats.attempts == 0
     assert again.route == "primary" and _skipped(again) == {}
@@ -173,7 +173,7 @@ async def test_another_sampler_spending_a_route_steers_this_one(
 
 async def test_the_last_route_waits_for_its_fleet_budget(redis_server: RedisServer) -> None:
     primary = _spec(FleetLimits(requests_per_minute=1, window_s=600.0))
-    backup = _spec(FleetLimits(requests_per_minute=1, window_s=1.0))
+    backup = _spec(FleetLimits(requests_per_minute=1, window_s=2.0))
     admission = FleetAdmission(redis_server.url, routes={"primary": primary, "backup": backup})
     async with (
         open_limiter(primary, redis_server.url) as first,
@@ -187,7 +187,7 @@ async def test_the_last_route_waits_for_its_fleet_budget(redis_server: RedisServ
         waited = trio.current_time() - start
     assert end.route == "backup"
     assert list(_skipped(end)) == ["primary"]
-    assert 0.6 < waited < 3.0  # the backup's refill, about 1 s
+    assert 0.5 < waited < 4.0  # the backup's refill, about 2 s
 
 
 async def test_the_last_routes_wait_respects_the_total_timeout(redis_server: RedisServer) -> None:
@@ -264,7 +264,7 @@ async def test_per_route_limits_are_independent(redis_server: RedisServer) -> No
 async def test_routes_naming_one_spec_share_one_limiter(redis_server: RedisServer) -> None:
     # One account behind both routes: its budget is one, so the chain does not pass the
     # primary over for a route whose room is the same; the primary waits its refill.
-    account = _spec(FleetLimits(requests_per_minute=1, window_s=1.0))
+    account = _spec(FleetLimits(requests_per_minute=1, window_s=2.0))
     admission = FleetAdmission(redis_server.url, routes={"primary": account, "backup": account})
     async with _sampler(admission) as sampler:
         first = await _served(sampler)
@@ -273,7 +273,7 @@ async def test_routes_naming_one_spec_share_one_limiter(redis_server: RedisServe
         waited = trio.current_time() - start
         stats = await sampler.route_stats()
     assert [first.route, second.route] == ["primary", "primary"]
-    assert _skipped(second) == {} and 0.6 < waited < 3.0
+    assert _skipped(second) == {} and 0.5 < waited < 4.0
     assert stats["primary"].admission == stats["backup"].admission == account.name
 
 
