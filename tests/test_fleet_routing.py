@@ -45,6 +45,7 @@ from trio_sampler.fleet import (
     LimiterDegraded,
     LimiterSpec,
     open_limiter,
+    redis_client,
 )
 
 REQUEST = ConversationRequest(items=[User("hello")], max_output_tokens=20)
@@ -148,6 +149,29 @@ async def test_a_route_spent_by_another_process_is_passed_over_until_it_refills(
     assert stats.admission == primary.name and stats.passed_over_admission == 1
     assert stats.attempts == 0
     assert again.route == "primary" and _skipped(again) == {}
+
+
+async def _evalsha_calls(url: str) -> int:
+    client = redis_client(url)
+    async with client:
+        stats = await client.info("commandstats")
+    entry = stats.get("cmdstat_evalsha")
+    return int(entry["calls"]) if isinstance(entry, dict) else 0
+
+
+async def test_one_round_trip_per_route_asked(redis_server: RedisServer) -> None:
+    # A request that passes the primary over costs one script call there (the refused
+    # ask), one on the backup (its admission) and one to settle it: nothing more.
+    primary = _spec(FleetLimits(requests_per_minute=1, window_s=600.0))
+    backup = _spec(FleetLimits(requests_per_minute=1000))
+    admission = FleetAdmission(redis_server.url, routes={"primary": primary, "backup": backup})
+    async with open_limiter(primary, redis_server.url) as other, _sampler(admission) as sampler:
+        await other.acquire(Cost())
+        before = await _evalsha_calls(redis_server.url)
+        end = await _served(sampler)
+        after = await _evalsha_calls(redis_server.url)
+    assert end.route == "backup"
+    assert after - before == 3
 
 
 async def test_another_sampler_spending_a_route_steers_this_one(
