@@ -447,8 +447,13 @@ class SamplingClient:
         extensions = {"timeout": dict(prepared.timeout)}
         try:
             url, host = self._url(config.base_url, wire.path, config.query_params)
-            if len(client.cookies) or not _AUTO_HEADERS.isdisjoint(headers):
-                # Cookies to send, or a header httpx2 would otherwise add itself: its way.
+            if (
+                len(client.cookies)
+                or not _AUTO_HEADERS.isdisjoint(headers)
+                or wire.method != "POST"
+            ):
+                # Cookies to send, a header httpx2 would otherwise add itself, or a method
+                # whose empty body it sends without a Content-Length: its way.
                 return httpx2.Request(
                     wire.method,
                     url,
