@@ -21,6 +21,7 @@ from benchmarks import corpus
 from trio_sampler.types import ApiBackend, SamplingEvent
 from trio_sampler.wire import ServerSentEvent, SSEDecoder, new_transform
 from trio_sampler.wire.chat_completions import ChatCompletionsTransform
+from trio_sampler.wire.messages import MessagesTransform
 from trio_sampler.wire.sse import SSEPayload, payload_event
 
 _BOM = b"\xef\xbb\xbf"
@@ -97,9 +98,12 @@ def test_payloads_are_the_reference_events(
         got = payloads(_chunks(body, rnd, cuts))
         assert [payload_event(item) for item in got] == expected
         for item, event in zip(got, expected, strict=True):
-            # The bytes form is exactly the plain event: its name, no id, no retry.
+            # The raw forms are exactly the plain events: one data line, no id, no retry.
             if type(item) is bytes:
                 assert (event.event, event.id, event.retry) == ("message", None, None)
+            if type(item) is tuple:
+                assert (event.event, event.id, event.retry) == (item[0], None, None)
+            if type(item) is not ServerSentEvent:
                 assert "\n" not in event.data
         decoder = SSEDecoder(1 << 20)
         events: list[ServerSentEvent] = []
@@ -108,11 +112,16 @@ def test_payloads_are_the_reference_events(
         assert events + decoder.close() == expected
 
 
-def test_a_data_only_event_is_its_raw_bytes() -> None:
-    body = b'data: {"a":"\xc3\xa9"}\n\nevent: e\ndata: {}\n\nid: 1\ndata: x\n\ndata: y\n\n'
+def test_a_one_line_event_is_its_raw_bytes() -> None:
+    body = (
+        b'data: {"a":"\xc3\xa9"}\n\nevent: e\ndata: {}\n\nevent:\ndata: z\n\n'
+        b"data: a\ndata: b\n\nid: 1\ndata: x\n\ndata: y\n\n"
+    )
     assert payloads([body]) == [
         b'{"a":"\xc3\xa9"}',
-        ServerSentEvent("{}", event="e"),
+        ("e", b"{}"),
+        b"z",  # an empty name is the default one
+        ServerSentEvent("a\nb"),
         ServerSentEvent("x", id="1"),
         ServerSentEvent("y", id="1"),  # the id persists: no bytes form after it
     ]
@@ -225,6 +234,24 @@ def test_a_subclass_that_maps_events_itself_sees_every_event() -> None:
     events = Watching("r").feed_payloads(SSEDecoder().feed_payloads(body))
     assert [event.data[:6] for event in seen] == ['{"id":', "[DONE]"]
     assert events == ChatCompletionsTransform("r").feed_payloads(SSEDecoder().feed_payloads(body))
+
+
+def test_a_subclass_that_takes_named_events_sees_every_named_event() -> None:
+    """A transform that overrides ``_feed_data`` without naming the events it takes
+    (``taken_events``) gets every named event through it."""
+    seen: list[str] = []
+
+    class Taking(MessagesTransform):
+        def _feed_data(self, name: str, data: str, out: list[SamplingEvent]) -> None:
+            seen.append(name)
+            super()._feed_data(name, data, out)
+
+    body = (
+        b'event: message_start\ndata: {"type":"message_start","message":{"id":"m"}}\n\n'
+        b"event: ping\ndata: {}\n\n"
+    )
+    Taking("r").feed_payloads(SSEDecoder().feed_payloads(body))
+    assert seen == ["message_start", "ping"]
 
 
 CAPTURES = corpus.manifest()

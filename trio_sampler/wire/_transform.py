@@ -126,6 +126,10 @@ class StreamTransform(abc.ABC):
     #: ``register_backend``): the ``origin`` of round-trip state it produces.
     backend: ClassVar[ApiBackend | None] = None
 
+    #: The event names a subclass that overrides ``_feed_data`` takes there itself
+    #: (``None``: any name; every named event then goes through it).
+    taken_events: ClassVar[frozenset[str] | None] = None
+
     def __init__(self, request_id: str = "stream", *, provider: str | None = None) -> None:
         self.request_id = request_id
         self.provider = provider
@@ -221,9 +225,9 @@ class StreamTransform(abc.ABC):
         """Map the events of one read, as :meth:`SSEDecoder.feed_payloads
         <trio_sampler.wire.SSEDecoder.feed_payloads>` gives them; never raises.
 
-        The same events as :meth:`feed` on each of them (``bytes`` standing for the
-        ``"message"`` event of that data), at less cost per event: the raw data is
-        parsed as it is, without a ``str`` or an event object of its own.
+        The same events as :meth:`feed` on each of them (raw data standing for the
+        event of that data), at less cost per event: the raw data is parsed as it is,
+        without a ``str`` or an event object of its own.
         """
         out: list[SamplingEvent] = []
         if type(self).feed is not StreamTransform.feed:  # a subclass that maps events itself
@@ -234,25 +238,40 @@ class StreamTransform(abc.ABC):
         if items and not self._started and not acc.finished:
             out.extend(self.start())
         on_json = self._on_json
+        # The names a subclass takes in its own ``_feed_data`` (``None``: it may take any).
+        taken: frozenset[str] | None = frozenset()
+        if type(self)._feed_data is not StreamTransform._feed_data:
+            taken = self.taken_events
+        raw: bytes
         for item in items:
-            if type(item) is not bytes:
-                self._feed_data(item.event, item.data, out)  # type: ignore[union-attr]
+            kind = type(item)
+            if kind is bytes:
+                name = "message"
+                raw = item  # type: ignore[assignment]
+            elif kind is tuple:
+                name, raw = item  # type: ignore[misc, assignment]
+                if taken is None or name in taken:
+                    self._feed_data(name, raw.decode("utf-8", "replace"), out)
+                    continue
+            else:
+                event = payload_event(item)
+                self._feed_data(event.event, event.data, out)
                 continue
             if acc.finished:
-                self._feed_data("message", item.decode("utf-8", "replace"), out)
+                self._feed_data(name, raw.decode("utf-8", "replace"), out)
                 continue
             try:
-                payload = orjson.loads(item)
+                payload = orjson.loads(raw)
             except orjson.JSONDecodeError:
                 # Not JSON (``[DONE]``, a blank field, garbage) or not UTF-8: the one path
                 # for such data, on its text.
-                self._feed_data("message", item.decode("utf-8", "replace"), out)
+                self._feed_data(name, raw.decode("utf-8", "replace"), out)
                 continue
             if type(payload) is not dict:
                 self._serialization_failure("a stream event is JSON but not an object", out)
                 continue
             try:
-                on_json("message", payload, out)
+                on_json(name, payload, out)
             except ProviderDataError as exc:
                 self._serialization_failure(
                     f"a {self.protocol} stream event has an unexpected shape: {exc}", out

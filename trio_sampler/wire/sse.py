@@ -69,15 +69,19 @@ class ServerSentEvent:
     retry: int | None = None
 
 
-#: One decoded event as :meth:`SSEDecoder.feed_payloads` gives it: the raw data of an event
-#: that is a ``data`` field alone, or the whole event.
-SSEPayload: TypeAlias = "bytes | ServerSentEvent"
+#: One decoded event as :meth:`SSEDecoder.feed_payloads` gives it: the raw data of an
+#: unnamed event with one ``data`` line, ``(name, raw data)`` of a named one, or the whole
+#: event.
+SSEPayload: TypeAlias = "bytes | tuple[str, bytes] | ServerSentEvent"
 
 
 def payload_event(item: SSEPayload) -> ServerSentEvent:
     """The :class:`ServerSentEvent` an :data:`SSEPayload` stands for."""
     if type(item) is bytes:
         return ServerSentEvent(item.decode("utf-8", "replace"))
+    if type(item) is tuple:
+        name, raw = item
+        return ServerSentEvent(raw.decode("utf-8", "replace"), name)
     return item  # type: ignore[return-value]
 
 
@@ -148,12 +152,13 @@ class SSEDecoder:
         return [payload_event(item) for item in self.feed_payloads(chunk)]
 
     def feed_payloads(self, chunk: bytes) -> list[SSEPayload]:
-        """:meth:`feed`, in the form that costs least per event: an event made of one
-        ``data`` field alone (no ``event``, ``retry`` or ``id``, and no ``id`` seen
-        before it; what a Chat Completions stream sends) is its data's raw UTF-8
-        ``bytes``, undecoded; any other event is a :class:`ServerSentEvent`. Decoding
-        such ``bytes`` with ``"replace"`` gives the data :meth:`feed` would give, and
-        the event is ``"message"``, with no ``id`` or ``retry``.
+        """:meth:`feed`, in the form that costs least per event: an event with one
+        ``data`` line, no ``retry`` and no ``id`` (nor any ``id`` before it: what the
+        three protocols send) is its data's raw UTF-8 ``bytes``, undecoded, when it has
+        no ``event`` name (a Chat Completions stream), or ``(name, raw data)`` when it
+        has one; any other event is a :class:`ServerSentEvent`. Decoding the raw data
+        with ``"replace"`` gives the data :meth:`feed` would give; an unnamed event is
+        ``"message"``.
         """
         if self._failed:
             raise SSEEventTooLarge(self._max)
@@ -222,9 +227,9 @@ class SSEDecoder:
         self._in_comment = False
         data = self._data
         if data:
-            plain = self._event is None and self._retry is None and self._last_id is None
-            if plain and len(data) == 1:
-                out.append(data[0])
+            if len(data) == 1 and self._retry is None and self._last_id is None:
+                event = self._event
+                out.append((event, data[0]) if event else data[0])
             else:
                 self._dispatch(data, self._event, out)
         self._reset_event()
@@ -271,8 +276,8 @@ class SSEDecoder:
                 data.append(line[6:])
             elif not line:  # a blank line dispatches the event (if it has data)
                 if data:
-                    if plain and event is None and len(data) == 1:
-                        out.append(data[0])
+                    if plain and len(data) == 1:
+                        out.append((event, data[0]) if event else data[0])
                     else:
                         self._dispatch(data, event, out)
                     data = []

@@ -193,6 +193,8 @@ class ResponsesTransform(StreamTransform):
     """Responses SSE events → sampling events (see the module docstring)."""
 
     backend = ApiBackend.RESPONSES
+    #: The doom-loop check is taken in ``_feed_data``; every other event goes the fast way.
+    taken_events = frozenset({_DOOM_LOOP_EVENT})
 
     def __init__(self, request_id: str = "stream", *, provider: str | None = None) -> None:
         super().__init__(request_id, provider=provider)
