@@ -132,16 +132,15 @@ class StageRunner:
         progress.sent += 1
         if progress.in_flight == 1:
             self.idle = trio.Event()
-        sent = now()
         if measured:
             stats.started += 1
-            stats.second(int(sent - self.start)).sent += 1
-            if scheduled is not None:
-                stats.histograms["send_lag"].record(round((sent - scheduled) * 1e6))
         first: float | None = None
         last = 0.0
         count = 0
         gaps: list[int] = []
+        # The last thing before the request is handed over: the bookkeeping of its sending
+        # is done once it has ended, not inside its TTFT.
+        sent = now()
         try:
             stream = await self.sampler.submit(item.request)
             async with stream:
@@ -167,6 +166,10 @@ class StageRunner:
             progress.finished += 1
             if progress.in_flight == 0:
                 self.idle.set()
+            if measured:
+                stats.second(int(sent - self.start)).sent += 1
+                if scheduled is not None:
+                    stats.histograms["send_lag"].record(round((sent - scheduled) * 1e6))
         if measured:
             self.record(item, stream.terminal, sent, first, done, count, gaps)
 
