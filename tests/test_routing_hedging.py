@@ -229,3 +229,45 @@ async def test_one_hedge_by_default(autojump_clock: trio.abc.Clock) -> None:
     end = events[-1]
     assert isinstance(end, Completed) and end.response.text == "first"
     assert len(transport.requests) == 2
+
+
+async def test_the_request_reports_the_winners_timings(autojump_clock: trio.abc.Clock) -> None:
+    # The first attempt wins after the hedge started: the request's first token is its.
+    transport = ScriptedTransport([slow(1.5, "first"), slow(10.0, "hedge")])
+    events, _ = await run(hedged(delay=1.0), transport)
+    end = events[-1]
+    assert isinstance(end, Completed) and end.metrics is not None
+    winner = end.metrics.attempts[0]
+    assert winner.outcome is AttemptOutcome.COMPLETED
+    assert end.metrics.time_to_first_token_ms == pytest.approx(1500.0, abs=10.0)
+    assert end.metrics.time_to_first_token_ms == winner.time_to_first_token_ms
+
+
+async def test_a_hedge_the_pacer_still_held_is_not_an_attempt(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Request Y's first attempt streams its content at 2 s. Request X, sent just after,
+    # gets a 429 with Retry-After 5: the account's pacer holds every attempt until then,
+    # so Y's hedge (due at 1 s) waits in the pacer and is cancelled there when Y's first
+    # attempt produces content. It never sent a request: no attempt is recorded for it.
+    transport = ScriptedTransport(
+        [
+            slow(2.0, "first"),
+            error_reply(429, {"error": {"type": "rate_limit_error"}}, **{"retry-after": "5"}),
+            Reply(chunks=chat_stream("x answer")),
+        ]
+    )
+    routing = hedged(delay=1.0)
+    async with open_sampler(routing.routes[0].config, routing=routing, transport=transport) as s:
+        y = await s.submit(REQUEST)
+        await trio.sleep(0.1)
+        x = await s.submit(REQUEST)
+        y_events = [event async for event in y]
+        x_events = [event async for event in x]
+    y_end, x_end = y_events[-1], x_events[-1]
+    assert isinstance(y_end, Completed) and y_end.response.text == "first"
+    assert isinstance(x_end, Completed) and x_end.response.text == "x answer"
+    assert y_end.metrics is not None and x_end.metrics is not None
+    assert [a.outcome for a in y_end.metrics.attempts] == [AttemptOutcome.COMPLETED]
+    assert len(transport.requests) == 3  # Y once, X twice: every request sent is recorded
+    assert len(y_end.metrics.attempts) + len(x_end.metrics.attempts) == 3

@@ -53,6 +53,7 @@ class AttemptMetrics:
         "paced_s",
         "rate_limit",
         "route",
+        "sent",
         "started_at",
         "token_count",
         "token_times",
@@ -72,6 +73,8 @@ class AttemptMetrics:
         self.rate_limit: RateLimitSnapshot | None = None
         #: Seconds the rate-limit pacer held the attempt.
         self.paced_s = 0.0
+        #: Its request went to the client (past the pacer and the admission).
+        self.sent = False
 
     def tokens(self, now: float, count: int) -> None:
         """``count`` content events arrived in one network read at ``now``."""
@@ -124,6 +127,14 @@ class MetricsRecorder:
         if outcome is None:
             outcome = AttemptOutcome.COMPLETED if error is None else AttemptOutcome.FAILED
         self.attempts.append(self._record(attempt, now, error, outcome, usage, cost_usd_ticks))
+
+    def drop_attempt(self, attempt: AttemptMetrics) -> None:
+        """Forget an attempt that never sent its request (a hedge cancelled while the
+        pacer or the admission still held it): it is not an attempt of the request."""
+        if attempt in self.open:
+            self.open.remove(attempt)
+        if self.current is attempt:
+            self.current = self.open[-1] if self.open else None
 
     def _record(
         self,

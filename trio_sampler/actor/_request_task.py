@@ -808,6 +808,7 @@ class RequestRunner:
                 self._end_lane(state, lane)
         state.transform = chosen.transform
         state.serving = chosen.leg.config
+        state.metrics.current = chosen.metrics  # the request's timings are the winner's
         assert chosen.result is not None
         return chosen.result, chosen.metrics, chosen.leg
 
@@ -862,6 +863,10 @@ class RequestRunner:
         now = trio.current_time()
         result = lane.result
         if result is None:
+            if not lane.metrics.sent:  # cancelled while the pacer or admission held it
+                state.metrics.drop_attempt(lane.metrics)
+                leg.abandon(now)
+                return
             partial = self._priced(lane.partial(), leg.config)
             state.metrics.end_attempt(
                 lane.metrics,
@@ -1113,6 +1118,7 @@ class RequestRunner:
         timeouts = config.timeouts
         emitted = False
         triggers: tuple[str, ...] = ()
+        metrics.sent = True
         try:
             async with self._client.open_stream(wire, config=config) as stream:
                 now = trio.current_time()
