@@ -25,6 +25,14 @@ both queue and the errors are seconds. At ``I = 1000`` the 1,000-stream cell sen
 100-stream cell does (1,000 tokens and ~65 requests per second) while holding 1,000
 streams and connections open; that is what two cores serve with room to spare.
 
+**The raw probe.** Beside each accuracy cell, a raw client measures the same thing the
+same way against the same server and pacing: ``httpx2`` + ``orjson`` under Trio, no
+library code, the streams started with the same ramp, warmed up as long, and closed-loop
+for the same duration; TTFT from just before the request is sent to the read holding the
+first content event, ITL between the reads holding content events. Its error is what the
+machine, the HTTP layer and the server cost before the load generator does anything; the
+load generator's own share is its error minus the probe's (``added_*`` in the JSON).
+
 **Throughput.** Against the same emulator in bench mode (pre-rendered bodies, one write per
 response), streams of ``--tokens`` text deltas at ``C`` concurrent streams, side by side in
 one run: the load generator (one worker) and a loop over the official ``openai`` SDK
@@ -43,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import platform
@@ -191,6 +200,112 @@ def accuracy_cell(
     }
 
 
+async def _probe(
+    origin: str,
+    streams: int,
+    duration: float,
+    first_token_ms: float,
+    token_interval_ms: float,
+    tokens: int,
+) -> dict[str, Any]:
+    """The raw probe: what an accuracy cell measures, with ``httpx2`` and ``orjson`` alone."""
+    import httpx2
+    import trio
+
+    script = _script(
+        ignore_eos=True,
+        chunk_chars=CHUNK_CHARS,
+        first_token_ms=first_token_ms,
+        token_interval_ms=token_interval_ms,
+    )
+    body = orjson.dumps(
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "word " * 64}],
+            "max_completion_tokens": tokens,
+            "stream": True,
+        }
+    )
+    headers = {
+        "authorization": "Bearer bench-key",
+        "content-type": "application/json",
+        "x-emulator-script": script,
+    }
+    url = origin + "/v1/chat/completions"
+    request_s = (first_token_ms + (tokens - 1) * token_interval_ms) / 1000
+    ttft: list[float] = []
+    itl: list[float] = []
+    failed = 0
+    async with httpx2.AsyncClient(
+        limits=httpx2.Limits(max_connections=None, max_keepalive_connections=streams),
+        timeout=httpx2.Timeout(300.0, connect=120.0, pool=None),
+    ) as http:
+        start = trio.current_time()
+        measure_from = start + request_s * 2.5
+        stop_at = measure_from + duration
+
+        async def one() -> None:
+            nonlocal failed
+            sent = trio.current_time()
+            measured = sent >= measure_from
+            last: float | None = None
+            pending = b""
+            async with http.stream("POST", url, content=body, headers=headers) as response:
+                if response.status_code != 200:
+                    failed += 1
+                    await response.aread()
+                    return
+                async for raw in response.aiter_raw():
+                    now = trio.current_time()
+                    frames = (pending + raw).split(b"\n\n")
+                    pending = frames.pop()
+                    content = False
+                    for frame in frames:
+                        if frame.startswith(b"data: {"):
+                            choices = orjson.loads(frame[6:])["choices"]
+                            content = content or bool(
+                                choices and choices[0]["delta"].get("content")
+                            )
+                    if content and measured:
+                        if last is None:
+                            ttft.append((now - sent) * 1000)
+                        else:
+                            itl.append((now - last) * 1000)
+                    if content:
+                        last = now
+
+        async def stream_loop(offset: float) -> None:
+            await trio.sleep_until(start + offset)
+            while trio.current_time() < stop_at:
+                await one()
+
+        async with trio.open_nursery() as nursery:
+            for stream in range(streams):
+                nursery.start_soon(stream_loop, request_s * stream / streams)
+
+    def error(values: list[float], q: float, target: float) -> float | None:
+        if not values:
+            return None
+        values.sort()
+        return values[min(len(values) - 1, int(q * len(values)))] - target
+
+    return {
+        "ttft_p50_err_ms": error(ttft, 0.5, first_token_ms),
+        "ttft_p99_err_ms": error(ttft, 0.99, first_token_ms),
+        "itl_p50_err_ms": error(itl, 0.5, token_interval_ms),
+        "itl_p99_err_ms": error(itl, 0.99, token_interval_ms),
+        "requests": len(ttft),
+        "failed": failed,
+    }
+
+
+def probe_cell(**spec: Any) -> dict[str, Any]:
+    import trio
+
+    result: dict[str, Any] = trio.run(functools.partial(_probe, **spec))
+    return result
+
+
 # -- throughput ---------------------------------------------------------------------------
 
 
@@ -284,6 +399,8 @@ def cell_main(spec: dict[str, Any]) -> None:
     kind = spec.pop("kind")
     if kind == "accuracy":
         result = accuracy_cell(**spec)
+    elif kind == "probe":
+        result = probe_cell(**spec)
     elif kind == "ours":
         result = ours_cell(**spec)
     else:
@@ -318,6 +435,23 @@ def print_report(results: dict[str, Any]) -> None:
             f"{'client-bound' if cell['client_bound'] else 'ok':>12}  {_ok(cell['pass'])}"
         )
     print("(client, server: cores used; the server's over the whole cell, warm-up included)")
+    if any("probe" in cell for cell in results["accuracy"]):
+        print("\nThe raw probe (httpx2 + orjson, the same server, pacing and ramp; errors in ms)")
+        print(f"{'C':>6} {'TTFT p50':>9} {'TTFT p99':>9} {'ITL p50':>8} {'ITL p99':>8}  "
+              "load generator minus probe: TTFT p50, ITL p50")  # fmt: skip
+        for cell in results["accuracy"]:
+            probe = cell.get("probe")
+            if probe is None:
+                continue
+            values = [
+                probe[f"{key}_err_ms"] for key in ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99")
+            ]
+            shown = " ".join(f"{'-':>9}" if v is None else f"{v:>+9.2f}" for v in values)
+            added = [cell.get("added_ttft_p50_ms"), cell.get("added_itl_p50_ms")]
+            print(
+                f"{cell['streams']:>6} {shown}  "
+                + ", ".join("-" if a is None else f"{a:+.2f}" for a in added)
+            )
     if not results["throughput"]:
         return
     print(f"\nThroughput (C = {results['throughput_streams']}, {results['tokens']} events/stream)")
@@ -364,6 +498,14 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                 and abs(cell["itl_p99_err_ms"]) <= TARGET_P99_MS
                 and cell["failed"] == 0
             )
+            probe = run_in_process(
+                "probe", origin=server.origin, streams=streams, duration=duration,
+                first_token_ms=first_ms, token_interval_ms=interval_ms, tokens=tokens,
+            )  # fmt: skip
+            cell["probe"] = probe
+            for key in ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99"):
+                theirs = probe[f"{key}_err_ms"]
+                cell[f"added_{key}_ms"] = None if theirs is None else cell[f"{key}_err_ms"] - theirs
             accuracy.append(cell)
             print(f"accuracy C={streams}: {cell}", flush=True)
     finally:
