@@ -27,11 +27,13 @@ class RedisUnavailableError(RuntimeError):
 
 
 class RedisServer:
-    """One ``redis-server`` process serving ``unix://<dir>/redis.sock``."""
+    """One ``redis-server`` process serving ``unix://<dir>/redis.sock`` (and TCP on
+    127.0.0.1:``port`` when a port is given)."""
 
-    def __init__(self, directory: Path, binary: str) -> None:
+    def __init__(self, directory: Path, binary: str, port: int = 0) -> None:
         self.directory = directory
         self.binary = binary
+        self.port = port
         self.socket_path = directory / "redis.sock"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -39,12 +41,18 @@ class RedisServer:
     def url(self) -> str:
         return f"unix://{self.socket_path}"
 
+    @property
+    def tcp_url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
     def start(self) -> None:
         self.process = subprocess.Popen(
             [
                 self.binary,
                 "--port",
-                "0",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
                 "--unixsocket",
                 str(self.socket_path),
                 "--unixsocketperm",
@@ -108,15 +116,16 @@ class RedisServer:
 
 
 @contextlib.contextmanager
-def running_redis() -> Iterator[RedisServer]:
-    """A started :class:`RedisServer`; raises :class:`RedisUnavailableError` if it cannot."""
+def running_redis(port: int = 0) -> Iterator[RedisServer]:
+    """A started :class:`RedisServer` (also on TCP 127.0.0.1:``port`` unless 0); raises
+    :class:`RedisUnavailableError` if it cannot."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise RedisUnavailableError(
             "redis-server is not installed (Debian: apt-get install redis-server)"
         )
     with tempfile.TemporaryDirectory(prefix="trio-sampler-redis-") as tmp:
-        server = RedisServer(Path(tmp), binary)
+        server = RedisServer(Path(tmp), binary, port)
         server.start()
         try:
             yield server

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import random
+import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -403,3 +405,121 @@ async def test_without_refunds_only_overuse_is_settled(redis_server: RedisServer
             await limiter.acquire(Cost(1, 0, 500))  # reserved to start in 6 s, cancelled
         assert scope.cancelled_caught
         await limiter.acquire(Cost(1, 0, 400), deadline=trio.current_time() + 0.05)
+
+
+# -- the connection: cancellation, timeouts, URLs -------------------------------------------
+
+
+async def test_cancelled_mid_call_gives_its_reservation_back(redis_server: RedisServer) -> None:
+    # One request at once and one in-flight slot: a reservation or a lease left behind by
+    # the cancelled call would hold the next admission back (0.5 s, or the 30 s lease).
+    limits = FleetLimits(requests_per_minute=2, window_s=1.0, burst=0.5, max_in_flight=1)
+    spec = _spec(limits)
+    async with open_limiter(spec, redis_server.url) as limiter:
+        process = redis_server.process
+        assert process is not None
+        process.send_signal(signal.SIGSTOP)  # the call is sent; the reply waits for SIGCONT
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_continue_after, process, 0.3)
+                with trio.move_on_after(0.1) as scope:
+                    await limiter.acquire(Cost())
+                assert scope.cancelled_caught
+        finally:
+            process.send_signal(signal.SIGCONT)
+        assert not limiter.degraded
+        permit = await limiter.acquire(Cost(), deadline=trio.current_time() + 0.2)
+        assert permit.shared
+        assert limiter.statistics().leases == 1
+        await limiter.release(permit, None)
+        assert limiter.statistics().leases == 0
+
+
+async def _continue_after(process: subprocess.Popen[bytes], delay: float) -> None:
+    await trio.sleep(delay)
+    process.send_signal(signal.SIGCONT)
+
+
+async def test_a_late_reply_is_not_taken_for_the_next_ones(redis_server: RedisServer) -> None:
+    spec = _spec(
+        FleetLimits(requests_per_minute=1000, max_in_flight=10),
+        admission_timeout=0.1,
+        probe_interval=0.05,
+        retry_budget=RetryBudgetSpec(ratio=0.5, max_tokens=3),
+    )
+    async with open_limiter(spec, redis_server.url) as limiter:
+        process = redis_server.process
+        assert process is not None
+        process.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(AdmissionRefusedError):  # timed out: its reply comes later
+                await limiter.acquire(Cost())
+        finally:
+            process.send_signal(signal.SIGCONT)
+        assert limiter.degraded
+        await trio.sleep(0.1)
+        # Each call reads its own reply (shaped differently per script), not the stale one.
+        assert await limiter.try_retry()
+        permit = await limiter.acquire(Cost())
+        assert not limiter.degraded and permit.shared
+        await limiter.release(permit, None)
+        assert await limiter.try_retry()
+        assert limiter.statistics().leases == 0
+
+
+async def test_scripts_are_loaded_again_after_a_flush(redis_server: RedisServer) -> None:
+    spec = _spec(FleetLimits(requests_per_minute=1000))
+    async with open_limiter(spec, redis_server.url) as limiter:
+        await limiter.acquire(Cost())
+        redis_server.flush()
+        await trio.run_process(
+            ["redis-cli", "-s", str(redis_server.socket_path), "SCRIPT", "FLUSH"],
+            capture_stdout=True,
+        )
+        permit = await limiter.acquire(Cost())
+        await limiter.release(permit, None)
+        assert limiter.statistics().redis_failures == 0
+
+
+async def test_a_tcp_url_works_like_a_unix_socket() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with running_redis(port) as server:
+        spec = _spec(FleetLimits(requests_per_minute=2, window_s=1.0, burst=0.5))
+        async with open_limiter(spec, server.tcp_url) as limiter:
+            await limiter.acquire(Cost())
+            with pytest.raises(AdmissionRefusedError):  # the burst is shared over TCP too
+                await limiter.acquire(Cost(), deadline=trio.current_time() + 0.1)
+            assert limiter.statistics().redis_failures == 0
+
+
+async def test_an_unreachable_tcp_redis_degrades_within_the_timeout() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nothing listens here
+    events: list[FleetEvent] = []
+    spec = _spec(FleetLimits(requests_per_minute=100), admission_timeout=0.2)
+    start = trio.current_time()
+    async with open_limiter(spec, f"redis://127.0.0.1:{port}/0", on_event=events.append) as lim:
+        with pytest.raises(AdmissionRefusedError) as refused:
+            await lim.acquire(Cost())
+        assert refused.value.info.kind is SamplingErrorKind.FLEET_UNAVAILABLE
+    assert trio.current_time() - start < 1.5
+    assert [type(e) for e in events] == [LimiterDegraded]
+
+
+def test_the_connection_is_built_from_the_url() -> None:
+    from coredis.connection import TCPConnection, UnixDomainSocketConnection
+
+    from trio_sampler.fleet import redis_client
+
+    tls = redis_client("rediss://:secret@127.0.0.1:6380/2?ssl_cert_reqs=none").connection_pool
+    assert tls.connection_class is TCPConnection
+    assert tls.connection_kwargs.get("ssl_context") is not None
+    assert tls.connection_kwargs.get("password") == "secret"
+    assert tls.connection_kwargs.get("db") == 2
+    plain = redis_client("redis://127.0.0.1:6379/0").connection_pool
+    assert plain.connection_kwargs.get("ssl_context") is None
+    unix = redis_client("unix:///run/redis/redis.sock").connection_pool
+    assert unix.connection_class is UnixDomainSocketConnection

@@ -11,16 +11,27 @@ limiter enters a degraded state (an event, a log warning and a counter), applies
 failure policy (admit under local limits, or refuse with ``FLEET_UNAVAILABLE``) and tries
 Redis again at most every ``probe_interval``. Nothing waits longer than one admission
 timeout for Redis.
+
+The call path is short because admission latency is the client's CPU, not Redis's: the
+limiters of a client send their scripts on one connection of their own (built from the
+client's URL settings, run in the client's pool), queueing ``EVALSHA`` on it directly
+(``Connection.create_request``) rather than through the client's command layer, the
+connection pool and the ``Script`` object. Concurrent calls share that connection: coredis
+writes what they queue in one batch and reads the replies in order. The admission timeout
+is the request's own timeout, so no cancel scope of ours wraps a call; a new connection
+is only made (within the timeout) when the last one was lost.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import os
 import random
 import socket
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -29,6 +40,7 @@ import attrs
 import coredis
 import coredis.exceptions
 import trio
+from coredis.connection import BaseConnection
 from coredis.retry import NoRetryPolicy
 
 from ..admission import AdmissionBusyError, AdmissionRefusedError
@@ -73,9 +85,75 @@ def _refusal(kind: SamplingErrorKind, message: str, code: str) -> AdmissionRefus
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, trio.TooSlowError):
+    if isinstance(exc, trio.TooSlowError | TimeoutError):
         return "Redis did not answer within the admission timeout"
     return f"{type(exc).__name__}: {exc}"[:300]
+
+
+@attrs.frozen
+class _Script:
+    """A Lua script, called by its SHA1 (loaded on the first NOSCRIPT)."""
+
+    source: str
+    sha: str = attrs.field(init=False)
+
+    @sha.default
+    def _digest(self) -> str:
+        return hashlib.sha1(self.source.encode()).hexdigest()
+
+
+def _left(until: float) -> float:
+    """The time left before ``until`` (trio's clock), as a request timeout: coredis reads
+    a timeout of 0 as none, so at least a microsecond."""
+    return max(until - trio.current_time(), 1e-6)
+
+
+class _Link:
+    """The connection a client's limiters send their scripts on, made anew when lost.
+
+    It is built and run as the client's pool builds its own (the same URL settings: Unix
+    socket, TCP or TLS, credentials, database) but is kept out of the pool, so nothing
+    else takes it over or queues a blocking command before the limiters' calls."""
+
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
+        self.connection: BaseConnection | None = None
+        self._connecting = trio.Lock()
+
+    async def connect(self) -> BaseConnection:
+        async with self._connecting:
+            connection = self.connection
+            if connection is not None and connection.usable:
+                return connection
+            if connection is not None:
+                connection.invalidate("lost; replaced by a new connection")
+                self.connection = None
+            pool = self._pool
+            assert pool.location is not None
+            made: BaseConnection = pool.connection_class(pool.location, **pool.connection_kwargs)
+            await pool.task_group.start(made.run)
+            self.connection = made
+            return made
+
+
+# Per client (weakly: a client's link goes with it).
+_LINKS: weakref.WeakKeyDictionary[coredis.Redis[bytes], _Link] = weakref.WeakKeyDictionary()
+
+
+def _link(client: coredis.Redis[bytes]) -> _Link:
+    link = _LINKS.get(client)
+    if link is None:
+        link = _LINKS[client] = _Link(client.connection_pool)
+    return link
+
+
+_EVALSHA = b"EVALSHA"
+_SCRIPT_LOAD = b"SCRIPT LOAD"
+_ADMIT, _SETTLE, _RENEW, _SPEND, _RETRY_AFTER, _BREAKERS = (
+    _Script(source) for source in (ADMIT, SETTLE, RENEW, SPEND_RETRY, NOTE_RETRY_AFTER, BREAKERS)
+)
+_SCRIPTS = (_ADMIT, _SETTLE, _RENEW, _SPEND, _RETRY_AFTER, _BREAKERS)
+_NOTHING = Cost(0, 0, 0)
 
 
 # Failures that mean "Redis is not available now"; anything else is a bug of ours.
@@ -132,20 +210,19 @@ class FleetLimiter:
             0.0 if rate is None else limits.window_s * _US / rate for rate in limits.rates()
         ]
         self._tau = limits.window_s * limits.burst * _US
-        self._scripts = {
-            name: client.register_script(source)
-            for name, source in (
-                ("admit", ADMIT),
-                ("settle", SETTLE),
-                ("renew", RENEW),
-                ("spend", SPEND_RETRY),
-                ("retry_after", NOTE_RETRY_AFTER),
-                ("breakers", BREAKERS),
-            )
-        }
+        # What every ADMIT sends the same: lease TTL, in-flight cap, budget deposit (a first
+        # attempt's and a retry's), and per dimension its interval and tau.
+        budget = spec.retry_budget
+        fixed = [math.floor(spec.lease_ttl * _US), limits.max_in_flight or 0]
+        self._admit_first = [*fixed, budget.ratio, budget.max_tokens] if budget else [*fixed, 0, 0]
+        self._admit_retry = [*fixed, 0, 0]
+        self._admit_rates = [(repr(interval), repr(self._tau)) for interval in self._intervals]
+        self._lease_ttl_us = fixed[0]
+        # The connection the scripts go on (see the module's docstring), shared by the
+        # limiters of one client.
+        self._link = _link(client)
         share = spec.fallback_share or 1.0
         self._local = LocalLimits(limits.scaled(share))
-        budget = spec.retry_budget
         self._local_budget = (
             None
             if budget is None
@@ -174,13 +251,53 @@ class FleetLimiter:
 
     # -- Redis, with the failure policy --------------------------------------------------
 
-    async def _call(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """Run one script, or return None when Redis is unavailable (degraded)."""
+    async def _call(
+        self,
+        script: _Script,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        abandoned: tuple[Cost, str] | None = None,
+    ) -> Any:
+        """Run one script, or return None when Redis is unavailable (degraded).
+
+        A call cancelled after its script was queued still runs it (coredis sends what is
+        queued and reads its reply in order, so the connection stays in step). With
+        ``abandoned`` (an admission's cost and lease), the cancelled call waits for that
+        reply, shielded and within the admission timeout, and gives back what it reserved.
+        """
         if self._degraded_since is not None and trio.current_time() < self._probe_at:
             return None
+        timeout = self.spec.admission_timeout
+        until = trio.current_time() + timeout
+        request = None
         try:
-            with trio.fail_after(self.spec.admission_timeout):
-                reply: Any = await self._scripts[script](keys=list(keys), args=list(args))
+            connection = self._link.connection
+            if connection is None or not connection.usable:
+                with trio.fail_after(timeout):
+                    connection = await self._link.connect()
+                timeout = _left(until)
+            request = connection.create_request(
+                _EVALSHA, script.sha, len(keys), *keys, *args, decode=False, timeout=timeout
+            )
+            try:
+                reply: Any = await request
+            except coredis.exceptions.NoScriptError:
+                # Not loaded (Redis restarted or was flushed): load it, then call it again
+                # (queued together: one more round trip), within the same admission timeout.
+                timeout = _left(until)
+                load = connection.create_request(
+                    _SCRIPT_LOAD, script.source, decode=False, timeout=timeout
+                )
+                request = connection.create_request(
+                    _EVALSHA, script.sha, len(keys), *keys, *args, decode=False, timeout=timeout
+                )
+                await load
+                reply = await request
+        except trio.Cancelled:
+            if abandoned is not None and request is not None:
+                with trio.CancelScope(shield=True):
+                    await self._give_back(request, *abandoned)
+            raise
         except _UNAVAILABLE as exc:
             self._failed(exc)
             return None
@@ -199,6 +316,17 @@ class FleetLimiter:
             )
             self._emit(LimiterRecovered(self.spec.name, degraded_for))
         return reply
+
+    async def _give_back(self, request: Any, cost: Cost, lease: str) -> None:
+        """An admission whose caller was cancelled mid-call: wait (within the admission
+        timeout) for its reply and return whatever it reserved."""
+        try:
+            with trio.move_on_after(self.spec.admission_timeout):
+                reply = await request
+                if int(reply[0]) == Status.ADMITTED:
+                    await self.withdraw(Permit(cost, lease, shared=True))
+        except _UNAVAILABLE_OR_REFUSED:
+            pass  # lost with the connection: the lease expires, the reservation refills
 
     def _failed(self, exc: BaseException) -> None:
         now = trio.current_time()
@@ -252,7 +380,6 @@ class FleetLimiter:
         larger than one burst raise :class:`AdmissionBusyError` instead, with nothing
         reserved (a chain choosing a route passes this one over).
         """
-        budget = self.spec.retry_budget if first_attempt else None
         poll = _POLL_FIRST
         waited_from = trio.current_time()
         while True:
@@ -265,18 +392,11 @@ class FleetLimiter:
             args: list[Any] = [
                 -1 if math.isinf(limit) else math.floor(limit * _US),
                 lease,
-                math.floor(self.spec.lease_ttl * _US),
-                self.spec.limits.max_in_flight or 0,
-                budget.ratio if budget else 0,
-                budget.max_tokens if budget else 0,
+                *(self._admit_first if first_attempt else self._admit_retry),
             ]
-            for interval, amount in zip(self._intervals, cost.amounts(), strict=True):
-                args += [repr(interval), repr(self._tau), amount]
-            # Shielded: once sent, the script may reserve, and only its answer says what
-            # to give back. A cancel waits for it (one round trip, at most the admission
-            # timeout) and then lands in ``_wait_reserved``, which gives it all back.
-            with trio.CancelScope(shield=True):
-                reply = await self._call("admit", self._keys_admit, args)
+            for (interval, tau), amount in zip(self._admit_rates, cost.amounts(), strict=True):
+                args += (interval, tau, amount)
+            reply = await self._call(_ADMIT, self._keys_admit, args, abandoned=(cost, lease))
             if reply is None:
                 return await self._acquire_locally(
                     cost, deadline, waited_from, within, first_attempt=first_attempt
@@ -423,7 +543,7 @@ class FleetLimiter:
     async def withdraw(self, permit: Permit) -> None:
         """End an admitted request that was never sent: free its slot and give back all
         it reserved, whatever ``refund_unused`` says. Idempotent."""
-        await self._settle(permit, Cost(0, 0, 0), refund=True)
+        await self._settle(permit, _NOTHING, refund=True)
 
     async def _settle(self, permit: Permit, actual: Cost | None, *, refund: bool) -> None:
         if permit.settled:
@@ -450,7 +570,7 @@ class FleetLimiter:
             changes.append(repr(interval * (used - reserved)) if interval else 0)
         changes += self._clamps(permit)
         # A failure here only loses the correction; the lease expires by itself.
-        reply = await self._call("settle", self._keys_settle, changes)
+        reply = await self._call(_SETTLE, self._keys_settle, changes)
         if isinstance(reply, list | tuple) and len(reply) == 2 and int(reply[1]):
             self._stats["clamped"] += int(reply[1])
 
@@ -462,7 +582,7 @@ class FleetLimiter:
             return True
         keys = [self._breaker_prefix + breaker.route for breaker in breakers]
         said = [breaker.take_pending() for breaker in breakers]
-        reply = await self._call("breakers", keys, said)
+        reply = await self._call(_BREAKERS, keys, said)
         now = trio.current_time()
         if not isinstance(reply, list | tuple) or len(reply) != len(breakers):
             for breaker, what in zip(breakers, said, strict=True):
@@ -508,7 +628,7 @@ class FleetLimiter:
         budget = self.spec.retry_budget
         if budget is None:
             return True
-        reply = await self._call("spend", [self._keys_admit[2]], [budget.max_tokens])
+        reply = await self._call(_SPEND, [self._keys_admit[2]], [budget.max_tokens])
         if reply is None:
             allowed = self._local_budget is not None and self._local_budget.try_spend(
                 trio.current_time()
@@ -531,7 +651,7 @@ class FleetLimiter:
             return
         now = trio.current_time()
         self._local_retry_after = max(self._local_retry_after, now + seconds)
-        await self._call("retry_after", [self._keys_admit[1]], [math.floor(seconds * _US)])
+        await self._call(_RETRY_AFTER, [self._keys_admit[1]], [math.floor(seconds * _US)])
 
     async def warm_up(self, within: float) -> None:
         """Connect and load the scripts, so the first admissions pay one round trip each.
@@ -541,8 +661,13 @@ class FleetLimiter:
         """
         try:
             with trio.fail_after(within):
-                for source in (ADMIT, SETTLE, RENEW, SPEND_RETRY, NOTE_RETRY_AFTER):
-                    await self._client.script_load(source)
+                connection = await self._link.connect()
+                loads = [
+                    connection.create_request(_SCRIPT_LOAD, script.source, decode=False)
+                    for script in _SCRIPTS
+                ]
+                for load in loads:
+                    await load
         except _UNAVAILABLE_OR_REFUSED as exc:
             self._failed(exc)
 
@@ -552,9 +677,7 @@ class FleetLimiter:
         """Extend this process's in-flight leases by ``lease_ttl`` (one round trip)."""
         if self._leases:
             await self._call(
-                "renew",
-                [self._keys_admit[0]],
-                [math.floor(self.spec.lease_ttl * _US), *sorted(self._leases)],
+                _RENEW, [self._keys_admit[0]], [self._lease_ttl_us, *sorted(self._leases)]
             )
 
     async def run_renewals(self) -> None:
