@@ -30,6 +30,7 @@ from trio_sampler.fleet import (
     LimiterSpec,
     RetryBudgetSpec,
     open_limiter,
+    open_limiters,
 )
 from trio_sampler.fleet._local import GcraCell, LocalLimits
 from trio_sampler.types import SamplingErrorKind
@@ -524,3 +525,20 @@ def test_the_connection_is_built_from_the_url() -> None:
     assert plain.connection_kwargs.get("ssl_context") is None
     unix = redis_client("unix:///run/redis/redis.sock").connection_pool
     assert unix.connection_class is UnixDomainSocketConnection
+
+
+async def test_the_limiters_of_a_client_share_one_connection() -> None:
+    specs = [_spec(FleetLimits(requests_per_minute=1000)) for _ in range(3)]
+    with running_redis() as server:
+        async with open_limiters(specs, server.url) as limiters:
+            async with trio.open_nursery() as nursery:
+                for limiter in limiters:
+                    for _ in range(5):
+                        nursery.start_soon(limiter.acquire, Cost())
+            listed = await trio.run_process(
+                ["redis-cli", "-s", str(server.socket_path), "CLIENT", "LIST"],
+                capture_stdout=True,
+            )
+            clients = listed.stdout.decode().splitlines()
+            assert len(clients) == 2, clients  # the limiters' connection and redis-cli
+            assert all(limiter.statistics().admitted == 5 for limiter in limiters)
