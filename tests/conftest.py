@@ -9,6 +9,8 @@ under ``CI=true`` a missing corpus is an error.
 Every test runs with a log handler at DEBUG on the root logger; afterwards no record
 (ours, httpx2's, hypercorn's) may contain anything shaped like the fake API keys the suite
 uses. The dedicated secret scan over the fault matrix is ``test_secrets.py``.
+
+Hypothesis runs with no per-example deadline (the ``trio_sampler`` profile).
 """
 
 from __future__ import annotations
@@ -20,10 +22,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from log_capture import LogCapture, capture_root_logs
 
 from benchmarks import corpus
 from benchmarks.redis_server import RedisServer, RedisUnavailableError, running_redis
+
+# Property tests judge behaviour, never speed (performance lives in benchmarks/): no
+# per-example deadline, which a loaded machine would turn into a flaky failure.
+settings.register_profile("trio_sampler", deadline=None)
+settings.load_profile("trio_sampler")
 
 # The library's pytest plugin (the ``emulator`` fixture) is opt-in, as for any user.
 pytest_plugins = ["trio_sampler.testing"]
