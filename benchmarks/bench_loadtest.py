@@ -136,6 +136,21 @@ def _script(**fields: Any) -> str:
     return json.dumps(fields, separators=(",", ":"))
 
 
+def _paced_script(first_token_ms: float, token_interval_ms: float) -> str:
+    """The emulator's script for an accuracy cell: the known pacing, ``max_tokens`` filled."""
+    return _script(
+        ignore_eos=True,
+        chunk_chars=CHUNK_CHARS,
+        first_token_ms=first_token_ms,
+        token_interval_ms=token_interval_ms,
+    )
+
+
+def _request_s(first_token_ms: float, token_interval_ms: float, tokens: int) -> float:
+    """One paced request's duration, first byte to last token, in seconds."""
+    return (first_token_ms + (tokens - 1) * token_interval_ms) / 1000
+
+
 def _config(origin: str, script: str) -> Any:
     from trio_sampler import SamplerConfig, Timeouts
 
@@ -162,13 +177,8 @@ def accuracy_cell(
 ) -> dict[str, Any]:
     from trio_sampler.loadtest import Concurrency, Fixed, Limits, LoadTest, SyntheticWorkload, run
 
-    script = _script(
-        ignore_eos=True,
-        chunk_chars=CHUNK_CHARS,
-        first_token_ms=first_token_ms,
-        token_interval_ms=token_interval_ms,
-    )
-    request_s = (first_token_ms + (tokens - 1) * token_interval_ms) / 1000
+    script = _paced_script(first_token_ms, token_interval_ms)
+    request_s = _request_s(first_token_ms, token_interval_ms, tokens)
     test = LoadTest(
         _config(origin, script),
         # The streams start spread over one request's duration (started together they
@@ -212,12 +222,7 @@ async def _probe(
     import httpx2
     import trio
 
-    script = _script(
-        ignore_eos=True,
-        chunk_chars=CHUNK_CHARS,
-        first_token_ms=first_token_ms,
-        token_interval_ms=token_interval_ms,
-    )
+    script = _paced_script(first_token_ms, token_interval_ms)
     body = orjson.dumps(
         {
             "model": MODEL,
@@ -232,7 +237,7 @@ async def _probe(
         "x-emulator-script": script,
     }
     url = origin + "/v1/chat/completions"
-    request_s = (first_token_ms + (tokens - 1) * token_interval_ms) / 1000
+    request_s = _request_s(first_token_ms, token_interval_ms, tokens)
     ttft: list[float] = []
     itl: list[float] = []
     failed = 0
