@@ -237,7 +237,7 @@ class StreamTransform(abc.ABC):
         acc = self.acc
         if items and not self._started and not acc.finished:
             out.extend(self.start())
-        on_json = self._on_json
+        map_json = self._map_json
         # The names a subclass takes in its own ``_feed_data`` (``None``: it may take any).
         taken: frozenset[str] | None = frozenset()
         if type(self)._feed_data is not StreamTransform._feed_data:
@@ -267,17 +267,7 @@ class StreamTransform(abc.ABC):
                 # for such data, on its text.
                 self._feed_data(name, raw.decode("utf-8", "replace"), out)
                 continue
-            if type(payload) is not dict:
-                self._serialization_failure("a stream event is JSON but not an object", out)
-                continue
-            try:
-                on_json(name, payload, out)
-            except ProviderDataError as exc:
-                self._serialization_failure(
-                    f"a {self.protocol} stream event has an unexpected shape: {exc}", out
-                )
-            except Exception as exc:  # a bug of ours: reported as ours, never retried
-                acc.fail(internal_error(exc, f"mapping a {self.protocol} event"), out)
+            map_json(name, payload, out)
         return out
 
     def _feed_data(self, name: str, data: str, out: list[SamplingEvent]) -> None:
@@ -303,6 +293,12 @@ class StreamTransform(abc.ABC):
                 return
             self._serialization_failure(f"a stream event is not valid JSON: {data[:80]!r}", out)
             return
+        self._map_json(name, payload, out)
+
+    def _map_json(self, name: str, payload: object, out: list[SamplingEvent]) -> None:
+        """One parsed event into ``out``: an object goes to :meth:`_on_json`; any other
+        JSON, or a shape the provider should not send, is a serialization failure; a bug
+        of ours is an internal error (never retried)."""
         try:
             if type(payload) is not dict:
                 self._serialization_failure("a stream event is JSON but not an object", out)
