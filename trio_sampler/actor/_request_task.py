@@ -947,21 +947,17 @@ class RequestRunner:
                 deadline=deadline,
                 first_attempt=state.metrics.started == 0,
             )
-        except AdmissionBusyError as exc:
+        except BaseException as exc:  # not admitted: the pacer's place goes back
             if paced is not None:
                 paced.withdraw()
-            return Skipped(exc.reason, by_admission=True)
-        except AdmissionRefusedError as exc:
-            if paced is not None:
-                paced.withdraw()
+            if isinstance(exc, AdmissionBusyError):
+                return Skipped(exc.reason, by_admission=True)
+            if not isinstance(exc, AdmissionRefusedError):
+                raise
             if exc.info.kind is SamplingErrorKind.FLEET_UNAVAILABLE:
                 # This route's limiter fails closed; a later route's may not.
                 return Skipped(f"fleet unavailable ({exc.info.message})", by_admission=True)
             return Prepared(wire, None, None, started_at, scratch.paced_s, error=exc.info)
-        except BaseException:
-            if paced is not None:
-                paced.withdraw()
-            raise
         assert leg.admission is not None
         return Prepared(wire, paced, (leg.admission, ticket), started_at, scratch.paced_s)
 
