@@ -230,20 +230,10 @@ class ResponseStream:
 
     def detach(self) -> ResponseStream:
         """Take the response out of its :meth:`SamplingClient.open_stream` block: leaving
-        the block no longer closes it, and the caller must (:meth:`drain_and_close`, or
-        :meth:`aclose`). For reading the end of a body in another task."""
+        the block no longer closes it, and the caller must (:meth:`drain` what is left,
+        then :meth:`aclose`). For reading the end of a body in another task."""
         self.detached = True
         return self
-
-    async def drain_and_close(self, *, max_bytes: int, max_seconds: float) -> None:
-        """Read what is left of the body, at most ``max_bytes`` within ``max_seconds``, so
-        the connection goes back to the pool; then close the response (and with it the
-        connection, if the body still has not ended)."""
-        try:
-            with trio.move_on_after(max_seconds):
-                await self.drain(max_bytes=max_bytes)
-        finally:
-            await self.aclose()
 
     async def drain(self, *, max_bytes: int) -> None:
         """Read what is left of the body, at most ``max_bytes``, without a time bound
