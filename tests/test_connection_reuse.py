@@ -1,8 +1,10 @@
 """Connection reuse over real loopback HTTP/1.1, with servers written by hand.
 
 * After a stream's terminator the rest of the body (the last chunk of a chunked body) is
-  read off the request's clock: ``Completed`` does not wait for it, ``Timeouts.total``
-  does not count it, and the connection still goes back to the pool.
+  read at once when it has arrived with the body (the connection is back in the pool
+  before ``Completed``; no task is started for it), and otherwise off the request's
+  clock: ``Completed`` does not wait for it, ``Timeouts.total`` does not count it, and
+  the connection still goes back to the pool.
 * The keep-alive race (the server closed an idle pooled connection just as it was
   reused) is resent at once on another connection, invisibly and without spending
   ``max_retries``; the same failure on a fresh connection is an ordinary retry.
@@ -19,12 +21,13 @@ from contextlib import asynccontextmanager
 
 import attrs
 import orjson
+import pytest
 import trio
 import trio.testing
 from fakes import Reply, ScriptedTransport, chat_stream, make_config
 
 from trio_sampler.actor import SamplerHandle, open_sampler
-from trio_sampler.client import STALE_CONNECTION_RESENDS
+from trio_sampler.client import STALE_CONNECTION_RESENDS, SamplingClient
 from trio_sampler.config import RetryPolicy, SamplerConfig, Timeouts
 from trio_sampler.types import (
     ApiBackend,
@@ -36,6 +39,7 @@ from trio_sampler.types import (
     SamplingEvent,
     User,
 )
+from trio_sampler.wire import build_request
 
 REQUEST = ConversationRequest(items=[User("hello")])
 KEY = "sk-REUSE-0123456789abcdef"
@@ -190,6 +194,137 @@ def terminal_of(events: list[SamplingEvent]) -> Completed | Failed:
 
 
 # -- the drain after the terminator ---------------------------------------------------
+
+
+class DrainTasks(trio.abc.Instrument):
+    """Counts the connection-drain tasks started while it is installed."""
+
+    def __init__(self) -> None:
+        self.started = 0
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        if task.name == "trio_sampler connection drain":
+            self.started += 1
+
+
+@asynccontextmanager
+async def counting_drains() -> AsyncIterator[DrainTasks]:
+    drains = DrainTasks()
+    trio.lowlevel.add_instrument(drains)
+    try:
+        yield drains
+    finally:
+        trio.lowlevel.remove_instrument(drains)
+
+
+async def whole_chunked_reply(
+    stream: trio.SocketStream, reader: _Reader, server: Server, number: int
+) -> bool:
+    """The whole stream and the last chunk in one write, keep-alive."""
+    await stream.send_all(CHUNKED_HEAD + http_chunk(sse_body(f"reply {number}")) + LAST_CHUNK)
+    return True
+
+
+async def whole_length_reply(
+    stream: trio.SocketStream, reader: _Reader, server: Server, number: int
+) -> bool:
+    """The whole stream with a ``content-length``, keep-alive."""
+    await stream.send_all(complete_response(f"reply {number}"))
+    return True
+
+
+@pytest.mark.parametrize("handler", [whole_chunked_reply, whole_length_reply])
+async def test_an_end_of_body_that_came_with_it_is_read_at_once(handler: Handler) -> None:
+    """Nothing to wait for after the terminator: the end of the body is read before
+    ``Completed`` is delivered, with no task of its own, and the connection is reused."""
+    with trio.fail_after(30):
+        async with (
+            keep_alive_server(handler) as server,
+            open_sampler(config_for(server)) as sampler,
+            counting_drains() as drains,
+        ):
+            ends = [terminal_of(await collect(sampler)) for _ in range(3)]
+    assert [end.response.text for end in ends if isinstance(end, Completed)] == [
+        "reply 0",
+        "reply 1",
+        "reply 2",
+    ]
+    assert drains.started == 0
+    assert server.connections == 1
+
+
+async def last_chunk_with_a_trailer(
+    stream: trio.SocketStream, reader: _Reader, server: Server, number: int
+) -> bool:
+    """The last chunk carries a trailer field: not the bare end the client recognizes."""
+    trailer = b"0\r\nx-checksum: %d\r\n\r\n" % number
+    await stream.send_all(CHUNKED_HEAD + http_chunk(sse_body(f"reply {number}")) + trailer)
+    return True
+
+
+async def test_an_end_of_body_not_recognized_as_complete_is_drained_in_the_background() -> None:
+    with trio.fail_after(30):
+        async with (
+            keep_alive_server(last_chunk_with_a_trailer) as server,
+            open_sampler(config_for(server)) as sampler,
+            counting_drains() as drains,
+        ):
+            for _ in range(3):
+                assert isinstance(terminal_of(await collect(sampler)), Completed)
+                await trio.sleep(0.1)  # the drain reads the trailer meanwhile
+    assert drains.started == 3
+    assert server.connections == 1
+
+
+async def late_last_chunk(
+    stream: trio.SocketStream, reader: _Reader, server: Server, number: int
+) -> bool:
+    await stream.send_all(CHUNKED_HEAD + http_chunk(sse_body(f"reply {number}")))
+    await trio.sleep(0.2)
+    await stream.send_all(LAST_CHUNK)
+    return True
+
+
+async def data_chunk_cut_short(
+    stream: trio.SocketStream, reader: _Reader, server: Server, number: int
+) -> bool:
+    """A data chunk announced longer than what is sent of it (the rest never comes)."""
+    body = sse_body()
+    await stream.send_all(CHUNKED_HEAD + b"%x\r\n%s" % (len(body) + 10, body))
+    await reader.wait_closed()
+    return False
+
+
+@pytest.mark.parametrize(
+    ("handler", "received"),
+    [
+        (whole_chunked_reply, True),
+        (whole_length_reply, True),
+        (last_chunk_with_a_trailer, False),
+        (late_last_chunk, False),
+        (data_chunk_cut_short, False),
+    ],
+)
+async def test_the_client_tells_whether_the_end_of_a_body_has_arrived(
+    autojump_clock: trio.testing.MockClock, handler: Handler, received: bool
+) -> None:
+    """``ResponseStream.end_received`` once the stream's terminator is read, on real
+    httpx2 connections: it reads what h11 holds unparsed, through httpcore2 objects that
+    are private, so this is also the test that fails if httpcore2 changes them."""
+    async with keep_alive_server(handler) as server:
+        config = config_for(server)
+        wire = build_request(config.backend, REQUEST, config.build_options())
+        async with SamplingClient(config) as client, client.open_stream(wire) as stream:
+            body = b""
+            while b"[DONE]" not in body:
+                body += await stream.__anext__()
+            assert stream.end_received() is received
+            if received:  # then reading to the end does not wait at all
+                start = trio.current_time()
+                with pytest.raises(StopAsyncIteration):
+                    await stream.__anext__()
+                assert trio.current_time() == start
+                assert stream.end_received()
 
 
 async def hold_body_open(

@@ -99,6 +99,48 @@ def _raw_chunks(response: httpx2.Response) -> AsyncGenerator[bytes, None]:
     return response.aiter_raw()
 
 
+#: What is left unparsed on an HTTP/1.1 connection once a chunked body's last data chunk
+#: was read and only its end follows: the data chunk's CRLF, the last chunk (size 0) and
+#: the empty trailer section.
+_CHUNKED_END = b"\r\n0\r\n\r\n"
+#: The objects between an ``httpx2.Response`` of the default transport and its HTTP/1.1
+#: connection's h11 state, as ``(attribute, class name of the object it holds)``.
+#: httpcore2 keeps them private, so each step is checked and anything else (another
+#: transport, HTTP/2, a changed httpcore2) has no answer.
+_TO_H11 = (
+    ("_stream", "AsyncResponseStream"),  # httpx2's BoundAsyncStream
+    ("_httpcore_stream", "PoolByteStream"),  # httpx2's transport stream
+    ("_stream", "HTTP11ConnectionByteStream"),  # httpcore2's pool stream
+    ("_connection", "AsyncHTTP11Connection"),
+    ("_h11_state", "Connection"),  # h11's
+)
+
+
+def _end_received(response: httpx2.Response) -> bool:
+    """Whether the rest of ``response``'s body has arrived already, so that reading it to
+    its end waits for nothing: only what h11 holds unparsed on the connection can say,
+    and only for HTTP/1.1 over httpx2's own transport (anything else answers ``False``).
+
+    The body's end is next when nothing is left of a ``content-length`` body, or when
+    what is left unparsed of a chunked one is exactly the last chunk (h11 takes every
+    byte of a data chunk that has arrived, so bytes left over mean that chunk ended)."""
+    node: object = response.stream
+    for attribute, class_name in _TO_H11:
+        node = getattr(node, attribute, None)
+        if type(node).__name__ != class_name:
+            return False
+    unparsed = getattr(node, "trailing_data", None)
+    if not isinstance(unparsed, tuple) or not isinstance(unparsed[0], bytes):
+        return False
+    headers = response.headers
+    length = headers.get("content-length")
+    if length is not None:
+        return (
+            unparsed[0] == b"" and length.isdigit() and int(length) == response.num_bytes_downloaded
+        )
+    return unparsed[0] == _CHUNKED_END and "chunked" in headers.get("transfer-encoding", "")
+
+
 def _too_large(limit: int) -> SamplingClientError:
     # HTTP, not PAYLOAD_TOO_LARGE: that kind means *our request* was too large (and makes
     # the actor strip images). A server sending an endless body is a broken exchange,
@@ -185,6 +227,8 @@ class ResponseStream:
         self._response = response
         self._raw: AsyncGenerator[bytes, None] | None = None
         self._decoder = _BodyDecoder(response.headers.get("content-encoding", ""), max_bytes)
+        #: The body was read to its end (httpx2 closed the response then).
+        self._ended = False
         #: Taken out of its ``open_stream`` block (:meth:`detach`): the block leaves it open.
         self.detached = False
 
@@ -220,6 +264,9 @@ class ResponseStream:
             else:
                 try:
                     chunk = await self._raw.__anext__()
+                except StopAsyncIteration:
+                    self._ended = True
+                    raise
                 except httpx2.RequestError as exc:
                     raise SamplingClientError(classify_transport_error(exc)) from None
                 except httpx2.StreamError:
@@ -227,6 +274,12 @@ class ResponseStream:
             decoded = self._decoder.feed(chunk)
             if decoded:
                 return decoded
+
+    def end_received(self) -> bool:
+        """Whether what is left of the body has arrived already: :meth:`drain` would read
+        it to its end without waiting for the network (HTTP/1.1 only; otherwise
+        ``False``). The decoder's pending inflation, if any, is local work too."""
+        return self._ended or _end_received(self._response)
 
     def detach(self) -> ResponseStream:
         """Take the response out of its :meth:`SamplingClient.open_stream` block: leaving
@@ -248,6 +301,8 @@ class ResponseStream:
 
     async def aclose(self) -> None:
         """Close the response (and its connection, if the body is unfinished). Idempotent."""
+        if self._ended and self._response.is_closed:
+            return  # read to its end: httpx2 closed it and gave the connection back
         with trio.CancelScope(shield=True, relative_deadline=_CLOSE_TIMEOUT):
             raw = self._raw
             if raw is not None:

@@ -1132,6 +1132,8 @@ class RequestRunner:
                 body_done = False
                 # The part of a read not parsed yet (see ``_FIRST_SLICE_BYTES``).
                 pending = b""
+                # The read that ended the stream held its first content too.
+                first_content_at_end = False
                 while not transform.finished:
                     chunk: bytes | None = None
                     timed_out = False
@@ -1169,6 +1171,7 @@ class RequestRunner:
                     if content:
                         deadline = now + timeouts.idle
                         metrics.tokens(now, content)
+                        first_content_at_end = not emitted
                         emitted = True
                     if detector is not None and reasoning:
                         trigger = detector.feed(reasoning)
@@ -1194,8 +1197,7 @@ class RequestRunner:
                     if content and pending:
                         await self._hand_over(state)
                 if not body_done and isinstance(transform.outcome, Completed):
-                    # The rest of the body is drained off the request's clock.
-                    self.drains.start(stream)
+                    await self._finish_body(state, stream, first_content_at_end)
         except SamplingClientError as exc:
             metrics.rate_limit = exc.info.rate_limit_snapshot or metrics.rate_limit
             if paced is not None:
@@ -1215,6 +1217,21 @@ class RequestRunner:
         gate, ticket = admitted[0]
         if isinstance(gate, RateLimitObserver):  # any gate; only observers are told
             gate.observe_rate_limit(ticket, snapshot, trio.current_time())
+
+    async def _finish_body(
+        self, sink: AttemptSink, stream: ResponseStream, first_content_at_end: bool
+    ) -> None:
+        """The end of a completed stream's body, read for connection reuse: here when it
+        has arrived already (reading it waits for nothing, and the connection is back in
+        the pool before the terminal is delivered), otherwise in the background
+        (:class:`ConnectionDrains`: the terminal never waits for a server's last chunk).
+        A first token sent in the same read is handed over before the reading."""
+        if not stream.end_received():
+            self.drains.start(stream)
+            return
+        if first_content_at_end:
+            await self._hand_over(sink)
+        await stream.drain(max_bytes=_DRAIN_MAX_BYTES)
 
     @staticmethod
     async def _hand_over(sink: AttemptSink) -> None:
