@@ -26,6 +26,7 @@ from trio_sampler import (
 )
 from trio_sampler.config import RetryPolicy
 from trio_sampler.wire import replay
+from trio_sampler.wire._accumulate import StreamAccumulator
 from trio_sampler.wire.chat_completions import ChatCompletionsTransform
 from trio_sampler.wire.messages import MessagesTransform
 from trio_sampler.wire.responses import ResponsesTransform
@@ -102,6 +103,29 @@ def test_a_bug_in_a_transform_is_an_internal_error(
     records = [r for r in caplog.records if r.name == "trio_sampler"]
     assert len(records) == 1
     assert records[0].exc_info is not None  # the traceback is logged
+
+
+def test_a_bug_in_the_run_of_plain_text_chunks_is_an_internal_error(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The plain text chunks of a Chat Completions read go to the accumulator at once,
+    outside the per-event mapping: a bug there is reported as ours all the same."""
+
+    def broken(self: Any, *args: Any) -> None:
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(StreamAccumulator, "texts", broken)
+    chunk = {"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"content": "a"}}]}
+    body = _sse({**chunk, "choices": [{"index": 0, "delta": {"role": "assistant"}}]})
+    body += _sse(chunk) * 3 + b"data: [DONE]\n\n"
+    with caplog.at_level(logging.ERROR, logger="trio_sampler"):
+        events = replay(ApiBackend.CHAT_COMPLETIONS, body)
+    end = events[-1]
+    assert isinstance(end, Failed)
+    assert end.error.kind is SamplingErrorKind.INTERNAL
+    assert end.error.error_code == "internal_error"
+    assert "TypeError" in end.error.message
+    assert len([r for r in caplog.records if r.name == "trio_sampler"]) == 1
 
 
 async def test_the_actor_never_retries_an_internal_error(

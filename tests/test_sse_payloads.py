@@ -145,6 +145,33 @@ _CHAT_FRAMES = [
     _chunk({"role": "assistant", "content": ""}),
     _chunk({"content": "Hello"}),
     _chunk({"content": " wörld"}),
+    _chunk({"content": ""}),  # a plain chunk of no text
+    # The plain text chunk as servers send it, and each field that takes it off the
+    # plain path (a finish reason, usage, an error, Groq's extension, a second choice).
+    _chat(
+        {
+            "id": "c1",
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"content": "as sent"},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+            ],
+            "usage": None,
+        }
+    ),
+    _chunk({"content": "end"}, "length"),
+    _chunk({"content": "!"}, usage=None, error=None),
+    _chunk({"content": "?"}, x_groq={"id": "g"}),
+    _chunk({"content": "u"}, x_groq={"usage": {"prompt_tokens": 4, "completion_tokens": 1}}),
+    _chat({"id": "c1", "choices": [{"index": 0, "delta": {"content": "a"}}, {"index": 1}]}),
+    _chat({"id": "c1", "choices": [{"index": 0, "delta": {"content": "late"}}]}),  # no model
+    _chat({"choices": [{"delta": {"content": "no id"}}], "model": "m"}),
+    _chat({"id": "c1", "model": "m", "choices": [{"delta": {"content": ["x"]}}]}),
+    _chat({"id": "c1", "model": "m", "choices": [[]]}),
     _chunk({"content": 7}),  # malformed: content of the wrong type
     _chunk({"reasoning_content": "hm"}),
     _chunk({"tool_calls": [{"index": 0, "id": "t1", "function": {"name": "f", "arguments": ""}}]}),
@@ -218,6 +245,86 @@ def test_feed_payloads_gives_the_events_of_feed(
     """Any mix of well-formed, malformed and odd events, for each backend (a Chat
     Completions event is an unknown or malformed event to the other two)."""
     _same(backend, b"".join(frames), rnd)
+
+
+_ROLE = _chunk({"role": "assistant", "content": ""})
+_HELLO = _chunk({"content": "Hello"})
+_WORLD = _chunk({"content": " wörld"})
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        [_ROLE, _chunk({"content": ""})],  # a plain chunk of no text opens no item
+        [_ROLE, _chunk({"content": ""}), _chunk({"reasoning_content": "hm"}), _HELLO],
+        [_ROLE, _HELLO, _chunk({"content": "x"}, usage={"prompt_tokens": 1}), _WORLD],
+        [_ROLE, _HELLO, _WORLD, _chunk({"content": 7}), _HELLO],  # malformed mid-run
+        [_ROLE, _HELLO, _chunk({}, "stop"), _WORLD],  # a finish reason inside a read
+        [_ROLE, _HELLO, _chat({"error": {"message": "overloaded"}}), _WORLD],
+        [_ROLE, _HELLO, _chunk({"reasoning_content": "hm"}), _WORLD, _HELLO],
+        [_chat({"id": "c1", "choices": [{"delta": {"content": "a"}}]}), _HELLO],  # no model
+    ],
+)
+def test_a_read_of_chat_chunks_gives_the_events_of_feed(frames: list[bytes]) -> None:
+    """The plain text chunks of a read and the chunks around them, in one read and
+    in reads of every size."""
+    body = b"".join(frames) + b"data: [DONE]\n\n"
+    expected = _per_event(ApiBackend.CHAT_COMPLETIONS, [body])
+    assert _fast(ApiBackend.CHAT_COMPLETIONS, [body]) == expected
+    for size in (1, 7, 64, 200):
+        chunks = [body[start : start + size] for start in range(0, len(body), size)]
+        assert _fast(ApiBackend.CHAT_COMPLETIONS, chunks) == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.sampled_from(_CHAT_FRAMES[:4]), min_size=1, max_size=40),
+    st.integers(min_value=1, max_value=200),
+    st.randoms(use_true_random=False),
+)
+def test_a_run_of_text_past_the_memory_bound_fails_where_the_general_path_does(
+    frames: list[bytes], limit: int, rnd: random.Random
+) -> None:
+    """A read's plain text chunks go to the accumulator at once: the delta that passes
+    ``max_held_bytes`` fails the stream at the same event, with the same partial."""
+    body = b"".join(frames) + b"data: [DONE]\n\n"
+
+    def bounded(feed: str) -> list[SamplingEvent]:
+        transform = new_transform(ApiBackend.CHAT_COMPLETIONS, "r")
+        transform.max_held_bytes = limit
+        decoder = SSEDecoder(1 << 20)
+        events = transform.start({})
+        for chunk in _chunks(body, rnd, 3):
+            if feed == "payloads":
+                events += transform.feed_payloads(decoder.feed_payloads(chunk))
+            else:
+                for sse in decoder.feed(chunk):
+                    events += transform.feed(sse)
+        return events + transform.close()
+
+    assert bounded("payloads") == bounded("events")
+
+
+def test_a_subclass_that_maps_chunks_itself_sees_every_chunk() -> None:
+    """A Chat Completions transform that overrides how a chunk is mapped gets the
+    plain text chunks through it too."""
+    seen: list[object] = []
+
+    class Watching(ChatCompletionsTransform):
+        def _on_json(
+            self, event_name: str, payload: dict[str, object], out: list[SamplingEvent]
+        ) -> None:
+            seen.append(payload["choices"])
+            super()._on_json(event_name, payload, out)
+
+    body = _CHAT_FRAMES[0] + _chunk({"content": "a"}) + _chunk({"content": "b"})
+    transform = Watching("r")
+    transform.start({})
+    events = transform.feed_payloads(SSEDecoder().feed_payloads(body))
+    assert len(seen) == 3
+    plain = ChatCompletionsTransform("r")
+    plain.start({})
+    assert events == plain.feed_payloads(SSEDecoder().feed_payloads(body))
 
 
 def test_a_subclass_that_maps_events_itself_sees_every_event() -> None:

@@ -168,6 +168,52 @@ class StreamAccumulator:
         self.chunk_index = chunk
         out.append(ChannelToken(self.request_id, _TEXT, delta, chunk, item))
 
+    def texts(self, deltas: list[str], out: list[SamplingEvent]) -> None:
+        """:meth:`text` for each of ``deltas`` in turn, in one call: the same events and
+        the same fold (a delta past ``max_held_bytes`` fails the stream there, and the
+        deltas after it are ignored), for a transform that has a run of text at once."""
+        if self.finished:
+            return
+        fold = self.fold
+        item = self._text_item
+        parts = self._text_parts
+        request_id = self.request_id
+        held = fold.held_bytes
+        settle = fold.settle_bytes
+        chunk = self.chunk_index
+        start = chunk
+        for delta in deltas:
+            if not delta:
+                continue
+            if item < 0:  # the first text since another item: a text item opens
+                item = self._open_item()
+                self._text_item = item
+                self._text = fold.text_slot(item)
+                parts = self._text_parts = self._text.parts
+            size = held + len(delta)
+            if size <= settle:
+                parts.append(delta)
+                held = size
+            else:
+                # Past the pending bound: StreamAccumulator.text's own way, the fold's
+                # counts written back first.
+                fold.held_bytes = held
+                fold.text_chunks += chunk - start
+                start = chunk
+                if not fold.append(self._text, delta):
+                    self.chunk_index = chunk
+                    self._refused(out)
+                    return
+                held = fold.held_bytes
+                settle = fold.settle_bytes
+            chunk += 1
+            if not self.first_token_sent:
+                self._first(out)
+            out.append(ChannelToken(request_id, _TEXT, delta, chunk, item))
+        fold.held_bytes = held
+        fold.text_chunks += chunk - start
+        self.chunk_index = chunk
+
     def streamed_text(self) -> str:
         """All answer text streamed so far."""
         return self.fold.build().text

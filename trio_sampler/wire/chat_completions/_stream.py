@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import orjson
+
 from ...types import (
     ApiBackend,
     BackendToolCall,
@@ -29,6 +31,8 @@ from .._transform import (
     str_field,
     truncated_stream_error,
 )
+from ..errors import internal_error
+from ..sse import SSEPayload
 
 __all__ = ["ChatCompletionsTransform"]
 
@@ -44,6 +48,12 @@ _FINISH_REASONS: dict[str, StopReason] = {
 }
 
 _ORIGIN = ApiBackend.CHAT_COMPLETIONS
+
+#: The methods that map an event: a subclass that overrides one of them gets every event
+#: through it (``feed_payloads`` then takes the general path for every chunk).
+_MAPPING_METHODS = ("feed", "_feed_data", "_map_json", "_on_json", "_on_chunk", "_on_delta")
+
+_NOT_JSON = object()
 
 
 def _int(value: Any) -> int:
@@ -91,7 +101,94 @@ class ChatCompletionsTransform(StreamTransform):
         self._hosted_at: dict[Any, list[Any]] = {}
         self._hosted_count = 0
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if any(
+            getattr(cls, name) is not getattr(ChatCompletionsTransform, name)
+            for name in _MAPPING_METHODS
+        ):
+            cls._maps_text_inline = False
+
+    #: Whether :meth:`feed_payloads` maps the plain text chunk in its own loop.
+    _maps_text_inline: ClassVar[bool] = True
+
     # -- the StreamTransform protocol ------------------------------------------------
+
+    def feed_payloads(self, items: list[SSEPayload]) -> list[SamplingEvent]:
+        """:meth:`StreamTransform.feed_payloads`, with the chunk nearly every event of a
+        stream is mapped in the loop itself: one choice (index 0, no finish reason)
+        whose delta is only text, no usage, no error, no Groq extension, once an earlier
+        chunk gave the model and the response id. A run of such chunks goes to the
+        accumulator in one call (``StreamAccumulator.texts``); any other event takes the
+        general path, in order. The events are the same."""
+        acc = self.acc
+        if not self._maps_text_inline or self.finished:
+            return super().feed_payloads(items)
+        out: list[SamplingEvent] = []
+        if items and not self._started:
+            out.extend(self.start())
+        # Until the model and the id are known, every chunk goes the general way.
+        ready = acc.model is not None and acc.response_id is not None
+        texts: list[str] = []  # the text of the plain chunks not handed over yet
+        loads = orjson.loads
+        position = 0
+        for item in items:
+            position += 1
+            payload: Any = _NOT_JSON
+            if type(item) is bytes:
+                try:
+                    payload = loads(item)
+                except orjson.JSONDecodeError:
+                    pass  # not JSON (``[DONE]``, a blank field) or not UTF-8: below
+                else:
+                    # The plain text chunk: the fast path of _on_json, inline.
+                    if (
+                        ready
+                        and type(payload) is dict
+                        and "error" not in payload
+                        and "x_groq" not in payload
+                        and payload.get("usage") is None
+                    ):
+                        choices = payload.get("choices")
+                        if type(choices) is list and len(choices) == 1:
+                            choice = choices[0]
+                            if (
+                                type(choice) is dict
+                                and not choice.get("index")
+                                and not choice.get("finish_reason")
+                            ):
+                                delta = choice.get("delta")
+                                if type(delta) is dict and len(delta) == 1:
+                                    content = delta.get("content")
+                                    if type(content) is str:
+                                        texts.append(content)
+                                        continue
+            if texts:
+                self._texts(texts, out)
+                texts = []
+            if payload is not _NOT_JSON and not acc.finished:
+                self._map_json("message", payload, out)
+            elif type(item) is bytes and not acc.finished:
+                # [DONE], a blank field, garbage: the general path's way, on its text.
+                self._feed_data("message", item.decode("utf-8", "replace"), out)
+            else:  # any other event, or any after the end (a text run that failed)
+                out.extend(super().feed_payloads([item]))
+            if acc.finished:  # the rest only looks for ``[DONE]``: the general path
+                if position < len(items):
+                    out.extend(super().feed_payloads(items[position:]))
+                return out
+            ready = acc.model is not None and acc.response_id is not None
+        if texts:
+            self._texts(texts, out)
+        return out
+
+    def _texts(self, texts: list[str], out: list[SamplingEvent]) -> None:
+        """The text of a run of plain chunks into the accumulator (a bug of ours there is
+        reported as ours, as :meth:`_map_json` reports one)."""
+        try:
+            self.acc.texts(texts, out)
+        except Exception as exc:  # a bug of ours: reported as ours, never retried
+            self.acc.fail(internal_error(exc, f"mapping a {self.protocol} event"), out)
 
     def _on_json(self, event_name: str, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
         # Fast path for the most frequent chunk: one choice (index 0) whose delta is only
