@@ -54,6 +54,7 @@ from .types import (
     Failed,
     ImagesStripped,
     ModelMetadata,
+    RequestMetrics,
     Retrying,
     SamplingErrorInfo,
     SamplingEvent,
@@ -153,13 +154,69 @@ _SHAPES = re.compile(
 )
 
 
+#: A literal every match of ``_SHAPES`` contains, lower-cased: each alternative starts
+#: with one (``sk-``/``sk_``, ``xai-``/``xai_``, ``gsk-``/``gsk_`` through ``sk``; the
+#: ``gh?_`` prefixes; the name words, of which ``signature`` holds ``sig`` and
+#: ``password``/``passwd`` hold ``passw``). An ASCII text holding none cannot match, so
+#: it is not run through the pattern: a plain identifier costs a few substring tests
+#: instead of the pattern tried at every position. (Outside ASCII, case-insensitive
+#: matching has folds ``str.lower`` does not mirror, such as the Kelvin sign for ``k``:
+#: such text always takes the pattern.)
+_SHAPE_ANCHORS: Final = (
+    "sk-",
+    "sk_",
+    "xai-",
+    "xai_",
+    "aiza",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "akia",
+    "asia",
+    "xox",
+    "eyj",
+    "bearer",
+    "basic",
+    "auth",
+    "key",
+    "token",
+    "secret",
+    "cookie",
+    "sig",
+    "passw",
+    "credential",
+    "code",
+)
+
+
 def _shape(match: re.Match[str]) -> str:
     return (match.group("scheme") or match.group("param") or match.group("field") or "") + REDACTED
+
+
+_ANCHORS = re.compile("|".join(re.escape(anchor) for anchor in _SHAPE_ANCHORS))
+#: The shortest text ``_SHAPES`` can match (``key=x``; a test checks it against the
+#: pattern's own minimum width).
+_SHAPE_MIN_CHARS: Final = 5
+
+
+def could_hold_shape(text: str) -> bool:
+    """False only when ``text`` cannot contain a credential shape (see
+    :func:`scrub_secrets`): it is shorter than any shape, or ASCII without any of the
+    literals every shape starts with."""
+    if len(text) < _SHAPE_MIN_CHARS:
+        return False
+    if not text.isascii():
+        return True
+    return _ANCHORS.search(text.lower()) is not None
 
 
 def scrub_secrets(text: str) -> str:
     """Replace anything in ``text`` shaped like a credential by :data:`REDACTED`
     (keeping the name before it: ``?key=[REDACTED]``, ``x-api-key: [REDACTED]``)."""
+    if not could_hold_shape(text):
+        return text
     return _SHAPES.sub(_shape, text)
 
 
@@ -235,6 +292,10 @@ def _forms(value: str) -> tuple[set[str], set[str]]:
     )
 
 
+def _same_without_case(form: str, text: str) -> bool:
+    return re.fullmatch(re.escape(form), text, re.IGNORECASE) is not None
+
+
 def _lower_ascii(text: str) -> str:
     # ``str.lower`` can change a string's length outside ASCII ("İ" becomes two code
     # points), which would shift every offset; credentials are ASCII, so only ASCII letters
@@ -257,7 +318,7 @@ class Redactor:
     shapes. Methods return their argument itself when nothing changed.
     """
 
-    __slots__ = ("_masks", "_short", "_windows")
+    __slots__ = ("_masks", "_short", "_short_forms", "_windows")
 
     def __init__(self, credentials: Iterable[tuple[str, str]] = ()) -> None:
         # 12-character window (case-folded) → (mask, widen to the enclosing base64 token).
@@ -286,6 +347,9 @@ class Redactor:
             if short
             else None
         )
+        # ASCII forms (credentials are ASCII) can only match ASCII text as its lower-case
+        # copy holding them: that test stands in for the pattern on such text.
+        self._short_forms = tuple(short) if all(form.isascii() for form in short) else None
 
     def __repr__(self) -> str:
         return f"<Redactor of {len(self._windows)} windows, {len(self._masks)} short values>"
@@ -294,15 +358,47 @@ class Redactor:
 
     def text(self, text: str) -> str:
         """``text`` without the credentials (any form) and without credential shapes."""
+        if len(text) < _SHAPE_MIN_CHARS:  # shorter than every shape and every form
+            return text
+        # The ASCII lower-case copy every cheap test below reads (``None`` outside ASCII,
+        # where each pattern runs).
+        lowered = text.lower() if text.isascii() else None
         if self._windows and len(text) >= _WINDOW:
-            text = self._scrub_windows(text)
-        if self._short is not None:
-            text = self._short.sub(lambda m: self._masks[_lower_ascii(m.group(0))], text)
-        return scrub_secrets(text)
+            scrubbed = self._scrub_windows(text, lowered)
+            if scrubbed is not text:
+                text = scrubbed
+                lowered = text.lower() if text.isascii() else None
+        if self._short is not None and self._could_hold_short(text, lowered):
+            scrubbed = self._short.sub(self._short_mask, text)
+            if scrubbed != text:
+                text = scrubbed
+                lowered = text.lower() if text.isascii() else None
+        if lowered is not None and _ANCHORS.search(lowered) is None:
+            return text  # no shape can match (see ``could_hold_shape``)
+        return _SHAPES.sub(_shape, text)
 
-    def _scrub_windows(self, text: str) -> str:
+    def _could_hold_short(self, text: str, lowered: str | None) -> bool:
+        forms = self._short_forms
+        if len(text) < _MIN_SECRET:
+            return False
+        if forms is None or lowered is None:
+            return True
+        return any(map(lowered.__contains__, forms))
+
+    def _short_mask(self, match: re.Match[str]) -> str:
+        found = match.group(0)
+        mask = self._masks.get(_lower_ascii(found))
+        if mask is None:
+            # Matched through a case fold outside ASCII (the Kelvin sign for "k", say):
+            # the form it stands for, found the way the pattern found it.
+            folded = (m for form, m in self._masks.items() if _same_without_case(form, found))
+            mask = next(folded, REDACTED)
+        return mask
+
+    def _scrub_windows(self, text: str, lowered: str | None = None) -> str:
         windows = self._windows
-        lowered = _lower_ascii(text)
+        if lowered is None:
+            lowered = _lower_ascii(text)
         size = len(text)
         pieces: list[str] = []
         done = position = 0
@@ -366,25 +462,68 @@ class Redactor:
 
     def response(self, response: ConversationResponse | None) -> ConversationResponse | None:
         """``response`` with its server-supplied identifiers scrubbed (model, ids, stop
-        reason; the same on its assistant item), not its content."""
+        reason; the same on its assistant items), not its content."""
         if response is None:
             return None
-        items = tuple(
-            _evolve(item, model=self.identifier(item.model), id=self.identifier(item.id))
-            if type(item) is Assistant
-            else item
-            for item in response.items
-        )
-        changes = _changed(
+        identifier = self.identifier
+        model = response.model
+        scrubbed_model = None if model is None else identifier(model)
+        items = response.items
+        new_items: list[Any] | None = None
+        for index, item in enumerate(items):
+            if type(item) is not Assistant or (item.model is None and item.id is None):
+                continue
+            # An assistant item names the response's model (the same string): scrubbed once.
+            item_model = scrubbed_model if item.model is model else identifier(item.model)
+            item_id = None if item.id is None else identifier(item.id)
+            if _same(item_model, item.model) and _same(item_id, item.id):
+                continue
+            if new_items is None:
+                new_items = list(items)
+            new_items[index] = attrs.evolve(item, model=item_model, id=item_id)
+        response_id = response.response_id
+        if response_id is not None:
+            response_id = identifier(response_id)
+        raw_stop_reason = response.raw_stop_reason
+        if raw_stop_reason is not None:
+            raw_stop_reason = identifier(raw_stop_reason)
+        stop_sequence = response.stop_sequence
+        if stop_sequence is not None:
+            stop_sequence = identifier(stop_sequence)
+        # Doom-loop trigger labels are the server's too (``response.doom_loop_check``).
+        signals = response.doom_loop_signals
+        if signals:
+            scrubbed = tuple(identifier(signal) or "" for signal in signals)
+            signals = signals if scrubbed == signals else scrubbed
+        if (
+            new_items is None
+            and _same(scrubbed_model, model)
+            and _same(response_id, response.response_id)
+            and _same(raw_stop_reason, response.raw_stop_reason)
+            and _same(stop_sequence, response.stop_sequence)
+            and signals is response.doom_loop_signals
+        ):
+            return response
+        return attrs.evolve(
             response,
-            model=self.identifier(response.model),
-            response_id=self.identifier(response.response_id),
-            raw_stop_reason=self.identifier(response.raw_stop_reason),
-            stop_sequence=self.identifier(response.stop_sequence),
+            items=items if new_items is None else tuple(new_items),
+            model=scrubbed_model,
+            response_id=response_id,
+            raw_stop_reason=raw_stop_reason,
+            stop_sequence=stop_sequence,
+            doom_loop_signals=signals,
         )
-        if any(new is not old for new, old in zip(items, response.items, strict=True)):
-            changes["items"] = items
-        return attrs.evolve(response, **changes) if changes else response
+
+    def metrics(self, metrics: RequestMetrics | None) -> RequestMetrics | None:
+        """``metrics`` with the reasons its routes were passed over scrubbed (a reason
+        may quote an admission's error); everything else in it is numbers, or names the
+        caller gave (routes, models)."""
+        if metrics is None or not metrics.skipped_routes:
+            return metrics
+        skipped = tuple((route, self.text(reason)) for route, reason in metrics.skipped_routes)
+        if skipped == metrics.skipped_routes:
+            return metrics
+        return attrs.evolve(metrics, skipped_routes=skipped)
 
     def event(self, event: _Event) -> _Event:
         """``event`` with every string that did not come from the model scrubbed."""
@@ -425,17 +564,44 @@ def _images_stripped(r: Redactor, e: ImagesStripped) -> ImagesStripped:
     return _evolve(e, stripped_urls=urls)
 
 
+def _same(new: object, old: object) -> bool:
+    return new is old or new == old
+
+
 def _completed(r: Redactor, e: Completed) -> Completed:
-    # ``model`` is the server's name for the model when it gave one (a response header).
-    return _evolve(e, response=r.response(e.response), model=r.identifier(e.model))
+    response = r.response(e.response)
+    assert response is not None
+    # ``model`` is the server's name for the model when it gave one (a response header),
+    # usually the response's own model string: scrubbed once.
+    model = e.model
+    if model is not None:
+        model = response.model if model is e.response.model else r.identifier(model)
+    metrics = e.metrics
+    if metrics is not None and metrics.skipped_routes:
+        metrics = r.metrics(metrics)
+    if response is e.response and _same(model, e.model) and metrics is e.metrics:
+        return e
+    return attrs.evolve(e, response=response, model=model, metrics=metrics)
 
 
 def _failed(r: Redactor, e: Failed) -> Failed:
-    return _evolve(e, error=r.error(e.error), partial=r.response(e.partial))
+    error, partial = r.error(e.error), r.response(e.partial)
+    metrics = e.metrics
+    if metrics is not None and metrics.skipped_routes:
+        metrics = r.metrics(metrics)
+    if error is e.error and partial is e.partial and metrics is e.metrics:
+        return e
+    return attrs.evolve(e, error=error, partial=partial, metrics=metrics)
 
 
 def _cancelled(r: Redactor, e: Cancelled) -> Cancelled:
-    return _evolve(e, reason=r.text(e.reason), partial=r.response(e.partial))
+    reason, partial = r.text(e.reason), r.response(e.partial)
+    metrics = e.metrics
+    if metrics is not None and metrics.skipped_routes:
+        metrics = r.metrics(metrics)
+    if _same(reason, e.reason) and partial is e.partial and metrics is e.metrics:
+        return e
+    return attrs.evolve(e, reason=reason, partial=partial, metrics=metrics)
 
 
 # The events that carry strings not generated by the model; every other event passes.
