@@ -9,6 +9,8 @@ backend's transform fed through ``feed_payloads`` against the same transform fed
 
 from __future__ import annotations
 
+import argparse
+import json
 import random
 import re
 
@@ -18,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks import corpus
-from trio_sampler.types import ApiBackend, SamplingEvent
+from trio_sampler.types import ApiBackend, ChannelToken, SamplingEvent
 from trio_sampler.wire import ServerSentEvent, SSEDecoder, new_transform
 from trio_sampler.wire.chat_completions import ChatCompletionsTransform
 from trio_sampler.wire.messages import MessagesTransform
@@ -369,3 +371,109 @@ CAPTURES = corpus.manifest()
 def test_real_captures_give_the_same_events_both_ways(capture: dict[str, object]) -> None:
     body = corpus.path(str(capture["file"])).read_bytes()
     _same(ApiBackend(capture["backend"]), body, random.Random(str(capture["file"])))
+
+
+# -- the plain chunk parsed at its text alone -------------------------------------------
+
+
+def _server_chunk(text: object, style: int, **extra: object) -> bytes:
+    """A text chunk as different servers write it: compact with raw UTF-8 (OpenAI,
+    vLLM), ASCII-escaped with spaces (Python's ``json.dumps``), its fields reordered."""
+    chunk: dict[str, object] = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000,
+        "model": "m",
+        "choices": [
+            {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
+        ],
+        **extra,
+    }
+    if style == 0:
+        return _chat(chunk)
+    if style == 1:
+        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+    reordered = {key: chunk[key] for key in reversed(chunk)}
+    return b"data: " + json.dumps(reordered, ensure_ascii=False).encode() + b"\n\n"
+
+
+_texts = st.lists(
+    st.text(st.characters(codec="utf-8"), max_size=4)
+    | st.sampled_from(['"', "\\", "\n", "\u2028", "}", '","x":"', "\x00"]),
+    max_size=3,
+).map("".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            _texts.map(lambda text: (text, {})),
+            # A field of its own per chunk (OpenAI's ``obfuscation``): no two alike.
+            _texts.map(lambda text: (text, {"obfuscation": text[::-1] + "x"})),
+            st.sampled_from([(7, {}), (None, {}), (["x"], {}), ("", {"usage": None})]),
+        ),
+        max_size=30,
+    ),
+    st.integers(min_value=0, max_value=2),
+    st.randoms(use_true_random=False),
+)
+def test_chunks_alike_but_for_their_text_give_the_events_of_feed(
+    chunks: list[tuple[object, dict[str, object]]], style: int, rnd: random.Random
+) -> None:
+    """A plain chunk that is the last one's bytes around another JSON string is parsed
+    at its text alone: any text, however escaped, and any chunk that differs elsewhere
+    or holds something else in that place, gives what the general path gives."""
+    body = _server_chunk("", style) + b"".join(_server_chunk(t, style, **x) for t, x in chunks)
+    _same(ApiBackend.CHAT_COMPLETIONS, body + b"data: [DONE]\n\n", rnd)
+
+
+def test_text_in_the_place_of_the_text_is_the_only_thing_taken_from_bytes_alike() -> None:
+    """Bytes that match the last plain chunk around a different value (a number, an
+    object, a string and more) are parsed whole; a duplicate ``content`` key leaves
+    the general path to every chunk."""
+    role = _server_chunk("", 0)
+    plain = _server_chunk("a", 0)
+    head, tail = plain.split(b'"a"')
+    bodies = [
+        role + plain + head + b"7" + tail,
+        role + plain + head + b'"b","content":"c"' + tail,
+        role + plain + head + b'{"x":"y"}' + tail,
+        role + plain + head + b'"\xff"' + tail,
+        role + plain + head + b'"b"  ' + tail,
+        role + plain + plain.replace(b'{"content":"a"}', b'{"content":"z","content":"a"}') * 2,
+        # The same text again further on: the text's place is the one that parses as it.
+        role
+        + _server_chunk("a", 0, extra={"content": "a"})
+        + _server_chunk("a", 0, extra={"content": "b"}),
+    ]
+    for body in bodies:
+        body += b"data: [DONE]\n\n"
+        expected = _per_event(ApiBackend.CHAT_COMPLETIONS, [body])
+        assert _fast(ApiBackend.CHAT_COMPLETIONS, [body]) == expected
+        assert _fast(ApiBackend.CHAT_COMPLETIONS, _chunks(body, random.Random(1), 5)) == expected
+
+
+def test_a_stream_of_chunks_alike_is_parsed_whole_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the shortcut is for: after the first plain chunk, a chunk alike but for its
+    text is not parsed whole again."""
+    from trio_sampler.wire.chat_completions import _stream
+
+    sizes: list[int] = []
+
+    def loads(data: bytes) -> object:
+        sizes.append(len(data))
+        return orjson.loads(data)
+
+    monkeypatch.setattr(
+        _stream,
+        "orjson",
+        argparse.Namespace(loads=loads, dumps=orjson.dumps, JSONDecodeError=orjson.JSONDecodeError),
+    )
+    body = _server_chunk("", 0) + b"".join(_server_chunk(f"w{n} ", 0) for n in range(50))
+    events = _fast(ApiBackend.CHAT_COMPLETIONS, [body + b"data: [DONE]\n\n"])
+    assert "".join(e.text for e in events if isinstance(e, ChannelToken)) == "".join(
+        f"w{n} " for n in range(50)
+    )
+    whole = [size for size in sizes if size > 40]
+    assert len(whole) <= 3  # the role chunk, the first plain one and its probe

@@ -55,6 +55,14 @@ _MAPPING_METHODS = ("feed", "_feed_data", "_map_json", "_on_json", "_on_chunk", 
 
 _NOT_JSON = object()
 
+#: How many times a stream looks for the bytes around its plain chunks' text (a server
+#: whose chunks differ in more than their text, such as a per-chunk random field,
+#: stops being looked at after this many).
+_LEARN_CREDIT = 8
+
+# The text put in the place of a plain chunk's text to check that place (see _learn_plain).
+_PROBE = "\x00\x01"
+
 
 def _int(value: Any) -> int:
     """A token count as sent (int, float or null) → int; anything else → 0."""
@@ -100,6 +108,11 @@ class ChatCompletionsTransform(StreamTransform):
         # Groq compound ``executed_tools``: wire index → [call id, completed?].
         self._hosted_at: dict[Any, list[Any]] = {}
         self._hosted_count = 0
+        # The bytes around the text of the last plain chunk (see _learn_plain): a chunk
+        # that is those bytes around another JSON string is the same chunk with that text.
+        self._plain_prefix: bytes | None = None
+        self._plain_suffix = b""
+        self._learn_credit = _LEARN_CREDIT
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -120,7 +133,9 @@ class ChatCompletionsTransform(StreamTransform):
         whose delta is only text, no usage, no error, no Groq extension, once an earlier
         chunk gave the model and the response id. A run of such chunks goes to the
         accumulator in one call (``StreamAccumulator.texts``); any other event takes the
-        general path, in order. The events are the same."""
+        general path, in order. A chunk that is the last plain chunk's bytes around
+        another JSON string (what most servers send: every field but the text alike) is
+        parsed at that string alone (see :meth:`_learn_plain`). The events are the same."""
         acc = self.acc
         if not self._maps_text_inline or self.finished:
             return super().feed_payloads(items)
@@ -131,11 +146,26 @@ class ChatCompletionsTransform(StreamTransform):
         ready = acc.model is not None and acc.response_id is not None
         texts: list[str] = []  # the text of the plain chunks not handed over yet
         loads = orjson.loads
+        prefix = self._plain_prefix
+        suffix = self._plain_suffix
+        if prefix is not None:
+            start = len(prefix)
+            tail = len(suffix)
         position = 0
         for item in items:
             position += 1
             payload: Any = _NOT_JSON
             if type(item) is bytes:
+                # The plain chunk whose bytes around its text are the last one's: only
+                # its text is parsed (it is the last chunk with this text in its place).
+                if prefix is not None and item.startswith(prefix) and item.endswith(suffix):
+                    try:
+                        content = loads(item[start : len(item) - tail])
+                    except orjson.JSONDecodeError:
+                        content = None  # not one JSON value there: parsed whole, below
+                    if type(content) is str:
+                        texts.append(content)
+                        continue
                 try:
                     payload = loads(item)
                 except orjson.JSONDecodeError:
@@ -162,6 +192,15 @@ class ChatCompletionsTransform(StreamTransform):
                                     content = delta.get("content")
                                     if type(content) is str:
                                         texts.append(content)
+                                        if self._learn_credit:
+                                            self._learn_plain(item, content, payload)
+                                            prefix = self._plain_prefix
+                                            suffix = self._plain_suffix
+                                            if prefix is not None:
+                                                start = len(prefix)
+                                                tail = len(suffix)
+                                        elif prefix is not None:  # no longer worth a look
+                                            self._plain_prefix = prefix = None
                                         continue
             if texts:
                 self._texts(texts, out)
@@ -181,6 +220,36 @@ class ChatCompletionsTransform(StreamTransform):
         if texts:
             self._texts(texts, out)
         return out
+
+    def _learn_plain(self, raw: bytes, content: str, payload: dict[str, Any]) -> None:
+        """Remember the bytes of plain chunk ``raw`` around its text, ``content``, if
+        they are exactly that: the bytes with another string in that place parse to the
+        same chunk with that string as its text, and nothing else changed. Then a chunk
+        that starts and ends with those bytes and holds a JSON string between them is
+        that chunk (JSON is a context-free grammar: a value in the place of a value),
+        mapped without parsing the rest again."""
+        self._learn_credit -= 1
+        self._plain_prefix = None
+        # Encoded from a copy: encoding ``content`` itself would keep its UTF-8 form on
+        # the string, which the fold's O(1) size of a string (``sys.getsizeof``) counts.
+        literal = orjson.dumps(content.encode().decode())
+        for key in (b'"content":', b'"content": '):
+            at = raw.rfind(key + literal)
+            if at >= 0:
+                break
+        else:
+            return  # escaped otherwise than orjson escapes it: a later chunk may do
+        start = at + len(key)
+        prefix, suffix = raw[:start], raw[start + len(literal) :]
+        try:
+            probe = orjson.loads(prefix + orjson.dumps(_PROBE) + suffix)
+        except orjson.JSONDecodeError:
+            return
+        choice = payload["choices"][0]
+        if probe != {**payload, "choices": [{**choice, "delta": {"content": _PROBE}}]}:
+            return  # that place was not the text (the same text elsewhere too)
+        self._plain_prefix = prefix
+        self._plain_suffix = suffix
 
     def _texts(self, texts: list[str], out: list[SamplingEvent]) -> None:
         """The text of a run of plain chunks into the accumulator (a bug of ours there is
