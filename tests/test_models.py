@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from trio_sampler.models import TICKS_PER_USD, ModelCatalog, ModelCatalogError
+from trio_sampler.models import (
+    TICKS_PER_USD,
+    ModelCatalog,
+    ModelCatalogError,
+    ModelInfo,
+    ModelPrices,
+)
 from trio_sampler.providers import PROFILES
 from trio_sampler.types import ApiBackend, Usage
 
@@ -217,3 +227,49 @@ def test_bad_base_url_in_a_models_file_names_the_field(tmp_path: Path) -> None:
     path = write(tmp_path, {"version": 1, "models": {"gpt-6-luna": {"base_url": "ftp://x"}}})
     with pytest.raises(ModelCatalogError, match=r"models\.gpt-6-luna\.base_url"):
         ModelCatalog.load(path)
+
+
+_prices = st.floats(min_value=0.0, max_value=1000.0, allow_nan=False) | st.sampled_from(
+    [0.0, 0.05, 0.15, 0.3, 1.25, 2.5, 3.75, 15.0, 1e-7, 0.1 + 0.2]
+)
+_tokens = st.integers(min_value=-10, max_value=10**9)
+
+
+@given(
+    _prices,
+    _prices,
+    st.none() | _prices,
+    st.none() | _prices,
+    _tokens,
+    _tokens,
+    _tokens,
+    _tokens,
+)
+def test_cost_ticks_is_the_exact_decimal_cost_rounded_half_up(
+    input_price: float,
+    output_price: float,
+    read_price: float | None,
+    write_price: float | None,
+    input_tokens: int,
+    output_tokens: int,
+    read_tokens: int,
+    write_tokens: int,
+) -> None:
+    # The prices are taken as the decimals they print as; each count is clamped at zero.
+    prices = ModelPrices(input_price, output_price, read_price, write_price)
+    catalog = ModelCatalog(
+        {"m": ModelInfo("m", "openai", ApiBackend.CHAT_COMPLETIONS, 1, 1, prices)}
+    )
+    usage = Usage(input_tokens, output_tokens, read_tokens, write_tokens)
+    read, write = max(read_tokens, 0), max(write_tokens, 0)
+    terms = [
+        (max(input_tokens - read - write, 0), input_price),
+        (read, input_price if read_price is None else read_price),
+        (write, input_price if write_price is None else write_price),
+        (max(output_tokens, 0), output_price),
+    ]
+    exact = sum(
+        (n * Fraction(str(price)) * Fraction(TICKS_PER_USD, 10**6) for n, price in terms),
+        Fraction(0),
+    )
+    assert catalog.cost_ticks("m", usage) == math.floor(exact + Fraction(1, 2))

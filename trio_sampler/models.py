@@ -258,21 +258,39 @@ class ModelCatalog:
         info = self.get(model)
         if info is None:
             return None
-        prices = info.prices
+        (uncached_rate, read_rate, write_rate, output_rate), denominator = _tick_rates(info.prices)
         cache_read = max(usage.cache_read_tokens, 0)
         cache_write = max(usage.cache_write_tokens, 0)
         uncached = max(usage.input_tokens - cache_read - cache_write, 0)
-        terms = (
-            (uncached, prices.input),
-            (cache_read, _or(prices.cache_read, prices.input)),
-            (cache_write, _or(prices.cache_write, prices.input)),
-            (max(usage.output_tokens, 0), prices.output),
+        total = (
+            uncached * uncached_rate
+            + cache_read * read_rate
+            + cache_write * write_rate
+            + max(usage.output_tokens, 0) * output_rate
         )
-        total = sum(
-            (tokens * Fraction(str(price)) * _TICKS_PER_TOKEN_PER_PRICE for tokens, price in terms),
-            Fraction(0),
+        # floor(total / denominator + 1/2), in integers.
+        return (2 * total + denominator) // (2 * denominator)
+
+
+@functools.lru_cache(maxsize=1024)
+def _tick_rates(prices: ModelPrices) -> tuple[tuple[int, int, int, int], int]:
+    """Ticks per token at each price (uncached input, cache read, cache write, output)
+    as numerators over one common denominator: the decimal prices exactly, so a cost is
+    integer arithmetic (building the fractions took most of a priced request's cost)."""
+    rates = [
+        Fraction(str(price)) * _TICKS_PER_TOKEN_PER_PRICE
+        for price in (
+            prices.input,
+            _or(prices.cache_read, prices.input),
+            _or(prices.cache_write, prices.input),
+            prices.output,
         )
-        return math.floor(total + Fraction(1, 2))
+    ]
+    denominator = math.lcm(*(rate.denominator for rate in rates))
+    uncached, read, write, output = (
+        rate.numerator * (denominator // rate.denominator) for rate in rates
+    )
+    return (uncached, read, write, output), denominator
 
 
 @functools.cache

@@ -28,9 +28,11 @@ def percentile(sorted_values: list[float], fraction: float) -> float:
 
 
 def sum_usage(usages: list[Usage]) -> Usage | None:
-    """Field by field sum; ``None`` for an empty list."""
+    """Field by field sum; ``None`` for an empty list (one usage: that one)."""
     if not usages:
         return None
+    if len(usages) == 1:
+        return usages[0]
     return Usage(
         input_tokens=sum(u.input_tokens for u in usages),
         output_tokens=sum(u.output_tokens for u in usages),
@@ -172,22 +174,37 @@ class MetricsRecorder:
     def build(self, response: ConversationResponse | None) -> RequestMetrics:
         """The metrics so far. Attempts still open (a cancel arriving now) are listed as
         cancelled, their duration up to their last byte."""
-        attempts = sorted(
-            [
-                *self.attempts,
+        attempts = self.attempts
+        if self.open:
+            attempts = [
+                *attempts,
                 *(
                     self._record(a, a.last_byte_at or a.started_at, None, _CANCELLED, None, None)
                     for a in self.open
                 ),
-            ],
-            key=lambda record: record.attempt,
-        )
+            ]
+        if len(attempts) > 1:
+            attempts = sorted(attempts, key=_attempt_number)
         current = self.current
-        times = current.token_times if current is not None else []
-        gaps = sorted((later - earlier) * 1000.0 for earlier, later in itertools.pairwise(times))
-        usages = [a.usage for a in attempts if a.usage is not None]
-        costs = [a.cost_usd_ticks for a in attempts if a.cost_usd_ticks is not None]
-        reported = [a.rate_limit for a in attempts if a.rate_limit is not None]
+        times = current.token_times if current is not None else ()
+        gaps = (
+            sorted((later - earlier) * 1000.0 for earlier, later in itertools.pairwise(times))
+            if len(times) > 1
+            else None
+        )
+        # One pass over the attempts for the request's totals.
+        usages: list[Usage] = []
+        cost: int | None = None
+        reported: RateLimitSnapshot | None = None
+        waited = 0.0
+        for record in attempts:
+            if record.usage is not None:
+                usages.append(record.usage)
+            if record.cost_usd_ticks is not None:
+                cost = record.cost_usd_ticks + (cost or 0)
+            if record.rate_limit is not None:
+                reported = record.rate_limit
+            waited += record.rate_limit_wait_ms
         return RequestMetrics(
             time_to_headers_ms=None if current is None else self._ms(current.headers_at),
             time_to_first_token_ms=None if current is None else self._ms(current.first_token_at),
@@ -200,9 +217,13 @@ class MetricsRecorder:
             usage=None if response is None else response.usage,
             cost_usd_ticks=None if response is None else response.cost_usd_ticks,
             total_usage=sum_usage(usages),
-            total_cost_usd_ticks=sum(costs) if costs else None,
+            total_cost_usd_ticks=cost,
             route=self.route,
             skipped_routes=tuple(self.skipped),
-            rate_limit=reported[-1] if reported else None,
-            rate_limit_wait_ms=sum(a.rate_limit_wait_ms for a in attempts),
+            rate_limit=reported,
+            rate_limit_wait_ms=waited,
         )
+
+
+def _attempt_number(record: AttemptRecord) -> int:
+    return record.attempt

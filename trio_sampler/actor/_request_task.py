@@ -1334,10 +1334,13 @@ class RequestRunner:
             )
         assert isinstance(end, Completed)
         response = end.response
-        confident = tuple(
-            s for s in response.doom_loop_signals if self._doom.is_confident(parse_trigger(s))
-        )
-        local = tuple(t for t in triggers if t not in response.doom_loop_signals)
+        confident: tuple[str, ...] = ()
+        local: tuple[str, ...] = ()
+        if response.doom_loop_signals or triggers:  # the usual response has neither
+            confident = tuple(
+                s for s in response.doom_loop_signals if self._doom.is_confident(parse_trigger(s))
+            )
+            local = tuple(t for t in triggers if t not in response.doom_loop_signals)
         if local:
             response = attrs.evolve(
                 response, doom_loop_signals=(*response.doom_loop_signals, *local)

@@ -222,7 +222,11 @@ def open_request_channel(
     trio.MemoryReceiveChannel[list[SamplingEvent]],
     trio.Semaphore,
 ]:
-    send, receive = trio.open_memory_channel[list[SamplingEvent]](math.inf)
+    # Not ``open_memory_channel[...]``: subscripting a generic at run time costs more
+    # than opening the channel.
+    send: trio.MemorySendChannel[list[SamplingEvent]]
+    receive: trio.MemoryReceiveChannel[list[SamplingEvent]]
+    send, receive = trio.open_memory_channel(math.inf)
     return send, receive, trio.Semaphore(max_buffered_batches)
 
 

@@ -34,7 +34,6 @@ import json
 import re
 import sys
 
-import attrs
 import orjson
 
 from ..types import (
@@ -535,7 +534,10 @@ class ResponseFold:
         if last_is_text:
             last = items[-1]
             assert isinstance(last, Assistant)
-            items[-1] = attrs.evolve(last, tool_calls=calls, refusal=refusal, id=message_id)
+            # Built whole rather than evolved (``attrs.evolve`` reads every field back).
+            items[-1] = Assistant(
+                content=last.content, tool_calls=calls, refusal=refusal, model=model, id=message_id
+            )
         else:
             items.append(Assistant(tool_calls=calls, refusal=refusal, model=model, id=message_id))
         return ConversationResponse(
