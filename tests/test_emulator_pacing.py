@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_sampler.emulator import EmulatorApp, PromptCache, ScriptError, parse_script
+from trio_sampler.emulator import EmulatorApp, PromptCache, ScriptError, parse_script, serve
 from trio_sampler.emulator._sse import is_token_frame
 from trio_sampler.emulator._timer import DeadlineTimer
 from trio_sampler.testing import EmulatorTransport, script_headers
@@ -181,6 +181,61 @@ async def test_pacing_counts_from_the_requests_arrival_not_its_bodys_end(
     deltas = [at for at, body in sent if _token_frames(body)]
     assert deltas[0] == pytest.approx(0.25)
     assert deltas[1:] == pytest.approx([0.25 + 0.04 * k for k in range(1, 16)])
+
+
+# -- over a real connection: the clock starts at the read of the request's first bytes ----
+
+
+def _raw_request(script: dict[str, Any]) -> bytes:
+    body = orjson.dumps(BODIES["/chat/completions"])
+    return (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+        b"content-type: application/json\r\nx-emulator-script: "
+        + orjson.dumps(script)
+        + b"\r\ncontent-length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
+
+
+async def _first_token_after_first_byte(
+    stream: trio.SocketStream, request: bytes, head_gap: float
+) -> float:
+    """Send ``request`` with its head cut in two, ``head_gap`` seconds apart; read its
+    response to the end; how long after the first byte the first content delta came."""
+    started = trio.current_time()
+    await stream.send_all(request[:20])
+    await trio.sleep(head_gap)
+    await stream.send_all(request[20:])
+    received = b""
+    first: float | None = None
+    while not received.endswith(b"0\r\n\r\n"):
+        chunk = await stream.receive_some(65536)
+        assert chunk, "the emulator closed the connection"
+        received += chunk
+        if first is None and b'"content":"' in chunk and b'"content":""' not in chunk:
+            first = trio.current_time()
+    assert first is not None
+    return first - started
+
+
+async def test_over_a_connection_pacing_counts_from_the_first_bytes_read() -> None:
+    # The real network (not timing precision, which the benchmark measures): the app only
+    # starts once the whole head is in, 0.3 s after its first bytes, and the first token is
+    # still due 0.3 s after those bytes; counted from the app's start it would come after
+    # 0.6 s. The second request on the same connection gets its own arrival.
+    script = {"ignore_eos": True, "chunk_chars": 4, "first_token_ms": 300, "token_interval_ms": 1}
+    request = _raw_request(script)
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(serve)
+        stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+        async with stream:
+            for _ in range(2):
+                after = await _first_token_after_first_byte(stream, request, 0.3)
+                assert 0.3 <= after < 0.5
+                await trio.sleep(0.3)  # idle: the next request's clock is its own
+        nursery.cancel_scope.cancel()
 
 
 # -- the deadline timer ----------------------------------------------------------------------

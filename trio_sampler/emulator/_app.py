@@ -14,6 +14,7 @@ import orjson
 import trio
 
 from ..wire import get_backend
+from ._arrival import request_answered, request_arrived
 from ._cache import SHARED_CACHE, PromptCache
 from ._faults import AttemptPlan, FaultBook
 from ._log import (
@@ -194,7 +195,7 @@ class EmulatorApp:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
         elif scope["type"] == "http":
-            await self._http(scope, receive, send)
+            await self._http(scope, *_tracking_the_exchange(scope, receive, send))
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -206,8 +207,9 @@ class EmulatorApp:
                 return
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # When the request arrived (its head parsed): paced streams count from here.
-        arrived = trio.current_time()
+        # When the request arrived (the read of its first bytes, where the server says):
+        # paced streams count from here.
+        arrived = request_arrived()
         path: str = scope["path"].rstrip("/")
         method: str = scope["method"]
         headers: dict[str, str] = {}
@@ -550,6 +552,31 @@ def _rate_limit_error(verdict: Verdict, *, anthropic: bool) -> ApiError:
     if not anthropic and verdict.exhausted != "requests":
         error.error_type = "tokens"  # OpenAI's type for a token limit
     return error
+
+
+def _tracking_the_exchange(scope: Scope, receive: Receive, send: Send) -> tuple[Receive, Send]:
+    """``receive`` and ``send`` noting whether the request body was read in full, and
+    telling the connection when the response's last body message goes out (so that the
+    next request's arrival is the next read; see ``_arrival``)."""
+    announced = any(name in _BODY_HEADERS for name, _ in scope["headers"])
+    body_read = not announced
+
+    async def tracked_receive() -> Message:
+        nonlocal body_read
+        message = await receive()
+        if message["type"] == "http.request" and not message.get("more_body", False):
+            body_read = True
+        return message
+
+    async def tracked_send(message: Message) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            request_answered(body_read)
+        await send(message)
+
+    return tracked_receive, tracked_send
+
+
+_BODY_HEADERS = frozenset((b"content-length", b"transfer-encoding"))
 
 
 class _ClientGone(Exception):

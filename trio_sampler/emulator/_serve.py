@@ -1,4 +1,11 @@
-"""Serving the emulator over loopback HTTP with Hypercorn's Trio worker."""
+"""Serving the emulator over loopback HTTP with Hypercorn's Trio server.
+
+Hypercorn's own ``serve`` builds its listeners and connection streams itself; here its
+Trio connection handler (``TCPServer``) is driven from our listener instead, so that each
+connection's stream is an :class:`~trio_sampler.emulator._arrival.ArrivalStream` and a
+paced request's clock starts at the read of its first bytes (see ``_arrival``). Hypercorn
+still parses, runs the app and writes every byte; only who accepts the connection differs.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +13,6 @@ import contextlib
 import functools
 import logging
 import math
-import os
 import socket
 import time
 from collections.abc import Iterator
@@ -15,10 +21,14 @@ from typing import Any, cast
 import attrs
 import trio
 from hypercorn.config import Config
-from hypercorn.trio import serve as hypercorn_serve
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.utils import wrap_app
 
 from ..types import ApiBackend
 from ._app import DEFAULT_BODY_TIMEOUT, EmulatorApp
+from ._arrival import CONNECTION, ArrivalStream
 
 __all__ = ["BACKEND_PATHS", "EmulatorServer", "serve"]
 
@@ -117,26 +127,60 @@ async def serve(
     if app is None:
         app = EmulatorApp(bench=bench, require_key=require_key, body_timeout=body_timeout)
     # The socket is bound here rather than by Hypercorn: a failed bind ("address in use")
-    # is then a plain OSError raised before anything starts (Hypercorn's would arrive
-    # wrapped in exception groups, and leak its socket).
+    # is then a plain OSError raised before anything starts.
     listener = _bound_socket(host, port, reuse_port=reuse_port)
     try:
         config = Config()
-        # Hypercorn adopts the descriptor it is given; it gets its own copy, so that ours
-        # is closed here whatever happens to the server.
-        config.bind = [f"fd://{os.dup(listener.fileno())}"]
         config.accesslog = None
         config.loglevel = "WARNING"
         config.graceful_timeout = 0.5
         config.backlog = backlog
         config.keep_alive_timeout = keep_alive_timeout
+        listener.listen(backlog)
         with _accept_errors_rate_limited():
             async with trio.open_nursery() as nursery:
-                await nursery.start(functools.partial(hypercorn_serve, cast(Any, app), config))
+                await nursery.start(_serve_hypercorn, app, config, listener)
                 bound_port = int(listener.getsockname()[1])
                 task_status.started(EmulatorServer(host, bound_port, app))
     finally:
         listener.close()
+
+
+async def _serve_hypercorn(
+    app: EmulatorApp,
+    config: Config,
+    listener: socket.socket,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Hypercorn's Trio worker (its lifespan, then a ``TCPServer`` per connection) on
+    ``listener``, each connection's stream an :class:`ArrivalStream`."""
+    wrapped = wrap_app(cast(Any, app), config.wsgi_max_body_size, "asgi")
+    lifespan_state: dict[str, Any] = {}
+    lifespan = Lifespan(wrapped, config, lifespan_state)
+    context = WorkerContext(None)
+
+    async def connection(stream: trio.SocketStream) -> None:
+        timed = ArrivalStream(stream)
+        CONNECTION.set(timed)  # this task's context: the app's tasks start from it
+        # (Hypercorn annotates the stream as TLS; a plain one is what it serves over HTTP.)
+        await TCPServer(wrapped, config, context, dict(lifespan_state), cast(Any, timed))
+
+    async with trio.open_nursery() as lifespan_nursery:
+        await lifespan_nursery.start(lifespan.handle_lifespan)
+        await lifespan.wait_for_startup()
+        try:
+            async with trio.open_nursery() as server_nursery:
+                listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(listener))]
+                server_nursery.start_soon(
+                    functools.partial(
+                        trio.serve_listeners, connection, listeners, handler_nursery=server_nursery
+                    )
+                )
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            # Only a cancel ends serving: idle connections stop waiting at once.
+            await context.terminated.set()
 
 
 _ACCEPT_LOGGER = "trio.serve_listeners"
