@@ -433,6 +433,9 @@ class SamplingClient:
         }
         self._urls: dict[tuple[str, str, tuple[tuple[str, str], ...]], tuple[httpx2.URL, str]] = {}
         self._prepared_by_config: dict[tuple[int, bool], _Prepared] = {}
+        self._redactors: dict[
+            tuple[int, tuple[tuple[str, str], ...]], tuple[SamplerConfig, Redactor]
+        ] = {}
         # Installed last: nothing above can fail after it, so it is always removed by
         # ``aclose``.
         self._log_filter = RedactingFilter()
@@ -475,6 +478,21 @@ class SamplingClient:
     @staticmethod
     def _redactor(config: SamplerConfig, headers: Iterable[tuple[str, str]]) -> Redactor:
         return redactor_for(config.credentials(headers))
+
+    def _request_redactor(
+        self, config: SamplerConfig, headers: tuple[tuple[str, str], ...]
+    ) -> Redactor:
+        """The redactor of a request of ``config`` with ``headers``, found once per config
+        and header set (the same few come again with every request; bounded anyway)."""
+        key = (id(config), headers)
+        found = self._redactors.get(key)
+        if found is not None and found[0] is config:
+            return found[1]
+        if len(self._redactors) >= _MAX_CACHED_URLS:
+            self._redactors.clear()
+        redactor = self._redactor(config, headers)
+        self._redactors[key] = (config, redactor)
+        return redactor
 
     def _build(self, wire: WireRequest, config: SamplerConfig, *, stream: bool) -> httpx2.Request:
         """What ``AsyncClient.build_request`` would build, without its per-request merging
@@ -672,7 +690,7 @@ class SamplingClient:
         Every :class:`SamplingClientError` leaving here (from the exchange or from reading
         the body in the block) is scrubbed of this request's credentials.
         """
-        redactor = self._redactor(config, wire.headers)
+        redactor = self._request_redactor(config, wire.headers)
         self._log_filter.add(redactor)
         try:
             request = self._build(wire, config, stream=stream)

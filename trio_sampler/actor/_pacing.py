@@ -57,13 +57,31 @@ class Pacers:
 
     def __init__(self) -> None:
         self._by_account: dict[tuple[object, ...], RateLimitPacer] = {}
+        #: Per config (by identity): its account's key, made once.
+        self._keys: dict[int, tuple[SamplerConfig, tuple[object, ...]]] = {}
+
+    def _key(self, config: SamplerConfig) -> tuple[object, ...]:
+        found = self._keys.get(id(config))
+        if found is not None and found[0] is config:
+            return found[1]
+        if len(self._keys) >= MAX_ACCOUNTS:
+            self._keys.clear()
+        key = (
+            config.base_url,
+            str(config.backend),
+            config.api_key,
+            config.model,
+            config.rate_limit_pacing,
+        )
+        self._keys[id(config)] = (config, key)
+        return key
 
     def for_config(self, config: SamplerConfig) -> RateLimitPacer | None:
         """The pacer of ``config``'s account (``None`` when pacing is off for it)."""
         pacing = config.rate_limit_pacing
         if pacing is None:
             return None
-        key = (config.base_url, str(config.backend), config.api_key, config.model, pacing)
+        key = self._key(config)
         pacer = self._by_account.pop(key, None)
         if pacer is None:
             pacer = RateLimitPacer(pacing)

@@ -71,6 +71,7 @@ from ..types import (
     Usage,
 )
 from ..wire import (
+    BuildOptions,
     SSEDecodeError,
     SSEDecoder,
     StreamTransform,
@@ -109,6 +110,8 @@ _FIRST_SLICE_BYTES = 1024
 # After a completed stream, read at most this much more to reuse the connection.
 _DRAIN_MAX_BYTES = 64 * 1024
 _DRAIN_MAX_SECONDS = 1.0
+# Per-config values made once are kept for at most this many configs.
+_MAX_CACHED_CONFIGS = 64
 
 
 class ConnectionDrains:
@@ -199,6 +202,12 @@ class RequestRunner:
         #: Per route name: the state every request of the sampler shares.
         self._routes: dict[str, RouteState] = {}
         self._admission = admission
+        gate: object = admission  # any gate; only routed ones have a gate per route
+        #: The admission's gate per route, when it has one (asked once: a check against a
+        #: runtime protocol is dozens of calls, and the admission does not change).
+        self._routed = gate if isinstance(gate, RoutedGate) else None
+        #: Per config (by identity): the options its requests are built with.
+        self._build_options: dict[int, tuple[SamplerConfig, BuildOptions]] = {}
         if routing is not None:
             for route in routing.routes:
                 self._route_state(route)
@@ -323,9 +332,8 @@ class RequestRunner:
     def _gate_for(self, route: str | None) -> AdmissionGate | None:
         """The gate ``route``'s attempts go through: the route's own, when the admission
         has one per route (``None``: a request without routing)."""
-        gate: object = self._admission  # any gate; only routed ones have a gate per route
-        if isinstance(gate, RoutedGate):
-            return gate.for_route(route)
+        if self._routed is not None:
+            return self._routed.for_route(route)
         return self._admission
 
     def _route_state(self, route: Route) -> RouteState:
@@ -1001,12 +1009,23 @@ class RequestRunner:
         totals = [t for t in (request.config.timeouts.total, config.timeouts.total) if t]
         return sink.submitted_at + min(totals) if totals else math.inf
 
+    def _options(self, config: SamplerConfig) -> BuildOptions:
+        """``config.build_options()``, made once per config (a few per sampler; bounded)."""
+        found = self._build_options.get(id(config))
+        if found is not None and found[0] is config:
+            return found[1]
+        if len(self._build_options) >= _MAX_CACHED_CONFIGS:
+            self._build_options.clear()
+        options = config.build_options()
+        self._build_options[id(config)] = (config, options)
+        return options
+
     def _wire(
         self, request: ConversationRequest, config: SamplerConfig, armed: bool
     ) -> WireRequest | SamplingErrorInfo:
         """The attempt's body, or why the backend cannot carry the request."""
         try:
-            wire = build_request(config.backend, request, config.build_options())
+            wire = build_request(config.backend, request, self._options(config))
         except ValueError as exc:  # a request the backend cannot carry (anything else: ours)
             return _error(
                 SamplingErrorKind.INVALID_REQUEST, str(exc), retryable=False, code="invalid_request"

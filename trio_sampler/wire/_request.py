@@ -42,7 +42,7 @@ def validate_headers(pairs: Iterable[tuple[str, str]], *, what: str) -> None:
             )
         if name.lower() in _RESERVED_HEADERS:
             raise ValueError(f"{what} {name!r} is managed by the HTTP client; remove it")
-        if any(c in value for c in "\r\n\0"):
+        if "\r" in value or "\n" in value or "\0" in value:
             raise ValueError(
                 f"{what} {name!r} has a value containing CR, LF or NUL, which would "
                 "split the request (header injection); remove the line breaks"
