@@ -654,14 +654,15 @@ class RequestRunner:
             error = result.error
             usage_from = result.response if result.response is not None else result.partial
             priced = self._priced(usage_from, served.config)
+            ended_at = trio.current_time()
             metrics.end_attempt(
                 attempt_metrics,
-                trio.current_time(),
+                ended_at,
                 error,
                 usage=None if priced is None else priced.usage,
                 cost_usd_ticks=None if priced is None else priced.cost_usd_ticks,
             )
-            served.record(error, trio.current_time(), attempt_metrics)
+            served.record(error, ended_at, attempt_metrics)
             if result.response is not None:
                 assert priced is not None
                 metrics.route = served.name

@@ -280,14 +280,15 @@ class StreamTransform(abc.ABC):
             return
         if not self._started:
             out.extend(self.start())
+        # ``[DONE]`` (no JSON text starts so) before parsing: the data comes here after the
+        # raw bytes already failed to parse, and a failed parse builds an exception.
+        if data[:6] == "[DONE]":
+            self.done_marker = True
+            self._on_done(out)
+            return
         try:
             payload = orjson.loads(data)
         except orjson.JSONDecodeError:
-            # ``[DONE]`` is not JSON: checking for it here keeps it off the per-event path.
-            if data[:6] == "[DONE]":
-                self.done_marker = True
-                self._on_done(out)
-                return
             if not data.strip():
                 # A blank data field carries nothing (seen from some proxies): skip it.
                 return
