@@ -262,6 +262,7 @@ class RequestStream:
         self._token = token
         self._batch: list[SamplingEvent] = []
         self._position = 0
+        self._size = 0  # len(self._batch)
         #: Nothing more will be received (the terminal was taken, or the stream closed).
         self._ended = False
 
@@ -282,13 +283,14 @@ class RequestStream:
         return self
 
     async def __anext__(self) -> SamplingEvent:
-        state = self._state
+        # Per event: the next of the batch in hand, unless a cancel came since.
         position = self._position
-        if position < len(self._batch):
-            if not self._ended and type(state.terminal) is Cancelled:
+        if position < self._size:
+            if type(self._state.terminal) is Cancelled and not self._ended:
                 return self._take_cancelled()
             self._position = position + 1
             return self._batch[position]
+        state = self._state
         if self._ended:
             raise StopAsyncIteration
         if type(state.terminal) is Cancelled:
@@ -312,6 +314,7 @@ class RequestStream:
             if type(state.terminal) is Cancelled:  # cancelled while this batch waited
                 return self._take_cancelled()
         self._batch = batch
+        self._size = len(batch)
         self._position = 1
         return batch[0]
 
@@ -324,6 +327,7 @@ class RequestStream:
     def _end(self) -> None:
         self._ended = True
         self._batch = []
+        self._size = 0
         self._position = 0
         self._receive.close()
 
