@@ -19,6 +19,7 @@ What the fold holds is bounded by its ``max_held_bytes`` (the actor sets it to
 from __future__ import annotations
 
 from collections.abc import Hashable
+from itertools import count, repeat
 from typing import Any
 
 import attrs
@@ -181,6 +182,25 @@ class StreamAccumulator:
         held = fold.held_bytes
         settle = fold.settle_bytes
         chunk = self.chunk_index
+        if item >= 0 and self.first_token_sent and all(deltas):
+            # The usual run: more text of the open item that fits while pending.
+            size = held + sum(map(len, deltas))
+            if size <= settle:
+                parts.extend(deltas)
+                fold.held_bytes = size
+                fold.text_chunks += len(deltas)
+                self.chunk_index = chunk + len(deltas)
+                out.extend(
+                    map(
+                        ChannelToken,
+                        repeat(request_id),
+                        repeat(_TEXT),
+                        deltas,
+                        count(chunk + 1),
+                        repeat(item),
+                    )
+                )
+                return
         start = chunk
         for delta in deltas:
             if not delta:
