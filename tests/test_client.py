@@ -441,3 +441,35 @@ async def test_streams_spread_over_the_least_busy_pools(emulator: EmulatorFixtur
                 for stream in (first, second, third):
                     assert stream.status == 200
         assert client._in_flight == [0, 0, 0]
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        config(extra_headers={"X-Title": "t"}),
+        config(extra_headers={"Authorization": "Bearer gateway-token-0123456789"}),
+        config(backend=ApiBackend.MESSAGES, auth_scheme=AuthScheme.X_API_KEY),
+        config(query_params={"api-version": "2024-10-21"}),
+    ],
+)
+async def test_the_request_built_is_the_one_httpx2_builds(cfg: SamplerConfig) -> None:
+    """The client builds its ``httpx2.Request`` itself (headers as bytes, merged once per
+    config): the headers, in order and byte for byte, the URL and the body are those of
+    ``AsyncClient.build_request`` with the same headers."""
+    async with SamplingClient(cfg) as client:
+        ours = client._build(WIRE, cfg, stream=True)
+        theirs = client._clients[0].build_request(
+            "POST",
+            ours.url,
+            content=WIRE.body,
+            headers=[
+                ("user-agent", ours.headers["user-agent"]),
+                ("content-type", "application/json"),
+                ("accept", "text/event-stream"),
+                *cfg.request_headers(),
+                *WIRE.headers,
+                ("accept-encoding", "identity"),
+            ],
+        )
+    assert ours.headers.raw == theirs.headers.raw
+    assert ours.url == theirs.url and ours.content == theirs.content == WIRE.body

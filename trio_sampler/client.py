@@ -356,16 +356,18 @@ class _BorrowedTransport(httpx2.AsyncBaseTransport):
         await trio.lowlevel.checkpoint()
 
 
+_IDENTITY = (b"accept-encoding", b"identity")
 #: Headers ``httpx2.Request(content=...)`` adds itself unless they are given.
 _AUTO_HEADERS = frozenset({"host", "content-length", "transfer-encoding"})
 
 
 @attrs.frozen(eq=False)
 class _Prepared:
-    """What every request of one config carries: headers by lower-case name, timeouts."""
+    """What every request of one config carries: headers (as bytes) by lower-case name,
+    timeouts."""
 
     config: SamplerConfig
-    headers: dict[str, tuple[str, str]]
+    headers: dict[str, tuple[bytes, bytes]]
     timeout: dict[str, float | None]
 
 
@@ -426,12 +428,14 @@ class SamplingClient:
         #: Requests resent at once because a reused connection turned out to be closed
         #: by the server (the keep-alive race); never visible as a retry.
         self.stale_connection_resends = 0
-        #: The clients' default headers (all clients alike), by lowercase name.
+        #: The clients' default headers (all clients alike), by lowercase name, as bytes.
         self._default_headers = {
-            name.decode("latin-1").lower(): (name.decode("latin-1"), value.decode("latin-1"))
+            name.decode("latin-1").lower(): (name, value)
             for name, value in self._clients[0].headers.raw
         }
-        self._urls: dict[tuple[str, str, tuple[tuple[str, str], ...]], tuple[httpx2.URL, str]] = {}
+        self._urls: dict[
+            tuple[str, str, tuple[tuple[str, str], ...]], tuple[httpx2.URL, bytes]
+        ] = {}
         self._prepared_by_config: dict[tuple[int, bool], _Prepared] = {}
         self._redactors: dict[
             tuple[int, tuple[tuple[str, str], ...]], tuple[SamplerConfig, Redactor]
@@ -499,16 +503,18 @@ class SamplingClient:
         (measured at about a third of a request's fixed cost): the client's default headers
         we did not set, in front; its cookies; the URL parsed once per address; the headers
         every request of ``config`` carries merged once per config (:meth:`_prepared`)."""
-        prepared = self._prepared(config, stream)
-        headers = dict(prepared.headers)
-        for name, value in wire.headers:
-            headers[name.lower()] = (name, value)
-        # After everything else: never let a header list re-enable compression (see module).
-        headers["accept-encoding"] = ("accept-encoding", "identity")
         client = self._clients[0]
-        defaults = [pair for key, pair in self._default_headers.items() if key not in headers]
-        extensions = {"timeout": dict(prepared.timeout)}
         try:
+            prepared = self._prepared(config, stream)
+            # Headers as bytes, encoded as httpx2 would (ASCII), so it has nothing to encode.
+            headers = dict(prepared.headers)
+            for name, value in wire.headers:
+                headers[name.lower()] = (name.encode("ascii"), value.encode("ascii"))
+            # After everything else: never let a header list re-enable compression (see
+            # module).
+            headers["accept-encoding"] = _IDENTITY
+            defaults = [pair for key, pair in self._default_headers.items() if key not in headers]
+            extensions = {"timeout": dict(prepared.timeout)}
             url, host = self._url(config.base_url, wire.path, config.query_params)
             if (
                 len(client.cookies)
@@ -531,10 +537,10 @@ class SamplingClient:
                 wire.method,
                 url,
                 headers=[
-                    ("Host", host),
+                    (b"Host", host),
                     *defaults,
                     *headers.values(),
-                    ("Content-Length", str(len(wire.body))),
+                    (b"Content-Length", b"%d" % len(wire.body)),
                 ],
                 stream=httpx2.ByteStream(wire.body),
                 extensions=extensions,
@@ -551,14 +557,14 @@ class SamplingClient:
         found = self._prepared_by_config.get(key)
         if found is not None and found.config is config:
             return found
-        headers: dict[str, tuple[str, str]] = {}
+        headers: dict[str, tuple[bytes, bytes]] = {}
         for name, value in (
             ("user-agent", _USER_AGENT),
             ("content-type", "application/json"),
             ("accept", "text/event-stream" if stream else "application/json"),
             *config.request_headers(),
         ):
-            headers[name.lower()] = (name, value)
+            headers[name.lower()] = (name.encode("ascii"), value.encode("ascii"))
         if len(self._prepared_by_config) >= _MAX_CACHED_URLS:
             self._prepared_by_config.clear()
         found = self._prepared_by_config[key] = _Prepared(
@@ -568,7 +574,7 @@ class SamplingClient:
 
     def _url(
         self, base_url: str, path: str, params: tuple[tuple[str, str], ...]
-    ) -> tuple[httpx2.URL, str]:
+    ) -> tuple[httpx2.URL, bytes]:
         """``base_url/path?params`` parsed, and its ``Host`` header value; cached per
         address (a few per sampler; bounded anyway)."""
         key = (base_url, path, params)
@@ -577,7 +583,7 @@ class SamplingClient:
             if len(self._urls) >= _MAX_CACHED_URLS:
                 self._urls.clear()
             url = httpx2.URL(f"{base_url}/{path.lstrip('/')}", params=list(params) or None)
-            found = self._urls[key] = (url, url.netloc.decode("ascii"))
+            found = self._urls[key] = (url, url.netloc)
         return found
 
     @contextmanager
