@@ -1322,18 +1322,19 @@ class RequestRunner:
         done = outcome is not None
         if done and events and events[-1] is outcome:
             events = events[:-1]
-        content = 0
-        reasoning: list[str] = []
-        for event in events:
-            kind = type(event)
-            if kind is ChannelToken:  # the per-token event: one test, not a set lookup
-                content += 1
-                if event.channel is _REASONING:  # type: ignore[union-attr]
-                    reasoning.append(event.text)  # type: ignore[union-attr]
-            elif kind in _CONTENT:
-                content += 1
         # ``events`` is the transform's fresh list (or a copy without the terminal): the
-        # batch itself.
+        # batch itself. Its events are counted in C: a batch of tokens alone (the usual
+        # one) costs no Python per event, nor does one of a stream without reasoning.
+        kinds = list(map(type, events))
+        tokens = kinds.count(ChannelToken)
+        content = tokens if tokens == len(kinds) else sum(map(_CONTENT.__contains__, kinds))
+        if not tokens or not transform.reasoning_opened:
+            return events, done, content, ""
+        reasoning = [
+            event.text
+            for event in events
+            if type(event) is ChannelToken and event.channel is _REASONING
+        ]
         return events, done, content, "".join(reasoning)
 
     def _judge(

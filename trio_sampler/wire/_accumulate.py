@@ -287,6 +287,11 @@ class StreamAccumulator:
         if first and not self.first_token_sent:
             self._first(out)
 
+    @property
+    def reasoning_opened(self) -> bool:
+        """Whether a reasoning block was opened (every reasoning token opens one first)."""
+        return bool(self._reasoning)
+
     def has_reasoning(self, key: Hashable) -> bool:
         return key in self._reasoning
 

@@ -164,6 +164,12 @@ class StreamTransform(abc.ABC):
         return self.acc.usage
 
     @property
+    def reasoning_opened(self) -> bool:
+        """True once the stream opened a reasoning block: until then none of its events
+        is reasoning."""
+        return self.acc.reasoning_opened
+
+    @property
     def held_bytes(self) -> int:
         """Bytes of response text the stream holds, as CPython stores them."""
         return self.acc.held_bytes
