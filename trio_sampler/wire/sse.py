@@ -263,7 +263,10 @@ class SSEDecoder:
         # spacing, unknown fields) goes through ``_line`` with the state written back
         # first. Both paths implement the same rules. ``plain``: no ``retry`` in this
         # event and no ``id`` ever, so a lone data line is dispatched as its bytes.
+        # ``first``: the event's data line while it is its only one, kept out of ``data``
+        # (the usual event is one line: no list is made or grown for it).
         data = self._data
+        first: bytes | None = None
         event = self._event
         size = self._event_bytes
         limit = self._max
@@ -273,9 +276,21 @@ class SSEDecoder:
                 size += len(line) + 1
                 if size > limit:
                     self._fail()
-                data.append(line[6:])
+                if first is None and not data:
+                    first = line[6:]
+                else:
+                    if first is not None:
+                        data.append(first)
+                        first = None
+                    data.append(line[6:])
             elif not line:  # a blank line dispatches the event (if it has data)
-                if data:
+                if first is not None:
+                    if plain:
+                        out.append((event, first) if event else first)
+                    else:
+                        self._dispatch([first], event, out)
+                    first = None
+                elif data:
                     if plain and len(data) == 1:
                         out.append((event, data[0]) if event else data[0])
                     else:
@@ -292,6 +307,9 @@ class SSEDecoder:
                     self._fail()
                 event = line[7:].decode("utf-8", "replace")
             else:
+                if first is not None:
+                    data.append(first)
+                    first = None
                 self._data = data
                 self._event = event
                 self._event_bytes = size
@@ -300,6 +318,8 @@ class SSEDecoder:
                 event = self._event
                 size = self._event_bytes
                 plain = self._retry is None and self._last_id is None
+        if first is not None:
+            data.append(first)
         self._data = data
         self._event = event
         self._event_bytes = size
