@@ -71,7 +71,8 @@ async def _run(test: LoadTest, app: EmulatorApp | None = None, **kw: Any) -> Loa
         return await run_load_test(test, transport=transport, **kw)
 
 
-@pytest.mark.parametrize("streams", [1, 100])
+# 250 streams run on three samplers (STREAMS_PER_SAMPLER), their results merged.
+@pytest.mark.parametrize("streams", [1, 100, 250])
 async def test_reported_ttft_and_itl_match_the_programmed_pacing(
     autojump_clock: trio.abc.Clock, streams: int
 ) -> None:
