@@ -1,5 +1,6 @@
 """Small pieces the benchmark scripts share (and the tests' hand-written servers use): the
-CPU time of child processes, and one HTTP/1.1 request read off a socket."""
+CPU time and run-queue wait of child processes, and one HTTP/1.1 request read off a
+socket."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Iterable
 
 import trio
 
-__all__ = ["cpu_seconds", "read_request"]
+__all__ = ["cpu_seconds", "read_request", "run_queue_seconds"]
 
 # A request head longer than this is not a request these servers are sent.
 _MAX_HEAD = 1 << 20
@@ -22,6 +23,20 @@ def cpu_seconds(pids: Iterable[int]) -> float:
             fields = stat.read().rsplit(")", 1)[1].split()
         total += int(fields[11]) + int(fields[12])
     return total / os.sysconf("SC_CLK_TCK")
+
+
+def run_queue_seconds(pids: Iterable[int]) -> float:
+    """Seconds the processes ``pids`` have spent runnable but waiting for a CPU (Linux's
+    ``/proc/PID/schedstat``; 0 where it is missing). A process that waited as long as it
+    ran was starved by the machine, whatever its own CPU use says."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/schedstat", encoding="ascii") as stat:
+                total += int(stat.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / 1e9
 
 
 async def read_request(stream: trio.SocketStream) -> tuple[bytes, bytes] | None:
