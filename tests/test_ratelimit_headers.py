@@ -285,3 +285,27 @@ async def test_the_emulators_limits_read_back(path: str, body: dict[str, object]
     assert snapshot.requests.reset_after is not None and snapshot.requests.reset_after <= 1.0
     assert snapshot.tokens is not None and snapshot.tokens.limit == 10_000
     assert snapshot.tokens.remaining is not None and snapshot.tokens.remaining < 10_000
+
+
+def test_families_together_read_as_each_alone() -> None:
+    # Only the families with a header present are looked up: together, each still reads
+    # what it reads alone (and the first family's dimension wins, as it did).
+    openai = {"x-ratelimit-limit-requests": "100", "x-ratelimit-reset-requests": "1s"}
+    anthropic = {
+        "anthropic-ratelimit-requests-limit": "50",
+        "anthropic-ratelimit-tokens-remaining": "7",
+        "anthropic-ratelimit-tokens-reset": "2026-04-05T14:29:00Z",
+    }
+    ietf = {"ratelimit": "limit=10, remaining=3, reset=4"}
+    retry = {"retry-after": "Sun, 05 Apr 2026 14:29:20 GMT"}
+    alone = [parse_rate_limits({"date": DATE, **h}) for h in (openai, anthropic, ietf, retry)]
+    together = parse_rate_limits({"date": DATE, **openai, **anthropic, **ietf, **retry})
+    assert together == RateLimitSnapshot(
+        requests=alone[0].requests if alone[0] else None,
+        tokens=alone[1].tokens if alone[1] else None,
+        retry_after=alone[3].retry_after if alone[3] else None,
+    )
+    assert together is not None and together.tokens == RateLimitBudget(None, 7, 10.0)
+    assert parse_rate_limits({"date": DATE, **ietf}) == RateLimitSnapshot(
+        requests=RateLimitBudget(10, 3, 4.0)
+    )

@@ -27,7 +27,7 @@ import datetime
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from ..types import RateLimitBudget, RateLimitSnapshot
 from .errors import Headers, _normalize_headers, _parse_http_date, _parse_retry_after
@@ -70,8 +70,31 @@ def parse_duration(text: str) -> float | None:
     return total if math.isfinite(total) else None
 
 
-#: Every header :func:`parse_rate_limits` reads starts with one of these.
-_REPORTING_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-", "ratelimit", "retry-after")
+# The names read per dimension: (dimension, limit, remaining, reset).
+_OPENAI_NAMES = tuple(
+    (
+        dimension,
+        f"x-ratelimit-limit-{suffix}",
+        f"x-ratelimit-remaining-{suffix}",
+        f"x-ratelimit-reset-{suffix}",
+    )
+    for suffix, dimension in _OPENAI_DIMENSIONS.items()
+)
+_ANTHROPIC_NAMES = tuple(
+    (
+        dimension,
+        f"anthropic-ratelimit-{suffix}-limit",
+        f"anthropic-ratelimit-{suffix}-remaining",
+        f"anthropic-ratelimit-{suffix}-reset",
+    )
+    for suffix, dimension in _ANTHROPIC_DIMENSIONS.items()
+)
+_OPENAI_PREFIX = "x-ratelimit-"
+_ANTHROPIC_PREFIX = "anthropic-ratelimit-"
+#: Every other header :func:`parse_rate_limits` reads starts with one of these.
+_OTHER_PREFIXES = ("ratelimit", "retry-after")
+
+Clock = Callable[[], float]
 
 
 def parse_rate_limits(headers: Headers, *, now: float | None = None) -> RateLimitSnapshot | None:
@@ -80,41 +103,66 @@ def parse_rate_limits(headers: Headers, *, now: float | None = None) -> RateLimi
     ``now`` is the Unix time the headers were received (default: their ``Date``, else the
     local clock); it turns absolute reset times into seconds from then.
     """
-    lowered = _normalize_headers(headers)
-    if not any(name.startswith(_REPORTING_PREFIXES) for name in lowered):
+    return parse_lowered_rate_limits(_normalize_headers(headers), now=now)
+
+
+def parse_lowered_rate_limits(
+    lowered: Mapping[str, str], *, now: float | None = None
+) -> RateLimitSnapshot | None:
+    """:func:`parse_rate_limits` of headers whose names are lower-cased already (a
+    repeated header: one value). A family of headers none of whose names is there is
+    not looked up, and the ``Date`` header is parsed only for a value that needs it."""
+    openai = anthropic = other = False
+    for name in lowered:
+        if name.startswith(_OPENAI_PREFIX):
+            openai = True
+        elif name.startswith(_ANTHROPIC_PREFIX):
+            anthropic = True
+        elif name.startswith(_OTHER_PREFIXES):
+            other = True
+    if not (openai or anthropic or other):
         return None  # most responses: no header below is there to read
-    if now is None:
-        now = _parse_http_date(lowered.get("date", ""))
-    clock = time.time() if now is None else now
+    clock = _clock(lowered, now)
     found: dict[str, RateLimitBudget] = {}
-    for suffix, dimension in _OPENAI_DIMENSIONS.items():
-        budget = _budget(
-            lowered.get(f"x-ratelimit-limit-{suffix}"),
-            lowered.get(f"x-ratelimit-remaining-{suffix}"),
-            _reset(lowered.get(f"x-ratelimit-reset-{suffix}"), clock),
-        )
-        if budget is not None:
-            found[dimension] = budget
-    for suffix, dimension in _ANTHROPIC_DIMENSIONS.items():
-        prefix = f"anthropic-ratelimit-{suffix}"
-        budget = _budget(
-            lowered.get(f"{prefix}-limit"),
-            lowered.get(f"{prefix}-remaining"),
-            _reset_at(lowered.get(f"{prefix}-reset"), clock),
-        )
-        if budget is not None:
-            found.setdefault(dimension, budget)
-    if "requests" not in found:
+    if openai:
+        for dimension, limit, remaining, reset in _OPENAI_NAMES:
+            budget = _budget(
+                lowered.get(limit), lowered.get(remaining), _reset(lowered.get(reset), clock)
+            )
+            if budget is not None:
+                found[dimension] = budget
+    if anthropic:
+        for dimension, limit, remaining, reset in _ANTHROPIC_NAMES:
+            budget = _budget(
+                lowered.get(limit), lowered.get(remaining), _reset_at(lowered.get(reset), clock)
+            )
+            if budget is not None:
+                found.setdefault(dimension, budget)
+    if "requests" not in found and (openai or other):
         generic = _generic(lowered, clock)
         if generic is not None:
             found["requests"] = generic
-    retry_after = _parse_retry_after(lowered, now)
+    retry_after = _parse_retry_after(lowered, now) if other else None
     if not found and retry_after is None:
         return None
     return RateLimitSnapshot(retry_after=retry_after, **found)
 
 
-def _generic(headers: Mapping[str, str], clock: float) -> RateLimitBudget | None:
+def _clock(lowered: Mapping[str, str], now: float | None) -> Clock:
+    """The Unix time absolute values are read against (``now``, else the ``Date``
+    header, else the local clock), found the first time one needs it."""
+    found: list[float] = []
+
+    def read() -> float:
+        if not found:
+            at = now if now is not None else _parse_http_date(lowered.get("date", ""))
+            found.append(time.time() if at is None else at)
+        return found[0]
+
+    return read
+
+
+def _generic(headers: Mapping[str, str], clock: Clock) -> RateLimitBudget | None:
     """The IETF fields, then the gateways' bare ``x-ratelimit-*`` (both count requests)."""
     structured = _structured(headers.get("ratelimit"), headers.get("ratelimit-policy"))
     if structured is not None:
@@ -193,7 +241,7 @@ def _seconds(text: str | None) -> float | None:
     return number if number is not None and number >= 0 else None
 
 
-def _reset(text: str | None, clock: float) -> float | None:
+def _reset(text: str | None, clock: Clock) -> float | None:
     """A reset that is a duration, or a Unix time in seconds or milliseconds."""
     if text is None:
         return None
@@ -201,13 +249,13 @@ def _reset(text: str | None, clock: float) -> float | None:
     if seconds is None:
         return _reset_at(text, clock)
     if seconds >= _UNIX_MILLISECONDS:
-        return max(seconds / 1000 - clock, 0.0)
+        return max(seconds / 1000 - clock(), 0.0)
     if seconds >= _UNIX_SECONDS:
-        return max(seconds - clock, 0.0)
+        return max(seconds - clock(), 0.0)
     return seconds
 
 
-def _reset_at(text: str | None, clock: float) -> float | None:
+def _reset_at(text: str | None, clock: Clock) -> float | None:
     """An RFC 3339 time (Anthropic), or an HTTP date, as seconds from ``clock``."""
     if text is None or not text.strip() or len(text) > _MAX_VALUE_CHARS:
         return None
@@ -216,7 +264,7 @@ def _reset_at(text: str | None, clock: float) -> float | None:
         when = datetime.datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         at = _parse_http_date(value)
-        return None if at is None else max(at - clock, 0.0)
+        return None if at is None else max(at - clock(), 0.0)
     if when.tzinfo is None:
         when = when.replace(tzinfo=datetime.UTC)
-    return max(when.timestamp() - clock, 0.0)
+    return max(when.timestamp() - clock(), 0.0)

@@ -41,7 +41,7 @@ from ..types import (
     Usage,
 )
 from ._accumulate import StreamAccumulator
-from ._ratelimit import parse_rate_limits
+from ._ratelimit import parse_lowered_rate_limits
 from .errors import classify_stream_error, error_info, internal_error
 from .sse import ServerSentEvent, SSEPayload, payload_event
 
@@ -203,7 +203,7 @@ class StreamTransform(abc.ABC):
         lowered: dict[str, str] = {}
         for name, value in (headers or {}).items():
             lowered.setdefault(name.lower(), value)
-        snapshot = parse_rate_limits(lowered) if lowered else None
+        snapshot = parse_lowered_rate_limits(lowered) if lowered else None
         out: list[SamplingEvent] = [StreamStarted(self.request_id, attempt, snapshot)]
         profile = self.profile
         if lowered:

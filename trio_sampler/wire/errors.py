@@ -465,7 +465,7 @@ def classify_http_error(
       else a status-based sentence.
     """
     # Imported here: the parser reads this module's header helpers.
-    from ._ratelimit import parse_rate_limits
+    from ._ratelimit import parse_lowered_rate_limits
 
     lowered = _normalize_headers(headers)
     error_type, code, message, body_request_id = _parse_body(body)
@@ -496,7 +496,7 @@ def classify_http_error(
         error_code=_clean_header_value(code),
         provider_request_id=request_id,
         rate_limit=rate_limit,
-        rate_limit_snapshot=parse_rate_limits(lowered, now=now),
+        rate_limit_snapshot=parse_lowered_rate_limits(lowered, now=now),
     )
 
 
