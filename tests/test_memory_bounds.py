@@ -274,6 +274,22 @@ def test_held_bytes_follow_the_width_of_the_text() -> None:
     assert fold.held_bytes == 0 and fold.build().text == ""
 
 
+@pytest.mark.parametrize("text", ["\xe9t\xe9", "\u20ac", "\u20ac\u20ac", "\U0001f600"])
+def test_held_bytes_of_a_delta_whose_utf8_form_was_made(text: str) -> None:
+    """A delta's size is what its characters take, also when its UTF-8 form has been
+    made and kept on the string (``orjson.dumps`` and C APIs do that): the delta that
+    exactly fits the bound is taken, in the per-delta checks and when settled."""
+    width = 1 if max(text) < "\u0100" else 2 if max(text) < "\U00010000" else 4
+    for exact in (True, False):
+        fold = ResponseFold()
+        fold.max_held_bytes = len(text) * width * (1 if exact else 4)
+        delta = orjson.loads(orjson.dumps(text))  # a string of its own, as parsed
+        orjson.dumps(delta)  # its UTF-8 form is now kept on it
+        assert fold.text(0, delta)
+        assert fold.build().text == text
+        assert fold.held_bytes == len(text) * width
+
+
 def test_response_memory_stops_the_largest() -> None:
     memory = ResponseMemory(100)
     transforms = [new_transform(ApiBackend.CHAT_COMPLETIONS, f"r{n}") for n in range(3)]

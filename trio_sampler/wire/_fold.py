@@ -136,10 +136,15 @@ _WIDE_HEADER = sys.getsizeof("\xe9") - 2
 
 
 def _width(text: str) -> int:
-    """Bytes per character of ``text`` as CPython stores it (1, 2 or 4), in O(1)."""
+    """Bytes per character of ``text`` as CPython stores it (1, 2 or 4), in O(1) for
+    text of one byte per character."""
     if text.isascii():  # a flag on the string
         return 1
-    return (sys.getsizeof(text) - _WIDE_HEADER) // (len(text) + 1)
+    if (sys.getsizeof(text) - _WIDE_HEADER) // (len(text) + 1) == 1:
+        return 1
+    # The size also counts the string's UTF-8 form once something has made it (an
+    # encoder's C API keeps it on the string), which makes it look wider: read it.
+    return _widest(text)
 
 
 if [_width(probe) for probe in ("a", "\xe9\xe9", "\u0100", "\U0001f600" * 3)] != [1, 1, 2, 4]:
