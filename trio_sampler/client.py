@@ -27,8 +27,8 @@ from __future__ import annotations
 import importlib.util
 import weakref
 import zlib
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping
-from contextlib import aclosing, asynccontextmanager, contextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
 from types import TracebackType
 
 import attrs
@@ -586,17 +586,6 @@ class SamplingClient:
             found = self._urls[key] = (url, url.netloc)
         return found
 
-    @contextmanager
-    def _pool(self) -> Iterator[httpx2.AsyncClient]:
-        """The pool with the fewest streams in flight, counted while the block runs."""
-        load = self._in_flight
-        index = load.index(min(load)) if len(load) > 1 else 0
-        load[index] += 1
-        try:
-            yield self._clients[index]
-        finally:
-            load[index] -= 1
-
     async def _send(
         self, client: httpx2.AsyncClient, request: httpx2.Request, headers_timeout: float
     ) -> httpx2.Response:
@@ -667,10 +656,9 @@ class SamplingClient:
             classify_http_error(response.status_code, response.headers.multi_items(), decoded)
         )
 
-    @asynccontextmanager
-    async def open_stream(
+    def open_stream(
         self, wire: WireRequest, *, config: SamplerConfig | None = None
-    ) -> AsyncIterator[ResponseStream]:
+    ) -> AbstractAsyncContextManager[ResponseStream]:
         """POST ``wire`` and yield the 2xx response, body unread.
 
         Entering waits for the response headers at most ``timeouts.response_headers``
@@ -682,10 +670,11 @@ class SamplingClient:
         read to the end).
         """
         config = config or self._config
-        async with self._exchange(
+        # The exchange's own manager, not one wrapped around it (a generator-based
+        # context manager costs microseconds to enter and leave).
+        return self._exchange(
             wire, config, stream=True, headers_timeout=config.timeouts.response_headers
-        ) as stream:
-            yield stream
+        )
 
     @asynccontextmanager
     async def _exchange(
@@ -700,8 +689,12 @@ class SamplingClient:
         self._log_filter.add(redactor)
         try:
             request = self._build(wire, config, stream=stream)
-            with self._pool() as client:
-                response = await self._send(client, request, headers_timeout)
+            # The pool with the fewest streams in flight, counted while the exchange runs.
+            load = self._in_flight
+            index = load.index(min(load)) if len(load) > 1 else 0
+            load[index] += 1
+            try:
+                response = await self._send(self._clients[index], request, headers_timeout)
                 body: ResponseStream | None = None
                 try:
                     await self._raise_for_status(response, config.timeouts.response_headers)
@@ -714,6 +707,8 @@ class SamplingClient:
                     else:
                         with trio.CancelScope(shield=True, relative_deadline=_CLOSE_TIMEOUT):
                             await response.aclose()
+            finally:
+                load[index] -= 1
         except SamplingClientError as exc:
             raise SamplingClientError(redactor.error(exc.info)) from None
 

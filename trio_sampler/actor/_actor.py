@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any
 
@@ -31,7 +31,7 @@ import attrs
 import httpx2
 import trio
 
-from .._redact import redactor_for
+from .._redact import Redactor, redactor_for
 from ..admission import Admission, AdmissionGate, RoutedAdmission
 from ..client import SamplingClient
 from ..config import RetryPolicy, SamplerConfig
@@ -52,6 +52,9 @@ __all__ = [
 
 #: Batches (network reads) a request may buffer before its HTTP read waits for the consumer.
 DEFAULT_MAX_BUFFERED_BATCHES = 16
+# Redactors of requests without credential headers of their own: at most this many
+# (config, chain) pairs are kept.
+_MAX_CACHED_REDACTORS = 64
 
 
 class SamplerClosedError(RuntimeError):
@@ -83,6 +86,11 @@ class _SamplerActor:
         #: Requests whose terminal is not recorded yet.
         self.live: dict[str, RequestState] = {}
         self.closed = False
+        #: Per (config, chain), by identity: the redactor of requests without credential
+        #: headers of their own (bounded).
+        self._redactors: dict[
+            tuple[int, int], tuple[SamplerConfig, tuple[Route, ...] | None, Redactor]
+        ] = {}
 
     def submit(
         self,
@@ -104,9 +112,6 @@ class _SamplerActor:
         if config is None and chain is None and self.routing is not None:
             chain = self.routing.routes
         config = config or self.config  # a snapshot: later updates don't apply
-        credentials = list(config.credentials(request.extra_headers.items()))
-        for route in chain or ():
-            credentials += route.config.credentials(request.extra_headers.items())
         state = RequestState(
             request_id=request_id,
             request=request,
@@ -116,11 +121,13 @@ class _SamplerActor:
             credits=credits,
             submitted_at=trio.current_time(),
             live=self.live,
-            redactor=redactor_for(tuple(credentials)),
+            redactor=self._redactor(config, chain, request.extra_headers),
             chain=chain,
         )
         try:
-            self.nursery.start_soon(self.serve, state, name=f"trio_sampler request {request_id}")
+            self.nursery.start_soon(
+                self.runner.serve, state, name=f"trio_sampler request {request_id}"
+            )
         except RuntimeError:  # the nursery has closed: the sampler is gone
             send.close()
             receive.close()
@@ -128,11 +135,31 @@ class _SamplerActor:
         self.live[request_id] = state
         return RequestStream(state, receive, self.token)
 
-    async def serve(self, state: RequestState) -> None:
-        try:
-            await self.runner.serve(state)
-        finally:
-            state.task_done.set()
+    def _redactor(
+        self,
+        config: SamplerConfig,
+        chain: tuple[Route, ...] | None,
+        extra_headers: Mapping[str, str],
+    ) -> Redactor:
+        """The redactor of every credential the request may carry: its config's, each
+        route's, and credential-named headers of its own. Without headers of its own, the
+        same one for every request of a config and chain (both immutable), found by
+        identity (the sampler's config and its routing's chain come again each time)."""
+        key = (id(config), id(chain))
+        if not extra_headers:
+            found = self._redactors.get(key)
+            if found is not None and found[0] is config and found[1] is chain:
+                return found[2]
+        headers = extra_headers.items()
+        credentials = list(config.credentials(headers))
+        for route in chain or ():
+            credentials += route.config.credentials(headers)
+        redactor = redactor_for(tuple(credentials))
+        if not extra_headers:
+            if len(self._redactors) >= _MAX_CACHED_REDACTORS:
+                self._redactors.clear()
+            self._redactors[key] = (config, chain, redactor)
+        return redactor
 
     def shutdown(self) -> None:
         """Synchronous: usable from a cancelled context (leaving ``open_sampler``)."""

@@ -239,7 +239,8 @@ class RequestRunner:
     # -- the request ---------------------------------------------------------------------
 
     async def serve(self, state: RequestState) -> None:
-        """The request task: exactly one terminal, whatever happens (see module doc)."""
+        """The request task: exactly one terminal, whatever happens (see module doc), and
+        ``state.task_done`` set as its last act."""
         terminal: TerminalEvent | None = None
         try:
             with state.scope:
@@ -249,18 +250,22 @@ class RequestRunner:
         except Exception as exc:  # a bug of ours (a helper's: an ExceptionGroup): typed
             terminal = self._internal_error(state, exc)
         finally:
-            # Cancelled: a cancel() recorded its terminal already (finish keeps the first).
-            # Without a recorded reason the cancel came from a scope enclosing the
-            # sampler: a shutdown too.
-            if terminal is None:
-                partial = self._priced(state.partial(), state.serving)
-                terminal = Cancelled(
-                    state.request_id,
-                    state.cancel_reason or "the sampler was shut down",
-                    partial,
-                    state.metrics.build(partial),
-                )
-            state.finish(terminal)
+            try:
+                # Cancelled: a cancel() recorded its terminal already (finish keeps the
+                # first). Without a recorded reason the cancel came from a scope
+                # enclosing the sampler: a shutdown too.
+                if terminal is None:
+                    partial = self._priced(state.partial(), state.serving)
+                    terminal = Cancelled(
+                        state.request_id,
+                        state.cancel_reason or "the sampler was shut down",
+                        partial,
+                        state.metrics.build(partial),
+                    )
+                state.finish(terminal)
+            finally:
+                # The task's last act, whatever happened above.
+                state.task_done.set()
 
     def _priced(
         self, response: ConversationResponse | None, config: SamplerConfig | None
