@@ -13,7 +13,13 @@ import trio
 from trio_sampler.client import SamplingClient, SamplingClientError
 from trio_sampler.config import AuthScheme, SamplerConfig, Timeouts
 from trio_sampler.testing import EmulatorFixture
-from trio_sampler.types import ApiBackend, ConversationRequest, SamplingErrorKind, User
+from trio_sampler.types import (
+    ApiBackend,
+    ConversationRequest,
+    SamplingErrorInfo,
+    SamplingErrorKind,
+    User,
+)
 from trio_sampler.wire import BuildOptions, build_request
 from trio_sampler.wire._request import WireRequest
 
@@ -473,3 +479,52 @@ async def test_the_request_built_is_the_one_httpx2_builds(cfg: SamplerConfig) ->
         )
     assert ours.headers.raw == theirs.headers.raw
     assert ours.url == theirs.url and ours.content == theirs.content == WIRE.body
+
+
+async def test_every_way_out_of_an_exchange_closes_and_gives_the_pool_back() -> None:
+    """A 2xx read to its end, a non-2xx, a read error, an error of the caller's in the
+    block and a cancel in it: each closes the response and leaves the pool's count at 0;
+    a SamplingClientError raised in the block leaves scrubbed of the key."""
+    bodies: list[Chunks] = []
+
+    def respond(request: httpx2.Request) -> httpx2.Response:
+        status = 500 if request.url.path.endswith("/fail") else 200
+        body = Chunks(b"a", b"b", fail_after=1 if request.url.path.endswith("/reset") else None)
+        bodies.append(body)
+        return httpx2.Response(status, stream=body)
+
+    _, transport = recording(respond)
+
+    def wire(path: str) -> WireRequest:
+        return WireRequest(path=path, body=WIRE.body, data=WIRE.data, headers=WIRE.headers)
+
+    async with SamplingClient(config(), transport=transport) as client:
+        assert await read_all(client, wire("/ok")) == [b"a", b"b"]
+        with pytest.raises(SamplingClientError) as status:
+            await read_all(client, wire("/fail"))
+        assert status.value.info.status_code == 500
+        with pytest.raises(SamplingClientError) as reset:
+            await read_all(client, wire("/reset"))
+        assert reset.value.kind is SamplingErrorKind.TRANSPORT
+        with pytest.raises(KeyError):
+            async with client.open_stream(wire("/ok")):
+                raise KeyError("the caller's own")
+        with trio.CancelScope() as scope:
+            async with client.open_stream(wire("/ok")):
+                scope.cancel()
+                await trio.lowlevel.checkpoint()
+        assert scope.cancelled_caught
+        with pytest.raises(SamplingClientError) as raised:
+            async with client.open_stream(wire("/ok")):
+                raise SamplingClientError(
+                    SamplingErrorInfo(
+                        kind=SamplingErrorKind.TRANSPORT,
+                        message=f"the peer echoed {KEY}",
+                        retryable=True,
+                    )
+                )
+        assert KEY not in str(raised.value)
+        assert KEY not in raised.value.info.message
+        assert client._in_flight == [0]
+    assert len(bodies) == 6
+    assert all(body.closed for body in bodies)

@@ -28,7 +28,7 @@ import importlib.util
 import weakref
 import zlib
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
-from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, aclosing
 from types import TracebackType
 
 import attrs
@@ -379,6 +379,95 @@ def _unbuildable(exc: Exception) -> SamplingErrorInfo:
     )
 
 
+class _Exchange:
+    """:meth:`SamplingClient._exchange`'s context manager, written out (a generator-based
+    one costs microseconds per request to enter and leave).
+
+    Entering sends on the pool with the fewest streams in flight (counted until the
+    exchange ends), checks the status and returns the body; a failure on the way closes
+    the response. Leaving closes the body unless it was detached. A
+    :class:`SamplingClientError` raised while entering, in the block or while closing
+    leaves scrubbed of the request's credentials."""
+
+    __slots__ = (
+        "_body",
+        "_client",
+        "_config",
+        "_headers_timeout",
+        "_index",
+        "_redactor",
+        "_stream",
+        "_wire",
+    )
+
+    def __init__(
+        self,
+        client: SamplingClient,
+        wire: WireRequest,
+        config: SamplerConfig,
+        stream: bool,
+        headers_timeout: float,
+    ) -> None:
+        self._client = client
+        self._wire = wire
+        self._config = config
+        self._stream = stream
+        self._headers_timeout = headers_timeout
+        self._redactor: Redactor | None = None
+        self._body: ResponseStream | None = None
+        self._index = 0
+
+    async def __aenter__(self) -> ResponseStream:
+        client = self._client
+        config = self._config
+        redactor = self._redactor = client._request_redactor(config, self._wire.headers)
+        client._log_filter.add(redactor)
+        try:
+            request = client._build(self._wire, config, stream=self._stream)
+            load = client._in_flight
+            index = load.index(min(load)) if len(load) > 1 else 0
+            load[index] += 1
+            try:
+                response = await client._send(
+                    client._clients[index], request, self._headers_timeout
+                )
+                try:
+                    await client._raise_for_status(response, config.timeouts.response_headers)
+                    body = ResponseStream(response, config.max_response_bytes)
+                except BaseException:
+                    with trio.CancelScope(shield=True, relative_deadline=_CLOSE_TIMEOUT):
+                        await response.aclose()
+                    raise
+            except BaseException:
+                load[index] -= 1
+                raise
+        except SamplingClientError as exc:
+            raise SamplingClientError(redactor.error(exc.info)) from None
+        self._index = index
+        self._body = body
+        return body
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        body = self._body
+        redactor = self._redactor
+        assert body is not None and redactor is not None  # only left once entered
+        try:
+            try:
+                if not body.detached:
+                    await body.aclose()
+            finally:
+                self._client._in_flight[self._index] -= 1
+        except SamplingClientError as error:
+            raise SamplingClientError(redactor.error(error.info)) from None
+        if isinstance(exc, SamplingClientError):
+            raise SamplingClientError(redactor.error(exc.info)) from None
+
+
 class SamplingClient:
     """The HTTP side of an actor: a few connection pools shared by all its requests.
 
@@ -676,41 +765,15 @@ class SamplingClient:
             wire, config, stream=True, headers_timeout=config.timeouts.response_headers
         )
 
-    @asynccontextmanager
-    async def _exchange(
+    def _exchange(
         self, wire: WireRequest, config: SamplerConfig, *, stream: bool, headers_timeout: float
-    ) -> AsyncIterator[ResponseStream]:
+    ) -> _Exchange:
         """Send on the least busy pool, check the status, yield the body; always close.
 
         Every :class:`SamplingClientError` leaving here (from the exchange or from reading
         the body in the block) is scrubbed of this request's credentials.
         """
-        redactor = self._request_redactor(config, wire.headers)
-        self._log_filter.add(redactor)
-        try:
-            request = self._build(wire, config, stream=stream)
-            # The pool with the fewest streams in flight, counted while the exchange runs.
-            load = self._in_flight
-            index = load.index(min(load)) if len(load) > 1 else 0
-            load[index] += 1
-            try:
-                response = await self._send(self._clients[index], request, headers_timeout)
-                body: ResponseStream | None = None
-                try:
-                    await self._raise_for_status(response, config.timeouts.response_headers)
-                    body = ResponseStream(response, config.max_response_bytes)
-                    yield body
-                finally:
-                    if body is not None:
-                        if not body.detached:
-                            await body.aclose()
-                    else:
-                        with trio.CancelScope(shield=True, relative_deadline=_CLOSE_TIMEOUT):
-                            await response.aclose()
-            finally:
-                load[index] -= 1
-        except SamplingClientError as exc:
-            raise SamplingClientError(redactor.error(exc.info)) from None
+        return _Exchange(self, wire, config, stream, headers_timeout)
 
     async def post_json(
         self, wire: WireRequest, *, config: SamplerConfig | None = None
