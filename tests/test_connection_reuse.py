@@ -391,16 +391,10 @@ async def test_connection_is_reused_after_a_late_end_of_body(
 ) -> None:
     """The last chunk comes 0.2 s after the terminator: ``Completed`` does not wait for
     it, and the next request still goes over the same connection."""
-
-    async def late_end(
-        stream: trio.SocketStream, reader: _Reader, server: Server, number: int
-    ) -> bool:
-        await stream.send_all(CHUNKED_HEAD + http_chunk(sse_body(f"reply {number}")))
-        await trio.sleep(0.2)
-        await stream.send_all(LAST_CHUNK)
-        return True
-
-    async with keep_alive_server(late_end) as server, open_sampler(config_for(server)) as sampler:
+    async with (
+        keep_alive_server(late_last_chunk) as server,
+        open_sampler(config_for(server)) as sampler,
+    ):
         texts = []
         for _ in range(3):
             start = trio.current_time()
