@@ -35,6 +35,7 @@ import attrs
 import httpx2
 import trio
 
+from ._by_identity import ByIdentity
 from ._redact import RedactingFilter, Redactor, install_log_filter, redactor_for
 from .config import SamplerConfig
 from .types import SamplingErrorInfo, SamplingErrorKind
@@ -366,7 +367,6 @@ class _Prepared:
     """What every request of one config carries: headers (as bytes) by lower-case name,
     timeouts."""
 
-    config: SamplerConfig
     headers: dict[str, tuple[bytes, bytes]]
     timeout: dict[str, float | None]
 
@@ -525,10 +525,10 @@ class SamplingClient:
         self._urls: dict[
             tuple[str, str, tuple[tuple[str, str], ...]], tuple[httpx2.URL, bytes]
         ] = {}
-        self._prepared_by_config: dict[tuple[int, bool], _Prepared] = {}
-        self._redactors: dict[
-            tuple[int, tuple[tuple[str, str], ...]], tuple[SamplerConfig, Redactor]
-        ] = {}
+        #: Per config (and streaming or not): what its requests carry.
+        self._prepared_by_config: ByIdentity[_Prepared] = ByIdentity(_MAX_CACHED_URLS)
+        #: Per config and header set: the redactor of its requests.
+        self._redactors: ByIdentity[Redactor] = ByIdentity(_MAX_CACHED_URLS)
         # Installed last: nothing above can fail after it, so it is always removed by
         # ``aclose``.
         self._log_filter = RedactingFilter()
@@ -577,14 +577,9 @@ class SamplingClient:
     ) -> Redactor:
         """The redactor of a request of ``config`` with ``headers``, found once per config
         and header set (the same few come again with every request; bounded anyway)."""
-        key = (id(config), headers)
-        found = self._redactors.get(key)
-        if found is not None and found[0] is config:
-            return found[1]
-        if len(self._redactors) >= _MAX_CACHED_URLS:
-            self._redactors.clear()
-        redactor = self._redactor(config, headers)
-        self._redactors[key] = (config, redactor)
+        redactor = self._redactors.get(config, headers)
+        if redactor is None:
+            redactor = self._redactors.put(config, self._redactor(config, headers), headers)
         return redactor
 
     def _build(self, wire: WireRequest, config: SamplerConfig, *, stream: bool) -> httpx2.Request:
@@ -642,9 +637,8 @@ class SamplingClient:
     def _prepared(self, config: SamplerConfig, stream: bool) -> _Prepared:
         """The parts of a request that depend on ``config`` (and on streaming) alone, made
         once per config (a few per sampler; bounded anyway)."""
-        key = (id(config), stream)
-        found = self._prepared_by_config.get(key)
-        if found is not None and found.config is config:
+        found = self._prepared_by_config.get(config, stream)
+        if found is not None:
             return found
         headers: dict[str, tuple[bytes, bytes]] = {}
         for name, value in (
@@ -654,12 +648,9 @@ class SamplingClient:
             *config.request_headers(),
         ):
             headers[name.lower()] = (name.encode("ascii"), value.encode("ascii"))
-        if len(self._prepared_by_config) >= _MAX_CACHED_URLS:
-            self._prepared_by_config.clear()
-        found = self._prepared_by_config[key] = _Prepared(
-            config, headers, self._timeout(config).as_dict()
+        return self._prepared_by_config.put(
+            config, _Prepared(headers, self._timeout(config).as_dict()), stream
         )
-        return found
 
     def _url(
         self, base_url: str, path: str, params: tuple[tuple[str, str], ...]

@@ -31,6 +31,7 @@ import attrs
 import httpx2
 import trio
 
+from .._by_identity import ByIdentity
 from .._redact import Redactor, redactor_for
 from ..admission import Admission, AdmissionGate, RoutedAdmission
 from ..client import SamplingClient
@@ -52,9 +53,6 @@ __all__ = [
 
 #: Batches (network reads) a request may buffer before its HTTP read waits for the consumer.
 DEFAULT_MAX_BUFFERED_BATCHES = 16
-# Redactors of requests without credential headers of their own: at most this many
-# (config, chain) pairs are kept.
-_MAX_CACHED_REDACTORS = 64
 
 
 class SamplerClosedError(RuntimeError):
@@ -86,11 +84,9 @@ class _SamplerActor:
         #: Requests whose terminal is not recorded yet.
         self.live: dict[str, RequestState] = {}
         self.closed = False
-        #: Per (config, chain), by identity: the redactor of requests without credential
-        #: headers of their own (bounded).
-        self._redactors: dict[
-            tuple[int, int], tuple[SamplerConfig, tuple[Route, ...] | None, Redactor]
-        ] = {}
+        #: Per (config, chain): the redactor of requests without credential headers of
+        #: their own, beside the chain it was made for.
+        self._redactors: ByIdentity[tuple[tuple[Route, ...] | None, Redactor]] = ByIdentity()
 
     def submit(
         self,
@@ -145,20 +141,17 @@ class _SamplerActor:
         route's, and credential-named headers of its own. Without headers of its own, the
         same one for every request of a config and chain (both immutable), found by
         identity (the sampler's config and its routing's chain come again each time)."""
-        key = (id(config), id(chain))
         if not extra_headers:
-            found = self._redactors.get(key)
-            if found is not None and found[0] is config and found[1] is chain:
-                return found[2]
+            found = self._redactors.get(config, id(chain))
+            if found is not None and found[0] is chain:
+                return found[1]
         headers = extra_headers.items()
         credentials = list(config.credentials(headers))
         for route in chain or ():
             credentials += route.config.credentials(headers)
         redactor = redactor_for(tuple(credentials))
         if not extra_headers:
-            if len(self._redactors) >= _MAX_CACHED_REDACTORS:
-                self._redactors.clear()
-            self._redactors[key] = (config, chain, redactor)
+            self._redactors.put(config, (chain, redactor), id(chain))
         return redactor
 
     def shutdown(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import attrs
 import trio
 
+from .._by_identity import ByIdentity
 from ..config import SamplerConfig
 from ..ratelimit import PacingCost, RateLimitPacer, Reservation, pacing_cost
 from ..types import RateLimitSnapshot, SamplingErrorInfo, SamplingErrorKind, Usage
@@ -57,23 +58,22 @@ class Pacers:
 
     def __init__(self) -> None:
         self._by_account: dict[tuple[object, ...], RateLimitPacer] = {}
-        #: Per config (by identity): its account's key, made once.
-        self._keys: dict[int, tuple[SamplerConfig, tuple[object, ...]]] = {}
+        #: Per config: its account's key, made once.
+        self._keys: ByIdentity[tuple[object, ...]] = ByIdentity(MAX_ACCOUNTS)
 
     def _key(self, config: SamplerConfig) -> tuple[object, ...]:
-        found = self._keys.get(id(config))
-        if found is not None and found[0] is config:
-            return found[1]
-        if len(self._keys) >= MAX_ACCOUNTS:
-            self._keys.clear()
-        key = (
-            config.base_url,
-            str(config.backend),
-            config.api_key,
-            config.model,
-            config.rate_limit_pacing,
-        )
-        self._keys[id(config)] = (config, key)
+        key = self._keys.get(config)
+        if key is None:
+            key = self._keys.put(
+                config,
+                (
+                    config.base_url,
+                    str(config.backend),
+                    config.api_key,
+                    config.model,
+                    config.rate_limit_pacing,
+                ),
+            )
         return key
 
     def for_config(self, config: SamplerConfig) -> RateLimitPacer | None:

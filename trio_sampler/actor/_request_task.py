@@ -20,6 +20,7 @@ import random
 import attrs
 import trio
 
+from .._by_identity import ByIdentity
 from ..admission import (
     AdmissionBusyError,
     AdmissionGate,
@@ -110,8 +111,6 @@ _FIRST_SLICE_BYTES = 1024
 # After a completed stream, read at most this much more to reuse the connection.
 _DRAIN_MAX_BYTES = 64 * 1024
 _DRAIN_MAX_SECONDS = 1.0
-# Per-config values made once are kept for at most this many configs.
-_MAX_CACHED_CONFIGS = 64
 
 
 class ConnectionDrains:
@@ -206,8 +205,8 @@ class RequestRunner:
         #: The admission's gate per route, when it has one (asked once: a check against a
         #: runtime protocol is dozens of calls, and the admission does not change).
         self._routed = gate if isinstance(gate, RoutedGate) else None
-        #: Per config (by identity): the options its requests are built with.
-        self._build_options: dict[int, tuple[SamplerConfig, BuildOptions]] = {}
+        #: Per config: the options its requests are built with.
+        self._build_options: ByIdentity[BuildOptions] = ByIdentity()
         if routing is not None:
             for route in routing.routes:
                 self._route_state(route)
@@ -1017,13 +1016,9 @@ class RequestRunner:
 
     def _options(self, config: SamplerConfig) -> BuildOptions:
         """``config.build_options()``, made once per config (a few per sampler; bounded)."""
-        found = self._build_options.get(id(config))
-        if found is not None and found[0] is config:
-            return found[1]
-        if len(self._build_options) >= _MAX_CACHED_CONFIGS:
-            self._build_options.clear()
-        options = config.build_options()
-        self._build_options[id(config)] = (config, options)
+        options = self._build_options.get(config)
+        if options is None:
+            options = self._build_options.put(config, config.build_options())
         return options
 
     def _wire(
