@@ -70,25 +70,22 @@ def parse_duration(text: str) -> float | None:
     return total if math.isfinite(total) else None
 
 
-# The names read per dimension: (dimension, limit, remaining, reset).
-_OPENAI_NAMES = tuple(
-    (
-        dimension,
-        f"x-ratelimit-limit-{suffix}",
-        f"x-ratelimit-remaining-{suffix}",
-        f"x-ratelimit-reset-{suffix}",
+def _names(dimensions: Mapping[str, str], template: str) -> tuple[tuple[str, str, str, str], ...]:
+    """The names read per dimension, ``(dimension, limit, remaining, reset)``, from
+    ``template`` (``{0}``: the provider's suffix for the dimension, ``{1}``: the field)."""
+    return tuple(
+        (
+            dimension,
+            template.format(suffix, "limit"),
+            template.format(suffix, "remaining"),
+            template.format(suffix, "reset"),
+        )
+        for suffix, dimension in dimensions.items()
     )
-    for suffix, dimension in _OPENAI_DIMENSIONS.items()
-)
-_ANTHROPIC_NAMES = tuple(
-    (
-        dimension,
-        f"anthropic-ratelimit-{suffix}-limit",
-        f"anthropic-ratelimit-{suffix}-remaining",
-        f"anthropic-ratelimit-{suffix}-reset",
-    )
-    for suffix, dimension in _ANTHROPIC_DIMENSIONS.items()
-)
+
+
+_OPENAI_NAMES = _names(_OPENAI_DIMENSIONS, "x-ratelimit-{1}-{0}")
+_ANTHROPIC_NAMES = _names(_ANTHROPIC_DIMENSIONS, "anthropic-ratelimit-{0}-{1}")
 _OPENAI_PREFIX = "x-ratelimit-"
 _ANTHROPIC_PREFIX = "anthropic-ratelimit-"
 #: Every other header :func:`parse_rate_limits` reads starts with one of these.
