@@ -175,25 +175,21 @@ class StreamAccumulator:
         deltas after it are ignored), for a transform that has a run of text at once."""
         if self.finished:
             return
-        fold = self.fold
         item = self._text_item
-        parts = self._text_parts
-        request_id = self.request_id
-        held = fold.held_bytes
-        settle = fold.settle_bytes
-        chunk = self.chunk_index
         if item >= 0 and self.first_token_sent and all(deltas):
             # The usual run: more text of the open item that fits while pending.
-            size = held + sum(map(len, deltas))
-            if size <= settle:
-                parts.extend(deltas)
+            fold = self.fold
+            size = fold.held_bytes + sum(map(len, deltas))
+            if size <= fold.settle_bytes:
+                self._text_parts.extend(deltas)
                 fold.held_bytes = size
                 fold.text_chunks += len(deltas)
+                chunk = self.chunk_index
                 self.chunk_index = chunk + len(deltas)
                 out.extend(
                     map(
                         ChannelToken,
-                        repeat(request_id),
+                        repeat(self.request_id),
                         repeat(_TEXT),
                         deltas,
                         count(chunk + 1),
@@ -201,38 +197,11 @@ class StreamAccumulator:
                     )
                 )
                 return
-        start = chunk
+        # Anything else (the first token, a new item, a delta past the pending bound, an
+        # empty delta): one delta at a time (a refusal ends the stream, and :meth:`text`
+        # ignores what comes after it).
         for delta in deltas:
-            if not delta:
-                continue
-            if item < 0:  # the first text since another item: a text item opens
-                item = self._open_item()
-                self._text_item = item
-                self._text = fold.text_slot(item)
-                parts = self._text_parts = self._text.parts
-            size = held + len(delta)
-            if size <= settle:
-                parts.append(delta)
-                held = size
-            else:
-                # Past the pending bound: StreamAccumulator.text's own way, the fold's
-                # counts written back first.
-                fold.held_bytes = held
-                fold.text_chunks += chunk - start
-                start = chunk
-                if not fold.append(self._text, delta):
-                    self.chunk_index = chunk
-                    self._refused(out)
-                    return
-                held = fold.held_bytes
-                settle = fold.settle_bytes
-            chunk += 1
-            if not self.first_token_sent:
-                self._first(out)
-            out.append(ChannelToken(request_id, _TEXT, delta, chunk, item))
-        fold.held_bytes = held
-        fold.text_chunks += chunk - start
-        self.chunk_index = chunk
+            self.text(delta, out)
 
     def streamed_text(self) -> str:
         """All answer text streamed so far."""
