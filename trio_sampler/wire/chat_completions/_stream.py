@@ -64,6 +64,30 @@ _LEARN_CREDIT = 8
 _PROBE = "\x00\x01"
 
 
+def _plain_text(payload: Any) -> str | None:
+    """The text of a plain text chunk (one choice, index 0, no finish reason, a delta of
+    text alone; no usage, no error, no Groq extension: what the general path maps to one
+    text delta and nothing else), or ``None`` for any other payload."""
+    if (
+        type(payload) is not dict
+        or "error" in payload
+        or "x_groq" in payload
+        or payload.get("usage") is not None
+    ):
+        return None
+    choices = payload.get("choices")
+    if type(choices) is not list or len(choices) != 1:
+        return None
+    choice = choices[0]
+    if type(choice) is not dict or choice.get("index") or choice.get("finish_reason"):
+        return None
+    delta = choice.get("delta")
+    if type(delta) is not dict or len(delta) != 1:
+        return None
+    content = delta.get("content")
+    return content if type(content) is str else None
+
+
 def _int(value: Any) -> int:
     """A token count as sent (int, float or null) → int; anything else → 0."""
     kind = type(value)
@@ -171,37 +195,19 @@ class ChatCompletionsTransform(StreamTransform):
                 except orjson.JSONDecodeError:
                     pass  # not JSON (``[DONE]``, a blank field) or not UTF-8: below
                 else:
-                    # The plain text chunk: the fast path of _on_json, inline.
-                    if (
-                        ready
-                        and type(payload) is dict
-                        and "error" not in payload
-                        and "x_groq" not in payload
-                        and payload.get("usage") is None
-                    ):
-                        choices = payload.get("choices")
-                        if type(choices) is list and len(choices) == 1:
-                            choice = choices[0]
-                            if (
-                                type(choice) is dict
-                                and not choice.get("index")
-                                and not choice.get("finish_reason")
-                            ):
-                                delta = choice.get("delta")
-                                if type(delta) is dict and len(delta) == 1:
-                                    content = delta.get("content")
-                                    if type(content) is str:
-                                        texts.append(content)
-                                        if self._learn_credit:
-                                            self._learn_plain(item, content, payload)
-                                            prefix = self._plain_prefix
-                                            suffix = self._plain_suffix
-                                            if prefix is not None:
-                                                start = len(prefix)
-                                                tail = len(suffix)
-                                        elif prefix is not None:  # no longer worth a look
-                                            self._plain_prefix = prefix = None
-                                        continue
+                    content = _plain_text(payload) if ready else None
+                    if content is not None:
+                        texts.append(content)
+                        if self._learn_credit:
+                            self._learn_plain(item, content, payload)
+                        else:  # no longer worth a look
+                            self._plain_prefix = None
+                        prefix = self._plain_prefix
+                        if prefix is not None:
+                            suffix = self._plain_suffix
+                            start = len(prefix)
+                            tail = len(suffix)
+                        continue
             if texts:
                 self._texts(texts, out)
                 texts = []
