@@ -4,11 +4,12 @@
 default, sharing a port with ``SO_REUSEPORT``; ``--keep-alive-timeout 300``), paced to send
 the first token ``D`` ms after each request arrived and then one token every ``I`` ms
 (``first_token_ms``, ``token_interval_ms``, ``ignore_eos``; each token in a write of its
-own, woken by a ``timerfd`` on Linux). A request arrives when the server's read of its
-connection first returns bytes of it: the head's parsing and the app's start count
-against ``D``, as in a real server. ``trio_sampler.loadtest`` runs a closed loop at each
-concurrency and reports TTFT and ITL; the error is the reported p50 and p99 minus ``D``
-and ``I``. Target: within 1 ms at p50 and 5 ms at p99 at 1, 100 and 1,000 streams.
+own, woken by a ``timerfd`` on Linux). A request arrives when the server's read that
+brought its last bytes returns: the head's parsing, the app's start and the body's
+handover count against ``D``, as in a real server. ``trio_sampler.loadtest`` runs a closed
+loop at each concurrency and reports TTFT (from the request's last byte written) and ITL;
+the error is the reported p50 and p99 minus ``D`` and ``I``. Target: within 1 ms at p50
+and 5 ms at p99 at 1, 100 and 1,000 streams.
 
 The streams start spread over one request's duration ``T = D + (N - 1) * I``
 (``Concurrency(ramp_s=T)``): started together against a server this steady they stay in
@@ -31,8 +32,9 @@ was measured on a machine too busy for it, and its errors are that machine's que
 **The raw probe.** Beside each accuracy cell, a raw client measures the same thing the
 same way against the same server and pacing: ``httpx2`` + ``orjson`` under Trio, no
 library code, the streams started with the same ramp, warmed up as long, and closed-loop
-for the same duration; TTFT from just before the request is sent to the read holding the
-first content event, ITL between the reads holding content events. Its error is what the
+for the same duration; TTFT from the request's last byte written (httpcore's trace of the
+body's send, as the load generator times it) to the read holding the first content
+event, ITL between the reads holding content events. Its error is what the
 machine, the HTTP layer and the server cost before the load generator does anything; the
 load generator's own share is its error minus the probe's (``added_*`` in the JSON).
 
@@ -258,11 +260,20 @@ async def _probe(
 
         async def one() -> None:
             nonlocal failed
-            sent = trio.current_time()
-            measured = sent >= measure_from
+            sent = submitted = trio.current_time()
+            measured = submitted >= measure_from
             last: float | None = None
             pending = b""
-            async with http.stream("POST", url, content=body, headers=headers) as response:
+
+            async def trace(event: str, info: object) -> None:
+                nonlocal sent
+                if event.endswith("send_request_body.complete"):
+                    sent = trio.current_time()  # the request's last byte written
+
+            extensions = {"trace": trace}
+            async with http.stream(
+                "POST", url, content=body, headers=headers, extensions=extensions
+            ) as response:
                 if response.status_code != 200:
                     failed += 1
                     await response.aread()

@@ -69,7 +69,7 @@ async def test_sweep_with_two_workers_writes_json_csv_and_html(
 
 def _check_outputs(out: Path) -> None:
     data = orjson.loads(Path(f"{out}.json").read_bytes())
-    assert data["schema"] == "trio-sampler.loadtest/1"
+    assert data["schema"] == "trio-sampler.loadtest/2"
     assert data["workers"] == 2
     for stage in data["stages"]:
         # Both workers' requests, merged: 12 measured, each generating 6 tokens.

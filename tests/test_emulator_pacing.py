@@ -13,6 +13,7 @@ import trio
 import trio.testing
 
 from trio_sampler.emulator import EmulatorApp, PromptCache, ScriptError, parse_script, serve
+from trio_sampler.emulator._arrival import _SO_TIMESTAMPNS, ArrivalStream
 from trio_sampler.emulator._sse import is_token_frame
 from trio_sampler.emulator._timer import DeadlineTimer
 from trio_sampler.testing import EmulatorTransport, script_headers
@@ -173,17 +174,19 @@ async def test_a_paced_stream_is_the_unpaced_stream_one_delta_per_message(
     assert [at for at, _ in deltas] == pytest.approx([0.25 + 0.04 * k for k in range(16)])
 
 
-async def test_pacing_counts_from_the_requests_arrival_not_its_bodys_end(
+async def test_pacing_counts_from_the_end_of_the_requests_body(
     autojump_clock: trio.abc.Clock,
 ) -> None:
+    # In memory there is no connection to say when the bytes came: the request arrived
+    # when the app had read its body, 0.1 s after the head.
     script = {"ignore_eos": True, "chunk_chars": 4, "first_token_ms": 250, "token_interval_ms": 40}
     sent = await _call(script, "/chat/completions", body_after=0.1)
     deltas = [at for at, body in sent if _token_frames(body)]
-    assert deltas[0] == pytest.approx(0.25)
-    assert deltas[1:] == pytest.approx([0.25 + 0.04 * k for k in range(1, 16)])
+    assert deltas[0] == pytest.approx(0.35)
+    assert deltas[1:] == pytest.approx([0.35 + 0.04 * k for k in range(1, 16)])
 
 
-# -- over a real connection: the clock starts at the read of the request's first bytes ----
+# -- over a real connection: the clock starts at the read of the request's last bytes -----
 
 
 def _raw_request(script: dict[str, Any]) -> bytes:
@@ -199,15 +202,16 @@ def _raw_request(script: dict[str, Any]) -> bytes:
     )
 
 
-async def _first_token_after_first_byte(
-    stream: trio.SocketStream, request: bytes, head_gap: float
+async def _first_token_after_last_byte(
+    stream: trio.SocketStream, request: bytes, cut: int, gap: float
 ) -> float:
-    """Send ``request`` with its head cut in two, ``head_gap`` seconds apart; read its
-    response to the end; how long after the first byte the first content delta came."""
-    started = trio.current_time()
-    await stream.send_all(request[:20])
-    await trio.sleep(head_gap)
-    await stream.send_all(request[20:])
+    """Send ``request`` in two writes, ``gap`` seconds apart, the first ``cut`` bytes
+    long; read its response to the end; how long after the last byte the first content
+    delta came."""
+    await stream.send_all(request[:cut])
+    await trio.sleep(gap)
+    await stream.send_all(request[cut:])
+    written = trio.current_time()
     received = b""
     first: float | None = None
     while not received.endswith(b"0\r\n\r\n"):
@@ -217,25 +221,61 @@ async def _first_token_after_first_byte(
         if first is None and b'"content":"' in chunk and b'"content":""' not in chunk:
             first = trio.current_time()
     assert first is not None
-    return first - started
+    return first - written
 
 
-async def test_over_a_connection_pacing_counts_from_the_first_bytes_read() -> None:
-    # The real network (not timing precision, which the benchmark measures): the app only
-    # starts once the whole head is in, 0.3 s after its first bytes, and the first token is
-    # still due 0.3 s after those bytes; counted from the app's start it would come after
-    # 0.6 s. The second request on the same connection gets its own arrival.
+@pytest.mark.parametrize("in_the_head", [True, False], ids=["head-cut", "body-late"])
+async def test_over_a_connection_pacing_counts_from_the_last_bytes_read(
+    in_the_head: bool,
+) -> None:
+    # The real network (not timing precision, which the benchmark measures): the request
+    # comes in two writes 0.3 s apart, cut in its head or between head and body. The first
+    # token is due 0.3 s after the second write; counted from the first bytes it would
+    # come right after that write. The second request on the same connection gets its
+    # own arrival.
     script = {"ignore_eos": True, "chunk_chars": 4, "first_token_ms": 300, "token_interval_ms": 1}
     request = _raw_request(script)
+    cut = 20 if in_the_head else request.index(b"\r\n\r\n") + 4
     async with trio.open_nursery() as nursery:
         server = await nursery.start(serve)
         stream = await trio.open_tcp_stream("127.0.0.1", server.port)
         async with stream:
             for _ in range(2):
-                after = await _first_token_after_first_byte(stream, request, 0.3)
-                assert 0.3 <= after < 0.5
+                after = await _first_token_after_last_byte(stream, request, cut, 0.3)
+                # The server may read the last bytes just before ``written`` is taken
+                # (``send_all`` ends in a schedule point): a few ms of slack below.
+                assert 0.29 <= after < 0.5
                 await trio.sleep(0.3)  # idle: the next request's clock is its own
         nursery.cancel_scope.cancel()
+
+
+async def test_a_requests_bytes_are_timed_by_their_arrival_not_by_the_read() -> None:
+    # Bytes that waited in the socket while the server was busy arrived when they came
+    # (the kernel's receive timestamp, where Linux gives one), not when they were read.
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    async with listeners[0]:
+        port = listeners[0].socket.getsockname()[1]
+        client = await trio.open_tcp_stream("127.0.0.1", port)
+        async with client, ArrivalStream(await listeners[0].accept()) as server:
+            await client.send_all(b"POST / HTTP/1.1\r\n")
+            await trio.sleep(0.1)
+            await client.send_all(b"\r\n")
+            written = trio.current_time()
+            await trio.sleep(0.3)  # the server is busy elsewhere
+            received = b""
+            while len(received) < 18:
+                received += await server.receive_some()
+            read = trio.current_time()
+            arrived = server.arrived()
+            assert arrived is not None
+            if _SO_TIMESTAMPNS is None:  # no kernel timestamps here: the read's own time
+                assert written + 0.3 <= arrived <= read
+            else:
+                assert written - 0.05 <= arrived <= written + 0.05
+            # Once the app has taken the arrival, later bytes are not the request's.
+            await client.send_all(b"more")
+            assert await server.receive_some() == b"more"
+            assert server.arrived() == arrived
 
 
 # -- the deadline timer ----------------------------------------------------------------------

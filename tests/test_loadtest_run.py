@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from trio_sampler import SamplerConfig
-from trio_sampler.emulator import EmulatorApp
+from trio_sampler.emulator import EmulatorApp, serve
 from trio_sampler.loadtest import (
     SLO,
     Concurrency,
@@ -98,6 +98,42 @@ async def test_reported_ttft_and_itl_match_the_programmed_pacing(
     assert stage.summary["tokens"]["output_source"] == "server"
     e2e = stage.summary["latency_ms"]["e2e"]
     assert e2e["p50"] == pytest.approx(120 + 11 * 15, abs=1.0)
+    # The in-memory transport does not report the request's write: timed from the submit.
+    assert stage.summary["latency_timed_from"] == "submit"
+    assert stage.summary["client"]["request_write_ms"]["count"] == 0
+
+
+async def test_over_a_connection_latencies_are_timed_from_the_requests_write() -> None:
+    # The real network and clock, one stream, a few requests: TTFT runs from the request's
+    # last byte written (which the emulator's clock starts from too) to the read of the
+    # first token, so it is the programmed 100 ms plus the two processes' wake-ups and the
+    # loopback, whatever the client spent before the write (reported on its own). The
+    # bounds are wide: this checks the timestamps, not the machine (the benchmark
+    # measures the error on a quiet one).
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(serve)
+        config = _paced(100, 10).evolve(base_url=f"http://127.0.0.1:{server.port}/v1")
+        test = LoadTest(
+            config,
+            [Concurrency(1)],
+            SyntheticWorkload(Fixed(16), Fixed(4)),
+            Limits(duration_s=None, requests=4, warmup_requests=1),
+        )
+        with trio.fail_after(60):
+            [stage] = (await run_load_test(test)).stages
+        nursery.cancel_scope.cancel()
+    summary = stage.summary
+    assert summary["requests"]["completed"] == 4
+    assert summary["latency_timed_from"] == "wire"
+    ttft = summary["latency_ms"]["ttft"]
+    assert ttft["count"] == 4
+    # The server may read the last bytes a schedule point before the client notes them.
+    assert 95.0 <= ttft["p50"] < 150.0
+    e2e = summary["latency_ms"]["e2e"]
+    assert 95.0 + 3 * 10 <= e2e["p50"] < 250.0
+    write = summary["client"]["request_write_ms"]
+    assert write["count"] == 4
+    assert 0.0 < write["p50"] < 1000.0
 
 
 class CollectorApp(EmulatorApp):
@@ -339,7 +375,7 @@ async def test_result_document_round_trips(autojump_clock: trio.abc.Clock, tmp_p
     again = LoadTestResult.read(path)
     assert again.to_json() == result.to_json()
     data = orjson.loads(path.read_bytes())
-    assert data["schema"] == "trio-sampler.loadtest/1"
+    assert data["schema"] == "trio-sampler.loadtest/2"
     assert data["target"]["extra_headers"] == ["x-emulator-script"]
     assert "sk-test" not in path.read_text()
     stage = StageResult(data["stages"][1])

@@ -224,8 +224,14 @@ class ResponseStream:
     closed when the :meth:`SamplingClient.open_stream` block exits.
     """
 
-    def __init__(self, response: httpx2.Response, max_bytes: int) -> None:
+    def __init__(
+        self, response: httpx2.Response, max_bytes: int, request_sent_at: float | None = None
+    ) -> None:
         self._response = response
+        #: When the request's last byte was written to its connection
+        #: (``trio.current_time()``; ``None`` when the transport does not say: a mock, the
+        #: in-memory emulator).
+        self.request_sent_at = request_sent_at
         self._raw: AsyncGenerator[bytes, None] | None = None
         self._decoder = _BodyDecoder(response.headers.get("content-encoding", ""), max_bytes)
         #: The body was read to its end (httpx2 closed the response then).
@@ -312,34 +318,40 @@ class ResponseStream:
 
 
 class _ConnectionTrace:
-    """An httpcore ``trace`` extension: was the request sent on a reused connection?
+    """An httpcore ``trace`` extension: was the request sent on a reused connection, and
+    when was its last byte written?
 
-    Yes when httpcore sent it over HTTP/1.1 or HTTP/2 without first opening a connection
-    for it. A transport that is not httpcore's (a mock, the in-memory emulator) emits no
-    events, and its requests count as not reused.
+    Reused when httpcore sent it over HTTP/1.1 or HTTP/2 without first opening a
+    connection for it. ``sent_at`` is ``trio.current_time()`` once httpcore has handed the
+    request's last byte to the connection (the end of its ``send_request_body`` step). A
+    transport that is not httpcore's (a mock, the in-memory emulator) emits no events: its
+    requests count as not reused, and ``sent_at`` stays ``None``.
 
-    Once the headers are being sent the answer is known, and the trace takes itself out
-    of the request's extensions (httpcore reads them at each step): the rest of the
-    exchange (body, response, close) is not traced at all."""
+    Once the body is sent both answers are known, and the trace takes itself out of the
+    request's extensions (httpcore reads them at each step): the rest of the exchange (the
+    response, the close) is not traced at all."""
 
-    __slots__ = ("_extensions", "connected", "sent")
+    __slots__ = ("_extensions", "connected", "sent", "sent_at")
 
     def __init__(self, extensions: dict[str, object]) -> None:
         self._extensions = extensions
         self.connected = False
         self.sent = False
+        self.sent_at: float | None = None
 
     @property
     def reused(self) -> bool:
         return self.sent and not self.connected
 
     async def __call__(self, event: str, info: object) -> None:
-        if event.startswith("connection.connect_"):  # connect_tcp, connect_unix_socket
+        if event.endswith("send_request_body.complete"):  # http11. or http2.
+            self.sent_at = trio.current_time()
+            if self._extensions.get("trace") is self:
+                del self._extensions["trace"]
+        elif event.startswith("connection.connect_"):  # connect_tcp, connect_unix_socket
             self.connected = True
         elif event.startswith(("http11.send_request_headers", "http2.send_request_headers")):
             self.sent = True
-            if self._extensions.get("trace") is self:
-                del self._extensions["trace"]
 
 
 class _BorrowedTransport(httpx2.AsyncBaseTransport):
@@ -428,12 +440,12 @@ class _Exchange:
             index = load.index(min(load)) if len(load) > 1 else 0
             load[index] += 1
             try:
-                response = await client._send(
+                response, sent_at = await client._send(
                     client._clients[index], request, self._headers_timeout
                 )
                 try:
                     await client._raise_for_status(response, config.timeouts.response_headers)
-                    body = ResponseStream(response, config.max_response_bytes)
+                    body = ResponseStream(response, config.max_response_bytes, sent_at)
                 except BaseException:
                     with trio.CancelScope(shield=True, relative_deadline=_CLOSE_TIMEOUT):
                         await response.aclose()
@@ -668,7 +680,9 @@ class SamplingClient:
 
     async def _send(
         self, client: httpx2.AsyncClient, request: httpx2.Request, headers_timeout: float
-    ) -> httpx2.Response:
+    ) -> tuple[httpx2.Response, float | None]:
+        """The response, and when the request's last byte was written (``None`` when
+        the transport does not say)."""
         try:
             # A bare scope rather than ``fail_after`` (the same, plus two context managers).
             with trio.CancelScope(relative_deadline=headers_timeout):
@@ -686,7 +700,7 @@ class SamplingClient:
 
     async def _send_resending_stale(
         self, client: httpx2.AsyncClient, request: httpx2.Request
-    ) -> httpx2.Response:
+    ) -> tuple[httpx2.Response, float | None]:
         """``client.send``, resending at once when a reused connection failed before any
         response arrived.
 
@@ -704,7 +718,7 @@ class SamplingClient:
             trace = _ConnectionTrace(request.extensions)
             request.extensions["trace"] = trace
             try:
-                return await client.send(request, stream=True)
+                return await client.send(request, stream=True), trace.sent_at
             except _STALE_CONNECTION_ERRORS:
                 if not trace.reused or resends >= STALE_CONNECTION_RESENDS:
                     raise

@@ -54,6 +54,7 @@ class AttemptMetrics:
         "number",
         "paced_s",
         "rate_limit",
+        "request_sent_at",
         "route",
         "sent",
         "started_at",
@@ -66,6 +67,8 @@ class AttemptMetrics:
         self.started_at = started_at
         self.route = route
         self.model = model
+        #: When its request's last byte was written (``None``: the transport did not say).
+        self.request_sent_at: float | None = None
         self.headers_at: float | None = None
         self.first_token_at: float | None = None
         self.last_byte_at: float | None = None
@@ -156,6 +159,7 @@ class MetricsRecorder:
             route=attempt.route,
             model=attempt.model,
             started_ms=(attempt.started_at - self.submitted_at) * 1000.0,
+            time_to_request_sent_ms=self._ms(attempt.request_sent_at),
             time_to_headers_ms=self._ms(attempt.headers_at),
             time_to_first_token_ms=self._ms(attempt.first_token_at),
             usage=usage,
@@ -206,6 +210,7 @@ class MetricsRecorder:
                 reported = record.rate_limit
             waited += record.rate_limit_wait_ms
         return RequestMetrics(
+            time_to_request_sent_ms=None if current is None else self._ms(current.request_sent_at),
             time_to_headers_ms=None if current is None else self._ms(current.headers_at),
             time_to_first_token_ms=None if current is None else self._ms(current.first_token_at),
             time_to_last_byte_ms=None if current is None else self._ms(current.last_byte_at),

@@ -1138,6 +1138,7 @@ class RequestRunner:
         try:
             async with self._client.open_stream(wire, config=config) as stream:
                 now = trio.current_time()
+                metrics.request_sent_at = stream.request_sent_at
                 metrics.headers_at = now
                 started = transform.start(stream.headers, attempt=attempt)
                 if started and isinstance(started[0], StreamStarted):

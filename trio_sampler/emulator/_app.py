@@ -207,9 +207,6 @@ class EmulatorApp:
                 return
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # When the request arrived (the read of its first bytes, where the server says):
-        # paced streams count from here.
-        arrived = request_arrived()
         path: str = scope["path"].rstrip("/")
         method: str = scope["method"]
         headers: dict[str, str] = {}
@@ -238,6 +235,9 @@ class EmulatorApp:
                 raise ApiError(f"Method {method} not allowed for {path}.", status=405)
             renderer, view_of = route
             body = await self._read_body(receive)
+            # When the request arrived (the read of its last bytes, where the server
+            # says): paced streams count from here.
+            arrived = request_arrived()
             await self._sample(
                 renderer, view_of, path, headers, body, receive, send, request_id, arrived
             )

@@ -1,25 +1,40 @@
-"""When a request arrived: the read of its first bytes off the connection.
+"""When a request arrived: when its last bytes reached the server's socket.
 
-A paced stream counts its ``first_token_ms`` from the request's arrival. The app itself
-only starts once the server has parsed the head and started the app's task, which takes
-the better part of a millisecond on a quiet machine and much longer when the server is
-busy (at 100 streams on two shared cores the median was 7.6 ms). A client measuring TTFT
-sees all of that, so :func:`~trio_sampler.emulator.serve` hands Hypercorn each connection
-wrapped in an :class:`ArrivalStream`, which notes when a read first returned bytes after
-the connection's previous response was complete; the app, whose task inherits the
-connection's context, starts its clock from that instant.
+A paced stream counts its ``first_token_ms`` from the request's arrival: the moment the
+whole request was in, as a server that needs the whole prompt before it starts sees it,
+and as a client that times from its request's last byte written (the load generator) sees
+it. The app itself only has the request once the server has parsed the head, started the
+app's task and handed it the body, which takes the better part of a millisecond on a quiet
+machine and much longer when the server is busy (at 100 streams on two shared cores the
+median was 7.6 ms). A client measuring TTFT sees all of that, so
+:func:`~trio_sampler.emulator.serve` hands Hypercorn each connection wrapped in an
+:class:`ArrivalStream`, which notes when each read's bytes of the current request came;
+once the app has read the request's body it takes the last of those instants (the app's
+task inherits the connection's context) and starts its clock there.
+
+When the bytes came is the kernel's receive timestamp where the platform gives one for
+TCP (``SO_TIMESTAMPNS`` on Linux: the arrival of the last segment a read returned), not
+when the server's read returned them: the server reads a request's last bytes only once it
+has parsed the head before them, and that time is the server's, to count against the
+schedule. Elsewhere it is when the read returned.
 
 The previous response is complete when the app hands the server its last body message.
 An HTTP/1.1 client sends its next request only after reading that response, so the next
-bytes read are the next request's. Two cases fall back to the app's own start: a response
-sent before its request's body had arrived (the rest of that body would otherwise be taken
-for the next request), and every connection without an :class:`ArrivalStream` (the
-in-memory transport).
+bytes read are the next request's. Two cases fall back to the moment the app has read the
+body: a response sent before its request's body had arrived (the rest of that body would
+otherwise be taken for the next request), and every connection without an
+:class:`ArrivalStream` (the in-memory transport).
 """
 
 from __future__ import annotations
 
 import contextvars
+import errno
+import platform
+import socket
+import struct
+import sys
+import time
 
 import trio
 
@@ -27,7 +42,7 @@ __all__ = ["CONNECTION", "ArrivalStream", "request_answered", "request_arrived"]
 
 
 class ArrivalStream(trio.abc.HalfCloseableStream):
-    """A connection's socket stream that notes when a request's first bytes were read.
+    """A connection's socket stream that notes when reads returned a request's bytes.
 
     Hypercorn's Trio server reads and writes its connection through this; it has the
     ``socket`` attribute Hypercorn looks for and no TLS handshake (plain HTTP).
@@ -37,14 +52,37 @@ class ArrivalStream(trio.abc.HalfCloseableStream):
         self._inner = inner
         self.socket = inner.socket
         self._arrived: float | None = None
-        # Whether the next bytes read start a request (a new connection's do).
+        # Whether bytes read now are the current request's (a new connection's are).
         self._awaiting = True
+        self._stamped = False
+        option = _SO_TIMESTAMPNS
+        if option is not None:
+            try:
+                inner.socket.setsockopt(socket.SOL_SOCKET, option, 1)
+                self._stamped = True
+            except OSError:
+                pass
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        data = await self._inner.receive_some(max_bytes)
-        if data and self._awaiting:
-            self._arrived = trio.current_time()
-            self._awaiting = False
+        if not self._awaiting:
+            return await self._inner.receive_some(max_bytes)
+        if not self._stamped:
+            data = await self._inner.receive_some(max_bytes)
+            if data:
+                self._arrived = trio.current_time()
+            return data
+        if max_bytes is not None and max_bytes < 1:
+            raise ValueError("max_bytes must be >= 1")
+        try:
+            data, ancillary, _, _ = await self.socket.recvmsg(
+                max_bytes or _DEFAULT_RECEIVE_SIZE, _ANCILLARY_SPACE
+            )
+        except OSError as exc:  # what ``trio.SocketStream`` raises for the same
+            if exc.errno == errno.EBADF:
+                raise trio.ClosedResourceError("this socket was already closed") from None
+            raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+        if data:
+            self._arrived = _arrival(ancillary)
         return data
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
@@ -60,7 +98,9 @@ class ArrivalStream(trio.abc.HalfCloseableStream):
         await self._inner.aclose()
 
     def arrived(self) -> float | None:
-        """When the current request's first bytes were read (``None``: not known)."""
+        """When the read that brought the current request's last bytes returned, once its
+        body has been read (``None``: not known). Later reads are not its bytes."""
+        self._awaiting = False
         return self._arrived
 
     def answered(self, request_complete: bool) -> None:
@@ -71,6 +111,35 @@ class ArrivalStream(trio.abc.HalfCloseableStream):
         self._awaiting = request_complete
 
 
+#: Linux's option (and control message) for a nanosecond receive timestamp on each read,
+#: ``SO_TIMESTAMPNS``, which the ``socket`` module does not name: 35 where Linux takes its
+#: socket options from ``asm-generic`` (not on Alpha, MIPS, PA-RISC or SPARC). ``None``:
+#: no kernel timestamps, the reads' own times.
+_SO_TIMESTAMPNS: int | None = (
+    35
+    if sys.platform == "linux"
+    and platform.machine() in {"x86_64", "aarch64", "arm64", "i386", "i686", "armv7l", "riscv64"}
+    else None
+)
+_TIMESPEC = struct.Struct("@ll")  # the control message's struct timespec (the "old" one)
+_ANCILLARY_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
+_DEFAULT_RECEIVE_SIZE = 65536  # as ``trio.SocketStream``
+
+
+def _arrival(ancillary: list[tuple[int, int, bytes]]) -> float:
+    """When a read's last segment arrived, on trio's clock: the kernel's timestamp (on
+    the wall clock) moved by how long ago it was; when the read returned, without one."""
+    now = trio.current_time()
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+            seconds, nanoseconds = _TIMESPEC.unpack_from(data)
+            ago = time.time() - (int(seconds) + int(nanoseconds) / 1e9)
+            # A wall clock stepped meanwhile would say the future, or long ago.
+            if 0.0 <= ago < 60.0:
+                return now - ago
+    return now
+
+
 #: The connection the current task's request came on (set in each connection's task;
 #: Hypercorn starts the app's task from it, so the app's task sees it too).
 CONNECTION: contextvars.ContextVar[ArrivalStream | None] = contextvars.ContextVar(
@@ -79,8 +148,8 @@ CONNECTION: contextvars.ContextVar[ArrivalStream | None] = contextvars.ContextVa
 
 
 def request_arrived() -> float:
-    """When the current request arrived, on trio's clock: the read of its first bytes, or
-    now when that is not known."""
+    """When the current request arrived, on trio's clock: the read of its last bytes, or
+    now when that is not known. Called once the app has read the request's body."""
     connection = CONNECTION.get()
     at = None if connection is None else connection.arrived()
     return trio.current_time() if at is None else at

@@ -3,7 +3,7 @@
 Hypercorn's own ``serve`` builds its listeners and connection streams itself; here its
 Trio connection handler (``TCPServer``) is driven from our listener instead, so that each
 connection's stream is an :class:`~trio_sampler.emulator._arrival.ArrivalStream` and a
-paced request's clock starts at the read of its first bytes (see ``_arrival``). Hypercorn
+paced request's clock starts at the read of its last bytes (see ``_arrival``). Hypercorn
 still parses, runs the app and writes every byte; only who accepts the connection differs.
 """
 

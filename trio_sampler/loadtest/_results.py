@@ -21,17 +21,20 @@ from ._stats import HISTOGRAMS, LatencyHistogram, StageStats
 __all__ = ["SCHEMA", "LoadTestResult", "StageResult", "summarize_stage"]
 
 #: The name and major version of the results document.
-SCHEMA = "trio-sampler.loadtest/1"
+SCHEMA = "trio-sampler.loadtest/2"
+#: The versions :meth:`LoadTestResult.from_json` reads. Version 1 timed every latency
+#: from the submit (no ``latency_timed_from``, no ``client.request_write_ms``).
+READABLE_SCHEMAS = frozenset({"trio-sampler.loadtest/1", SCHEMA})
 
 #: Latency metrics reported in milliseconds.
 LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e")
 
 
-def _source(from_server: int, completed: int, fallback: str) -> str:
+def _source(from_server: int, completed: int, fallback: str, best: str = "server") -> str:
     if completed == 0:
         return "none"
     if from_server == completed:
-        return "server"
+        return best
     return fallback if from_server == 0 else "mixed"
 
 
@@ -108,11 +111,13 @@ def summarize_stage(
             "output_source": _source(stats.output_from_server, stats.completed, "counted"),
         },
         "latency_ms": {name: histograms[name].summary(0.001) for name in LATENCY_METRICS},
+        "latency_timed_from": _source(stats.wire_timed, stats.completed, "submit", "wire"),
         "stream_output_tokens_per_s": histograms["stream_output_tps"].summary(0.001),
         "client": {
             "workers": client_rows,
             "loop_lag_ms": loop_lag,
             "send_lag_ms": send_lag,
+            "request_write_ms": histograms["request_write"].summary(0.001),
             "client_bound": bool(reasons),
             "reasons": reasons,
         },
@@ -184,8 +189,11 @@ class LoadTestResult:
         schema = data.get("schema") if isinstance(data, Mapping) else None
         if not isinstance(schema, str) or not schema.startswith("trio-sampler.loadtest/"):
             raise ValueError("not a trio-sampler loadtest result (no 'schema' key)")
-        if schema != SCHEMA:
-            raise ValueError(f"result schema {schema!r} is not supported; this reads {SCHEMA}")
+        if schema not in READABLE_SCHEMAS:
+            raise ValueError(
+                f"result schema {schema!r} is not supported; this reads "
+                + ", ".join(sorted(READABLE_SCHEMAS))
+            )
         test = {
             k: v
             for k, v in data.items()

@@ -1,14 +1,19 @@
 """Running stages in one process: the closed and open loops, the timestamps, the self-check.
 
-Every timestamp is ``trio.current_time()`` taken by the task that sends the request and
-reads its events:
+The timestamps of a request (``trio.current_time()`` values):
 
-* ``sent``: just before :meth:`SamplerHandle.submit`;
-* ``first``: when the first output event (text, reasoning or tool-argument delta) is read;
-* each later output event, and ``done``: when the terminal event is read.
+* ``submitted``: taken by the task that sends the request, just before
+  :meth:`SamplerHandle.submit`;
+* ``sent``: when the request's last byte was written to its connection, as the sampler's
+  HTTP layer saw it (``RequestMetrics.time_to_request_sent_ms``); ``submitted`` on a
+  transport that does not report it (the in-memory emulator);
+* ``first`` and ``last``: when the sampler's network read that brought the first output
+  and the end of the body returned (``time_to_first_token_ms``, ``time_to_last_byte_ms``);
+* each output event, and ``done``: when the sending task reads it from the stream.
 
-TTFT = ``first - sent``; ITL = the gaps between consecutive output events; E2E =
-``done - sent``; TPOT = ``(E2E - TTFT) / (output_tokens - 1)``.
+TTFT = ``first - sent``; E2E = ``last - sent``; TPOT = ``(E2E - TTFT) / (output_tokens -
+1)``; ITL = the gaps between consecutive output events as read. The client's own time
+before the wire, ``sent - submitted``, is reported beside them (``request_write``).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import trio
 from ..actor import SamplerHandle, open_sampler
 from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy
-from ..types import Cancelled, ChannelToken, Completed, Failed, ToolCallDelta
+from ..types import Cancelled, ChannelToken, Completed, Failed, RequestMetrics, ToolCallDelta
 from ._plan import Concurrency, Limits, Load, LoadTest, Rate
 from ._stats import SLO, StageStats, quantize
 from ._workload import WorkItem
@@ -150,8 +155,8 @@ class StageRunner:
         count = 0
         gaps: list[int] = []
         # The last thing before the request is handed over: the bookkeeping of its sending
-        # is done once it has ended, not inside its TTFT.
-        sent = now()
+        # is done once it has ended, not inside its latencies.
+        submitted = now()
         try:
             stream = await sampler.submit(item.request)
             async with stream:
@@ -178,24 +183,27 @@ class StageRunner:
             if progress.in_flight == 0:
                 self.idle.set()
             if measured:
-                stats.second(int(sent - self.start)).sent += 1
+                stats.second(int(submitted - self.start)).sent += 1
                 if scheduled is not None:
-                    stats.histograms["send_lag"].record(round((sent - scheduled) * 1e6))
+                    stats.histograms["send_lag"].record(round((submitted - scheduled) * 1e6))
         if measured:
-            self.record(item, stream.terminal, sent, first, done, count, gaps)
+            self.record(item, stream.terminal, submitted, first, done, count, gaps)
 
     def record(
         self,
         item: WorkItem,
         terminal: Any,
-        sent: float,
+        submitted: float,
         first: float | None,
         done: float,
         count: int,
         gaps: list[int],
     ) -> None:
+        """Record a measured request: ``submitted``, ``first`` (its first output event
+        read, if any) and ``done`` are the sending task's timestamps; the wire's come from
+        the terminal's metrics (see the module)."""
         stats = self.stats
-        stats.window(sent + self.offset, done + self.offset)
+        stats.window(submitted + self.offset, done + self.offset)
         if isinstance(terminal, Failed):
             stats.error(terminal.error.kind.value)
             self.progress.failed += 1
@@ -221,13 +229,12 @@ class StageRunner:
         finished.output_tokens += output
         self.progress.output_tokens += output
         histograms = stats.histograms
-        e2e = done - sent
+        ttft, e2e = self._latencies(terminal.metrics, submitted, first, done)
         histograms["e2e"].record(round(e2e * 1e6))
-        ttft = None if first is None else first - sent
         tpot = None
         if ttft is not None:
             histograms["ttft"].record(round(ttft * 1e6))
-            stats.second(int(sent - self.start)).ttft[quantize(round(ttft * 1e6))] += 1
+            stats.second(int(submitted - self.start)).ttft[quantize(round(ttft * 1e6))] += 1
             if output > 1:
                 tpot = (e2e - ttft) / (output - 1)
                 histograms["tpot"].record(round(tpot * 1e6))
@@ -237,6 +244,24 @@ class StageRunner:
             histograms["stream_output_tps"].record(round(output / e2e * 1000))
         if self._good(ttft, tpot, e2e):
             stats.good += 1
+
+    def _latencies(
+        self, metrics: RequestMetrics | None, submitted: float, first: float | None, done: float
+    ) -> tuple[float | None, float]:
+        """TTFT (``None`` without output) and E2E in seconds: from the wire's timestamps
+        where the sampler has them, else from the sending task's."""
+        if metrics is None or metrics.time_to_last_byte_ms is None:
+            return (None if first is None else first - submitted), done - submitted
+        # The sampler's times are ms from its own submit.
+        sent_ms = metrics.time_to_request_sent_ms
+        if sent_ms is None:
+            sent_ms = 0.0  # not reported by the transport: from the submit
+        else:
+            self.stats.wire_timed += 1
+            self.stats.histograms["request_write"].record(round(sent_ms * 1e3))
+        first_ms = metrics.time_to_first_token_ms
+        ttft = None if first is None or first_ms is None else (first_ms - sent_ms) / 1000
+        return ttft, (metrics.time_to_last_byte_ms - sent_ms) / 1000
 
     def _good(self, ttft: float | None, tpot: float | None, e2e: float) -> bool:
         slo = self.slo

@@ -37,6 +37,7 @@ HISTOGRAMS = {
     "stream_output_tps": "milli_tokens_per_s",
     "send_lag": "us",
     "loop_lag": "us",
+    "request_write": "us",
 }
 
 #: The percentiles reported for every histogram.
@@ -257,6 +258,9 @@ class StageStats:
     #: How many completed requests' counts came from the server's usage (vs counted/planned).
     input_from_server: int = 0
     output_from_server: int = 0
+    #: How many completed requests' latencies were timed from the wire (the request's
+    #: write), not from the submit (a transport that does not report the write).
+    wire_timed: int = 0
     first_sent: float | None = None
     last_done: float | None = None
     #: Per worker: (CPU seconds, wall seconds, peak RSS bytes).
@@ -303,6 +307,7 @@ class StageStats:
             "output_tokens",
             "input_from_server",
             "output_from_server",
+            "wire_timed",
         ):
             setattr(self, field, getattr(self, field) + getattr(other, field))
         if other.first_sent is not None and other.last_done is not None:

@@ -181,6 +181,10 @@ class AttemptRecord:
     model: str | None = None
     #: Milliseconds from submit to the attempt's start, its headers and first content.
     started_ms: float = 0.0
+    #: Milliseconds from submit until the attempt's request was written to its connection
+    #: (its last byte handed to the socket). ``None`` when the transport does not say (a
+    #: mock or the in-memory emulator) or the request was never written.
+    time_to_request_sent_ms: float | None = None
     time_to_headers_ms: float | None = None
     time_to_first_token_ms: float | None = None
     usage: Usage | None = None
@@ -197,8 +201,16 @@ class RequestMetrics:
 
     Times are milliseconds from submit. ``None`` means the point was never reached
     (e.g. no first token in a tools-only turn, or a cancel before headers).
+
+    They describe the attempt that produced the terminal. ``time_to_request_sent_ms`` is
+    when its request's last byte was written to the connection (``None`` when the
+    transport does not say); the headers, the first token and the last byte are when the
+    network read that brought them returned, so ``time_to_first_token_ms -
+    time_to_request_sent_ms`` is the server's time to first token as the wire saw it,
+    without the client's own path before the write.
     """
 
+    time_to_request_sent_ms: float | None = None
     time_to_headers_ms: float | None = None
     time_to_first_token_ms: float | None = None
     time_to_last_byte_ms: float | None = None
