@@ -27,16 +27,19 @@ from __future__ import annotations
 import importlib.util
 import weakref
 import zlib
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, aclosing
 from types import TracebackType
 
 import attrs
+import httpcore2
 import httpx2
 import trio
 
 from ._by_identity import ByIdentity
+from ._receive_time import LAST_RECEIVED, LAST_SENT, hold_kernel_timestamps
 from ._redact import RedactingFilter, Redactor, install_log_filter, redactor_for
+from ._stamped_network import StampedTrioBackend, is_stamped
 from .config import SamplerConfig
 from .types import SamplingErrorInfo, SamplingErrorKind
 from .wire._request import WireRequest
@@ -228,6 +231,11 @@ class ResponseStream:
         self, response: httpx2.Response, max_bytes: int, request_sent_at: float | None = None
     ) -> None:
         self._response = response
+        # This response's reads are timed by their bytes' arrival (and, HTTP/1.1, each
+        # read runs in the task reading the response): see ``received_at``.
+        self._stamped = response.http_version == "HTTP/1.1" and is_stamped(
+            response.extensions.get("network_stream")
+        )
         #: When the request's last byte was written to its connection
         #: (``trio.current_time()``; ``None`` when the transport does not say: a mock, the
         #: in-memory emulator).
@@ -242,6 +250,13 @@ class ResponseStream:
     @property
     def status(self) -> int:
         return self._response.status_code
+
+    @property
+    def received_at(self) -> float | None:
+        """When the bytes of the last read of this response arrived (trio's clock), if its
+        reads are timed so (``SamplerConfig.receive_timestamps``, over HTTP/1.1); else
+        ``None``. Read it in the task that reads the response, after a read."""
+        return LAST_RECEIVED.get() if self._stamped else None
 
     @property
     def headers(self) -> Mapping[str, str]:
@@ -331,13 +346,14 @@ class _ConnectionTrace:
     request's extensions (httpcore reads them at each step): the rest of the exchange (the
     response, the close) is not traced at all."""
 
-    __slots__ = ("_extensions", "connected", "sent", "sent_at")
+    __slots__ = ("_extensions", "_started_at", "connected", "sent", "sent_at")
 
     def __init__(self, extensions: dict[str, object]) -> None:
         self._extensions = extensions
         self.connected = False
         self.sent = False
         self.sent_at: float | None = None
+        self._started_at = 0.0
 
     @property
     def reused(self) -> bool:
@@ -345,13 +361,37 @@ class _ConnectionTrace:
 
     async def __call__(self, event: str, info: object) -> None:
         if event.endswith("send_request_body.complete"):  # http11. or http2.
-            self.sent_at = trio.current_time()
+            # A stamped connection's write timed itself (``receive_timestamps``); else
+            # now, a schedule point after the write.
+            written = LAST_SENT.get()
+            now = trio.current_time()
+            self.sent_at = written if written is not None and written >= self._started_at else now
             if self._extensions.get("trace") is self:
                 del self._extensions["trace"]
         elif event.startswith("connection.connect_"):  # connect_tcp, connect_unix_socket
             self.connected = True
         elif event.startswith(("http11.send_request_headers", "http2.send_request_headers")):
+            if not self.sent:
+                self._started_at = trio.current_time()
             self.sent = True
+
+
+def _time_reads(client: httpx2.AsyncClient) -> bool:
+    """Put :class:`StampedTrioBackend` under ``client``'s own transport's connection pool,
+    for the connections it opens from now on. httpx2 builds that pool itself and does not
+    take a network backend, so this sets the pool's (private) backend attribute, each step
+    checked by type; anything else is left as it is (``False``: reads are timed when they
+    return)."""
+    transport = getattr(client, "_transport", None)
+    pool = getattr(transport, "_pool", None)
+    if not isinstance(transport, httpx2.AsyncHTTPTransport) or not isinstance(
+        pool, httpcore2.AsyncConnectionPool
+    ):
+        return False
+    if not isinstance(getattr(pool, "_network_backend", None), httpcore2.AsyncNetworkBackend):
+        return False
+    pool._network_backend = StampedTrioBackend()
+    return True
 
 
 class _BorrowedTransport(httpx2.AsyncBaseTransport):
@@ -525,6 +565,17 @@ class SamplingClient:
             )
             for _ in range(shards)
         ]
+        # Kept open while the client is, so the kernel stamps from the first read on;
+        # closed by ``aclose``, or when a client that was never closed is collected.
+        self._release_kernel_timestamps: Callable[[], object] | None = None
+        if transport is None and config.receive_timestamps:
+            holder = (
+                hold_kernel_timestamps()
+                if all(_time_reads(client) for client in self._clients)
+                else None
+            )
+            if holder is not None:
+                self._release_kernel_timestamps = weakref.finalize(self, holder.close)
         self._in_flight = [0] * shards
         #: Requests resent at once because a reused connection turned out to be closed
         #: by the server (the keep-alive race); never visible as a retry.
@@ -579,6 +630,8 @@ class SamplingClient:
                     await client.aclose()
         finally:
             self._remove_log_filter()
+            if self._release_kernel_timestamps is not None:
+                self._release_kernel_timestamps()
 
     @staticmethod
     def _redactor(config: SamplerConfig, headers: Iterable[tuple[str, str]]) -> Redactor:

@@ -284,6 +284,12 @@ class SamplerConfig:
     #: busy). Measured: one pool under thousands of concurrent streams spends its time in
     #: bookkeeping; see docs/benchmarks-actor.md.
     connection_pools: int = 16
+    #: Time each network read by when its bytes reached the socket (the kernel's receive
+    #: timestamp; Linux, HTTP/1.1 over TCP) rather than when the read returned: the
+    #: metrics' headers, first token, token gaps and last byte then leave out how late the
+    #: client got to its reads. About a microsecond per read; the load generator turns it
+    #: on. Read when the sampler starts, like ``connection_pools``.
+    receive_timestamps: bool = False
     retry: RetryPolicy = attrs.field(factory=RetryPolicy)
     #: Provider profile name: selects wire quirks (see :mod:`trio_sampler.providers`).
     provider: str | None = None
@@ -333,6 +339,10 @@ class SamplerConfig:
                 raise ValueError(f"{name} must be a positive int; got {value!r}")
         if self.max_keepalive_connections < 0:
             raise ValueError("max_keepalive_connections must be >= 0")
+        if not isinstance(self.receive_timestamps, bool):
+            raise ValueError(
+                f"receive_timestamps must be True or False; got {self.receive_timestamps!r}"
+            )
         if not 1 <= self.connection_pools <= 1024:
             raise ValueError("connection_pools must be between 1 and 1024 (16 is the default)")
         if self.provider is not None:

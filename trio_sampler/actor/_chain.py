@@ -162,7 +162,8 @@ class AttemptSink(Protocol):
     submitted_at: float
     transform: StreamTransform | None
 
-    async def emit(self, batch: list[SamplingEvent]) -> None: ...
+    async def emit(self, batch: list[SamplingEvent], received_at: float | None = None) -> None:
+        """Hand on ``batch``, produced by a read whose bytes arrived at ``received_at``."""
 
     def partial(self) -> ConversationResponse | None: ...
 
@@ -192,11 +193,11 @@ class Lane:
         self.submitted_at = race.state.submitted_at
         self.transform: StreamTransform | None = None
         self.scope = trio.CancelScope()
-        self.held: list[list[SamplingEvent]] = []
+        self.held: list[tuple[list[SamplingEvent], float | None]] = []
         self.result: _AttemptResult | None = None
         self.admitted: list[Admitted] = []
 
-    async def emit(self, batch: list[SamplingEvent]) -> None:
+    async def emit(self, batch: list[SamplingEvent], received_at: float | None = None) -> None:
         race = self.race
         if race.winner is None and any(type(event) in CONTENT_EVENTS for event in batch):
             race.winner = self
@@ -206,12 +207,12 @@ class Lane:
                     other.scope.cancel()
             race.settled.set()
             held, self.held = self.held, []
-            for earlier in held:
-                await race.state.emit(earlier)
+            for earlier, arrived in held:
+                await race.state.emit(earlier, arrived)
         if race.winner is self:
-            await race.state.emit(batch)
+            await race.state.emit(batch, received_at)
         else:
-            self.held.append(batch)
+            self.held.append((batch, received_at))
             await trio.lowlevel.checkpoint()
 
     def partial(self) -> ConversationResponse | None:

@@ -1139,14 +1139,16 @@ class RequestRunner:
             async with self._client.open_stream(wire, config=config) as stream:
                 now = trio.current_time()
                 metrics.request_sent_at = stream.request_sent_at
-                metrics.headers_at = now
+                # The metrics' times are the bytes' arrival where the reads say it.
+                received = stream.received_at
+                metrics.headers_at = now if received is None else received
                 started = transform.start(stream.headers, attempt=attempt)
                 if started and isinstance(started[0], StreamStarted):
                     metrics.rate_limit = started[0].rate_limit
                     if paced is not None:
                         paced.headers(started[0].rate_limit)
                     self._tell_admission(admitted, started[0].rate_limit)
-                await state.emit(started)
+                await state.emit(started, metrics.headers_at)
                 decoder = SSEDecoder(config.max_sse_event_bytes)
                 deadline = now + timeouts.first_token
                 chunks = stream.__aiter__()
@@ -1187,11 +1189,13 @@ class RequestRunner:
                         else:
                             events, pending = self._feed_to_content(transform, decoder, chunk)
                     now = trio.current_time()
-                    metrics.last_byte_at = now
+                    received = stream.received_at
+                    at = now if received is None else received
+                    metrics.last_byte_at = at
                     batch, done, content, reasoning = self._split(events, transform)
                     if content:
                         deadline = now + timeouts.idle
-                        metrics.tokens(now, content)
+                        metrics.tokens(at, content)
                         first_content_at_end = not emitted
                         emitted = True
                     if detector is not None and reasoning:
@@ -1212,7 +1216,7 @@ class RequestRunner:
                             extra, done, _, _ = self._split(batch_tail, transform)
                             batch.extend(extra)
                     if batch:
-                        await state.emit(batch)
+                        await state.emit(batch, at)
                     if done:
                         break
                     if content and pending:

@@ -25,6 +25,7 @@ Design (trio-notes A.2, A.5):
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import AsyncIterator
 from types import TracebackType
@@ -128,6 +129,9 @@ class RequestState:
     #: Batches handed to the channel, and taken out of it by the consumer.
     sent: int = 0
     read: int = 0
+    #: Per batch in the channel, in order: when the bytes of the read that produced it
+    #: arrived (``None``: not from a read, or not known).
+    arrivals: collections.deque[float | None] = attrs.field(factory=collections.deque)
     #: The routes the request runs along (``None``: the sampler's config alone).
     chain: tuple[Route, ...] | None = None
     #: The config of the route in use (prices the partial output of a cancel).
@@ -161,8 +165,9 @@ class RequestState:
                 break
         return partial_output(transform)
 
-    async def emit(self, batch: list[SamplingEvent]) -> None:
-        """Send one batch of non-terminal events, waiting for buffer credit (backpressure).
+    async def emit(self, batch: list[SamplingEvent], received_at: float | None = None) -> None:
+        """Send one batch of non-terminal events, waiting for buffer credit (backpressure);
+        ``received_at`` is when the bytes of the read that produced it arrived.
 
         Not a checkpoint while credit is left: every attempt's read that produced the
         batch was one already, so yielding here too would only add a scheduling round
@@ -173,6 +178,7 @@ class RequestState:
             await self.credits.acquire()
         try:
             self.send.send_nowait(self.redactor.events(batch))
+            self.arrivals.append(received_at)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             # The consumer closed its stream: that is a cancel (contract 3).
             self.credits.release()
@@ -265,6 +271,7 @@ class RequestStream:
         self._size = 0  # len(self._batch)
         #: Nothing more will be received (the terminal was taken, or the stream closed).
         self._ended = False
+        self._received_at: float | None = None
 
     @property
     def request_id(self) -> str:
@@ -278,6 +285,15 @@ class RequestStream:
     def cancel(self, reason: str = "cancelled by the caller") -> None:
         """Cancel the request now; a no-op once it has ended."""
         self._state.cancel(reason)
+
+    @property
+    def received_at(self) -> float | None:
+        """When the bytes of the network read that produced the event last yielded
+        arrived (``trio.current_time()``): the kernel's receive timestamp with
+        ``SamplerConfig.receive_timestamps`` on, else when the read returned. ``None``
+        for events that come from no read (``Retrying``, ``ImagesStripped``, a
+        terminal) and before the first event."""
+        return self._received_at
 
     def __aiter__(self) -> AsyncIterator[SamplingEvent]:
         return self
@@ -309,7 +325,9 @@ class RequestStream:
         state.read += 1
         if type(batch[-1]) in _TERMINALS:
             self._ended = True
+            self._received_at = None
         else:
+            self._received_at = state.arrivals.popleft() if state.arrivals else None
             state.credits.release()
             if type(state.terminal) is Cancelled:  # cancelled while this batch waited
                 return self._take_cancelled()
@@ -321,6 +339,7 @@ class RequestStream:
     def _take_cancelled(self) -> SamplingEvent:
         terminal = self._state.terminal
         assert terminal is not None
+        self._received_at = None
         self._end()
         return terminal
 

@@ -29,14 +29,10 @@ otherwise be taken for the next request), and every connection without an
 from __future__ import annotations
 
 import contextvars
-import errno
-import platform
-import socket
-import struct
-import sys
-import time
 
 import trio
+
+from .._receive_time import StampedSocketStream
 
 __all__ = ["CONNECTION", "ArrivalStream", "request_answered", "request_arrived"]
 
@@ -49,40 +45,16 @@ class ArrivalStream(trio.abc.HalfCloseableStream):
     """
 
     def __init__(self, inner: trio.SocketStream) -> None:
-        self._inner = inner
+        self._inner = StampedSocketStream(inner)
         self.socket = inner.socket
         self._arrived: float | None = None
         # Whether bytes read now are the current request's (a new connection's are).
         self._awaiting = True
-        self._stamped = False
-        option = _SO_TIMESTAMPNS
-        if option is not None:
-            try:
-                inner.socket.setsockopt(socket.SOL_SOCKET, option, 1)
-                self._stamped = True
-            except OSError:
-                pass
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        if not self._awaiting:
-            return await self._inner.receive_some(max_bytes)
-        if not self._stamped:
-            data = await self._inner.receive_some(max_bytes)
-            if data:
-                self._arrived = trio.current_time()
-            return data
-        if max_bytes is not None and max_bytes < 1:
-            raise ValueError("max_bytes must be >= 1")
-        try:
-            data, ancillary, _, _ = await self.socket.recvmsg(
-                max_bytes or _DEFAULT_RECEIVE_SIZE, _ANCILLARY_SPACE
-            )
-        except OSError as exc:  # what ``trio.SocketStream`` raises for the same
-            if exc.errno == errno.EBADF:
-                raise trio.ClosedResourceError("this socket was already closed") from None
-            raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
-        if data:
-            self._arrived = _arrival(ancillary)
+        data = await self._inner.receive_some(max_bytes)
+        if data and self._awaiting:
+            self._arrived = self._inner.received_at
         return data
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
@@ -109,35 +81,6 @@ class ArrivalStream(trio.abc.HalfCloseableStream):
         start it is not known."""
         self._arrived = None
         self._awaiting = request_complete
-
-
-#: Linux's option (and control message) for a nanosecond receive timestamp on each read,
-#: ``SO_TIMESTAMPNS``, which the ``socket`` module does not name: 35 where Linux takes its
-#: socket options from ``asm-generic`` (not on Alpha, MIPS, PA-RISC or SPARC). ``None``:
-#: no kernel timestamps, the reads' own times.
-_SO_TIMESTAMPNS: int | None = (
-    35
-    if sys.platform == "linux"
-    and platform.machine() in {"x86_64", "aarch64", "arm64", "i386", "i686", "armv7l", "riscv64"}
-    else None
-)
-_TIMESPEC = struct.Struct("@ll")  # the control message's struct timespec (the "old" one)
-_ANCILLARY_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
-_DEFAULT_RECEIVE_SIZE = 65536  # as ``trio.SocketStream``
-
-
-def _arrival(ancillary: list[tuple[int, int, bytes]]) -> float:
-    """When a read's last segment arrived, on trio's clock: the kernel's timestamp (on
-    the wall clock) moved by how long ago it was; when the read returned, without one."""
-    now = trio.current_time()
-    for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
-            seconds, nanoseconds = _TIMESPEC.unpack_from(data)
-            ago = time.time() - (int(seconds) + int(nanoseconds) / 1e9)
-            # A wall clock stepped meanwhile would say the future, or long ago.
-            if 0.0 <= ago < 60.0:
-                return now - ago
-    return now
 
 
 #: The connection the current task's request came on (set in each connection's task;

@@ -7,12 +7,15 @@ The timestamps of a request (``trio.current_time()`` values):
 * ``sent``: when the request's last byte was written to its connection, as the sampler's
   HTTP layer saw it (``RequestMetrics.time_to_request_sent_ms``); ``submitted`` on a
   transport that does not report it (the in-memory emulator);
-* ``first`` and ``last``: when the sampler's network read that brought the first output
-  and the end of the body returned (``time_to_first_token_ms``, ``time_to_last_byte_ms``);
-* each output event, and ``done``: when the sending task reads it from the stream.
+* ``first`` and ``last``: when the bytes of the network reads that brought the first
+  output and the end of the body arrived (``time_to_first_token_ms``,
+  ``time_to_last_byte_ms``: the kernel's receive timestamps, the load generator's
+  samplers having ``receive_timestamps`` on);
+* ``t_i``: when the bytes of the read that brought each output event arrived
+  (``RequestStream.received_at``), and ``done``: when the sending task reads the terminal.
 
 TTFT = ``first - sent``; E2E = ``last - sent``; TPOT = ``(E2E - TTFT) / (output_tokens -
-1)``; ITL = the gaps between consecutive output events as read. The client's own time
+1)``; ITL = the gaps between consecutive output events' ``t_i``. The client's own time
 before the wire, ``sent - submitted``, is reported beside them (``request_write``).
 """
 
@@ -68,11 +71,13 @@ class Progress:
 
 
 def load_test_config(config: SamplerConfig, stages: tuple[Load, ...]) -> SamplerConfig:
-    """``config`` as a load generator needs it: no retries, keep-alive for every stream."""
+    """``config`` as a load generator needs it: no retries, keep-alive for every stream,
+    reads timed by their bytes' arrival."""
     peak = max(stage.peak_streams for stage in stages)
     return config.evolve(
         retry=RetryPolicy(max_retries=0),
         max_keepalive_connections=max(config.max_keepalive_connections, peak),
+        receive_timestamps=True,
     )
 
 
@@ -165,7 +170,10 @@ class StageRunner:
                     if kind is ChannelToken or (
                         isinstance(event, ToolCallDelta) and event.arguments_delta
                     ):
-                        at = now()
+                        # When its bytes arrived, where the sampler's reads say it.
+                        at = stream.received_at
+                        if at is None:
+                            at = now()
                         if first is None:
                             first = at
                         else:

@@ -1,0 +1,178 @@
+"""When bytes read from a TCP socket arrived: the kernel's receive timestamp.
+
+A read returns when the reading task gets to it, which on a busy or idle-cold machine can
+be long after the bytes came: the process was waiting for a CPU, or the task for its turn.
+Linux stamps every segment it receives and, with ``SO_TIMESTAMPNS`` set on the socket,
+hands a read the stamp of the last segment it returned (``recvmsg`` control data; TCP
+too, since Linux 4.x). :class:`StampedSocketStream` reads that way and keeps the stamp,
+moved onto trio's clock. A read that returns several segments has the stamp of the last:
+exact while the reader keeps up, and when it falls behind never later than the read.
+Where there is no such stamp (another platform, a socket that refused the option) it
+keeps when the read returned.
+
+Used by the emulator (when a request's last bytes arrived, which starts a paced
+stream's clock) and by the client when ``SamplerConfig.receive_timestamps`` is on (when
+a response's bytes arrived: the load generator's timestamps).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import errno
+import os
+import platform
+import socket
+import struct
+import sys
+import time
+
+import trio
+
+__all__ = [
+    "LAST_RECEIVED",
+    "LAST_SENT",
+    "StampedSocketStream",
+    "hold_kernel_timestamps",
+    "kernel_timestamps_available",
+]
+
+#: Linux's option (and control message) for a nanosecond receive timestamp on each read,
+#: ``SO_TIMESTAMPNS``, which the ``socket`` module does not name: 35 where Linux takes its
+#: socket options from ``asm-generic`` (not on Alpha, MIPS, PA-RISC or SPARC). ``None``:
+#: no kernel timestamps, the reads' own times.
+_SO_TIMESTAMPNS: int | None = (
+    35
+    if sys.platform == "linux"
+    and platform.machine() in {"x86_64", "aarch64", "arm64", "i386", "i686", "armv7l", "riscv64"}
+    else None
+)
+_TIMESPEC = struct.Struct("@ll")  # the control message's struct timespec (the "old" one)
+_ANCILLARY_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
+_DEFAULT_RECEIVE_SIZE = 65536  # as ``trio.SocketStream``
+
+#: When the current task's last write to a :class:`StampedSocketStream` was handed to the
+#: kernel whole (trio's clock).
+LAST_SENT: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "trio_sampler_last_sent", default=None
+)
+#: When the bytes of the current task's last stamped read arrived (trio's clock). A read
+#: of HTTP/1.1 runs in the task that reads the response, so after a body chunk is read the
+#: task finds here when the bytes that made it came.
+LAST_RECEIVED: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "trio_sampler_last_received", default=None
+)
+
+
+def kernel_timestamps_available() -> bool:
+    """Whether this platform stamps reads in the kernel (else reads are timed when they
+    return)."""
+    return _SO_TIMESTAMPNS is not None
+
+
+def hold_kernel_timestamps() -> socket.socket | None:
+    """A socket that asks for receive timestamps, to keep open while they are wanted
+    (``None``: the platform has none to ask for).
+
+    Linux stamps received segments only while some socket on the machine asks it to, and
+    turns the stamping on a moment after the first one asks (a deferred switch): until
+    then a read is stamped when it is read. A connection that asked just before its first
+    read would have that read timed so; holding this open from the start keeps the
+    stamping on for every connection."""
+    option = _SO_TIMESTAMPNS
+    if option is None:
+        return None
+    holder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        holder.setsockopt(socket.SOL_SOCKET, option, 1)
+    except OSError:
+        holder.close()
+        return None
+    return holder
+
+
+def _arrival(ancillary: list[tuple[int, int, bytes]]) -> float:
+    """When a read's last segment arrived, on trio's clock: the kernel's timestamp (on
+    the wall clock) moved by how long ago it was; when the read returned, without one."""
+    now = trio.current_time()
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+            seconds, nanoseconds = _TIMESPEC.unpack_from(data)
+            ago = time.time() - (int(seconds) + int(nanoseconds) / 1e9)
+            # A wall clock stepped meanwhile would say the future, or long ago.
+            if 0.0 <= ago < 60.0:
+                return now - ago
+    return now
+
+
+class StampedSocketStream(trio.abc.HalfCloseableStream):
+    """A ``trio.SocketStream`` whose reads note when their bytes arrived.
+
+    ``received_at`` is the arrival of the last read's bytes (``None`` before any), and each
+    read sets :data:`LAST_RECEIVED` in the reading task. Writes, EOF and closing go to the
+    wrapped stream; ``socket`` is its socket.
+    """
+
+    def __init__(self, inner: trio.SocketStream) -> None:
+        self._inner = inner
+        self.socket = inner.socket
+        self.received_at: float | None = None
+        self._stamped = False
+        option = _SO_TIMESTAMPNS
+        if option is not None:
+            try:
+                inner.socket.setsockopt(socket.SOL_SOCKET, option, 1)
+                self._stamped = True
+            except OSError:
+                pass
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        if not self._stamped:
+            data = await self._inner.receive_some(max_bytes)
+            at = trio.current_time()
+        else:
+            if max_bytes is not None and max_bytes < 1:
+                raise ValueError("max_bytes must be >= 1")
+            try:
+                data, ancillary, _, _ = await self.socket.recvmsg(
+                    max_bytes or _DEFAULT_RECEIVE_SIZE, _ANCILLARY_SPACE
+                )
+            except OSError as exc:  # what ``trio.SocketStream`` raises for the same
+                if exc.errno == errno.EBADF:
+                    raise trio.ClosedResourceError("this socket was already closed") from None
+                raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+            at = _arrival(ancillary)
+        if data:
+            self.received_at = at
+            LAST_RECEIVED.set(at)
+        return data
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        """Send ``data``, and set :data:`LAST_SENT` to when the kernel took its last byte.
+
+        As ``trio.SocketStream`` does, with the time taken between the write and the
+        schedule point after it (taken after that point it would be late by whatever ran
+        meanwhile): the write is tried at once, and what the socket does not take (or an
+        error) goes through the wrapped stream."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        with memoryview(data) as view:
+            written = 0
+            if view:
+                try:
+                    written = os.write(self.socket.fileno(), view)
+                except OSError:  # full, closed or broken: the wrapped stream says which
+                    written = 0
+            if not view or written < len(view):
+                await self._inner.send_all(view[written:])
+                LAST_SENT.set(trio.current_time())
+                return
+        LAST_SENT.set(trio.current_time())
+        await trio.lowlevel.cancel_shielded_checkpoint()
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._inner.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        await self._inner.send_eof()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
