@@ -37,41 +37,28 @@ from .._receive_time import StampedSocketStream
 __all__ = ["CONNECTION", "ArrivalStream", "request_answered", "request_arrived"]
 
 
-class ArrivalStream(trio.abc.HalfCloseableStream):
-    """A connection's socket stream that notes when reads returned a request's bytes.
+class ArrivalStream(StampedSocketStream):
+    """A connection's socket stream that notes when a request's bytes arrived.
 
     Hypercorn's Trio server reads and writes its connection through this; it has the
     ``socket`` attribute Hypercorn looks for and no TLS handshake (plain HTTP).
     """
 
     def __init__(self, inner: trio.SocketStream) -> None:
-        self._inner = StampedSocketStream(inner)
-        self.socket = inner.socket
+        super().__init__(inner)
         self._arrived: float | None = None
         # Whether bytes read now are the current request's (a new connection's are).
         self._awaiting = True
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        data = await self._inner.receive_some(max_bytes)
+        data = await super().receive_some(max_bytes)
         if data and self._awaiting:
-            self._arrived = self._inner.received_at
+            self._arrived = self.received_at
         return data
 
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self._inner.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self._inner.wait_send_all_might_not_block()
-
-    async def send_eof(self) -> None:
-        await self._inner.send_eof()
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
     def arrived(self) -> float | None:
-        """When the read that brought the current request's last bytes returned, once its
-        body has been read (``None``: not known). Later reads are not its bytes."""
+        """When the current request's last bytes arrived, once its body has been read
+        (``None``: not known). Later reads are not its bytes."""
         self._awaiting = False
         return self._arrived
 
