@@ -337,8 +337,10 @@ class _ConnectionTrace:
     when was its last byte written?
 
     Reused when httpcore sent it over HTTP/1.1 or HTTP/2 without first opening a
-    connection for it. ``sent_at`` is ``trio.current_time()`` once httpcore has handed the
-    request's last byte to the connection (the end of its ``send_request_body`` step). A
+    connection for it. ``sent_at`` is when httpcore handed the request's last byte to the
+    connection (the end of its ``send_request_body`` step): the write's own time on a
+    connection that times its writes (``receive_timestamps``), else the time at that step,
+    a schedule point after the write. A
     transport that is not httpcore's (a mock, the in-memory emulator) emits no events: its
     requests count as not reused, and ``sent_at`` stays ``None``.
 
