@@ -366,8 +366,9 @@ class _ConnectionTrace:
             # A stamped connection's write timed itself (``receive_timestamps``); else
             # now, a schedule point after the write.
             written = LAST_SENT.get()
-            now = trio.current_time()
-            self.sent_at = written if written is not None and written >= self._started_at else now
+            if written is None or written < self._started_at:  # not this request's write
+                written = trio.current_time()
+            self.sent_at = written
             if self._extensions.get("trace") is self:
                 del self._extensions["trace"]
         elif event.startswith("connection.connect_"):  # connect_tcp, connect_unix_socket

@@ -86,6 +86,22 @@ def _peak_rss() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def _latencies(
+    metrics: RequestMetrics | None, submitted: float, first: float | None, done: float
+) -> tuple[float | None, float, float | None]:
+    """TTFT (``None`` without output) and E2E in seconds, from the wire's timestamps where
+    the sampler has them, else from the sending task's; and the request's write in ms
+    from the sampler's submit, when the wire said it."""
+    if metrics is None or metrics.time_to_last_byte_ms is None:
+        return (None if first is None else first - submitted), done - submitted, None
+    # The sampler's times are ms from its own submit; without the write, from the submit.
+    sent_ms = metrics.time_to_request_sent_ms
+    start_ms = 0.0 if sent_ms is None else sent_ms
+    first_ms = metrics.time_to_first_token_ms
+    ttft = None if first is None or first_ms is None else (first_ms - start_ms) / 1000
+    return ttft, (metrics.time_to_last_byte_ms - start_ms) / 1000, sent_ms
+
+
 class StageRunner:
     """Runs one stage's load in this process and records it into a :class:`StageStats`."""
 
@@ -237,7 +253,10 @@ class StageRunner:
         finished.output_tokens += output
         self.progress.output_tokens += output
         histograms = stats.histograms
-        ttft, e2e = self._latencies(terminal.metrics, submitted, first, done)
+        ttft, e2e, sent_ms = _latencies(terminal.metrics, submitted, first, done)
+        if sent_ms is not None:
+            stats.wire_timed += 1
+            histograms["request_write"].record(round(sent_ms * 1e3))
         histograms["e2e"].record(round(e2e * 1e6))
         tpot = None
         if ttft is not None:
@@ -252,24 +271,6 @@ class StageRunner:
             histograms["stream_output_tps"].record(round(output / e2e * 1000))
         if self._good(ttft, tpot, e2e):
             stats.good += 1
-
-    def _latencies(
-        self, metrics: RequestMetrics | None, submitted: float, first: float | None, done: float
-    ) -> tuple[float | None, float]:
-        """TTFT (``None`` without output) and E2E in seconds: from the wire's timestamps
-        where the sampler has them, else from the sending task's."""
-        if metrics is None or metrics.time_to_last_byte_ms is None:
-            return (None if first is None else first - submitted), done - submitted
-        # The sampler's times are ms from its own submit.
-        sent_ms = metrics.time_to_request_sent_ms
-        if sent_ms is None:
-            sent_ms = 0.0  # not reported by the transport: from the submit
-        else:
-            self.stats.wire_timed += 1
-            self.stats.histograms["request_write"].record(round(sent_ms * 1e3))
-        first_ms = metrics.time_to_first_token_ms
-        ttft = None if first is None or first_ms is None else (first_ms - sent_ms) / 1000
-        return ttft, (metrics.time_to_last_byte_ms - sent_ms) / 1000
 
     def _good(self, ttft: float | None, tpot: float | None, e2e: float) -> bool:
         slo = self.slo
