@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import time
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -15,6 +17,7 @@ import trio.testing
 from trio_sampler._receive_time import kernel_timestamps_available
 from trio_sampler.emulator import EmulatorApp, PromptCache, ScriptError, parse_script, serve
 from trio_sampler.emulator._arrival import ArrivalStream
+from trio_sampler.emulator._punctuality import Punctuality
 from trio_sampler.emulator._sse import is_token_frame
 from trio_sampler.emulator._timer import DeadlineTimer
 from trio_sampler.testing import EmulatorTransport, script_headers
@@ -313,3 +316,90 @@ async def test_the_deadline_timer_is_cancellable_and_closes_its_descriptor() -> 
     if fd is not None:  # Linux: the timerfd is gone
         with pytest.raises(OSError):
             os.fstat(fd)
+
+
+# -- punctuality: what the paced writes did, against their schedule -------------------------
+
+
+async def test_the_emulator_reports_its_paced_writes_against_their_schedule(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    script = script_headers(
+        ignore_eos=True, chunk_chars=4, first_token_ms=250, token_interval_ms=40
+    )
+    body = BODIES["/chat/completions"]
+    async with httpx2.AsyncClient(transport=EmulatorTransport()) as client:
+        for _ in range(3):
+            async with client.stream(
+                "POST", BASE + "/chat/completions", json=body, headers=script
+            ) as r:
+                await r.aread()
+        report = (await client.get(BASE + "/emulator/pacing")).json()
+        # Each stream: its first delta (TTFT 250 ms), then 15 more 40 ms apart; under the
+        # mock clock every write is on time.
+        assert report["first_token_late"]["count"] == 3
+        assert report["token_late"]["count"] == 45
+        assert report["ttft"]["p50"] == report["ttft"]["max"] == pytest.approx(250)
+        assert report["itl"]["p99"] == pytest.approx(40)
+        assert report["first_token_late"]["max"] == report["token_late"]["max"] == 0
+        assert report["pid"] == os.getpid()
+        # With ?values=1, the values themselves (ms), for merging several processes'.
+        full = (await client.get(BASE + "/emulator/pacing", params={"values": "1"})).json()
+        assert full["ttft"]["values"] == pytest.approx([250] * 3)
+        assert full["itl"]["values"] == pytest.approx([40] * 45)
+        assert "values" not in report["ttft"]
+        # DELETE clears it (and answers with the emptied report).
+        cleared = (await client.delete(BASE + "/emulator/pacing")).json()
+        assert cleared["ttft"] == {"count": 0, **dict.fromkeys(["p50", "p90", "p95", "p99", "max"])}
+        assert (await client.get(BASE + "/emulator/pacing")).json() == cleared
+
+
+async def test_unpaced_streams_leave_no_punctuality_values() -> None:
+    async with httpx2.AsyncClient(transport=EmulatorTransport()) as client:
+        async with client.stream(
+            "POST", BASE + "/chat/completions", json=BODIES["/chat/completions"]
+        ) as r:
+            await r.aread()
+        report = (await client.get(BASE + "/emulator/pacing")).json()
+    assert all(
+        report[kind]["count"] == 0 for kind in ("first_token_late", "token_late", "ttft", "itl")
+    )
+
+
+async def test_over_a_connection_a_paced_write_is_timed_when_the_kernel_took_it() -> None:
+    # A late write counts as late: the server's loop is held up (a blocking call in
+    # another task) just as a delta falls due, so its write goes out late and says so.
+    script = {"ignore_eos": True, "chunk_chars": 4, "first_token_ms": 100, "token_interval_ms": 50}
+    app = EmulatorApp()
+
+    async def block_at(delay: float, seconds: float) -> None:
+        await trio.sleep(delay)
+        time.sleep(seconds)  # noqa: ASYNC251 (deliberate: the whole process stalls)
+
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(functools.partial(serve, app=app))
+        stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+        async with stream:
+            nursery.start_soon(block_at, 0.12, 0.1)  # across the second delta (due at 0.15)
+            await _first_token_after_last_byte(stream, _raw_request(script), 20, 0.0)
+        nursery.cancel_scope.cancel()
+    report = app.punctuality.report()
+    assert report["first_token_late"]["count"] == 1
+    assert report["token_late"]["count"] == 15
+    assert report["ttft"]["max"] >= 100
+    # The second delta was due at 150 ms and written after the stall ended at 220 ms.
+    assert report["token_late"]["max"] >= 60
+    assert report["itl"]["max"] >= 110
+
+
+def test_punctuality_percentiles_are_nearest_rank_over_the_most_recent_values() -> None:
+    record = Punctuality(max_samples=100)
+    for k in range(300):  # only the last 100 (200 ... 299 ms late) are kept
+        record.delta_written(1, due=0.0, written=k / 1000, arrived=0.0, previous=0.0)
+    late = record.report()["token_late"]
+    assert late["count"] == 100
+    assert late["p50"] == pytest.approx(249)
+    assert late["p99"] == pytest.approx(298)
+    assert late["max"] == pytest.approx(299)
+    with pytest.raises(ValueError, match="max_samples must be a positive int"):
+        Punctuality(max_samples=0)

@@ -13,6 +13,7 @@ import attrs
 import orjson
 import trio
 
+from .._receive_time import LAST_SENT
 from ..wire import get_backend
 from ._arrival import request_answered, request_arrived
 from ._cache import SHARED_CACHE, PromptCache
@@ -24,6 +25,7 @@ from ._log import (
     RequestLog,
     redact_headers,
 )
+from ._punctuality import Punctuality
 from ._ratelimit import RateLimitBook, RateLimits, Verdict
 from ._render_chat import ChatRenderer
 from ._render_messages import MessagesRenderer
@@ -147,6 +149,8 @@ class EmulatorApp:
         self.faults = FaultBook()
         self.body_timeout = float(body_timeout)
         self.log = RequestLog(max_bytes=max_recorded_bytes, max_body_bytes=max_recorded_body_bytes)
+        #: When this process's paced deltas were written, against their schedule.
+        self.punctuality = Punctuality()
         self._bench_bodies: dict[tuple[Any, ...], tuple[int, list[tuple[bytes, bytes]], bytes]] = {}
         self.models = _checked_models(models)
         self._epoch: float | None = None
@@ -228,6 +232,13 @@ class EmulatorApp:
                 query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
                 scenario = query["scenario"][0] if "scenario" in query else None
                 await _respond(send, 200, self.requests(scenario), [])
+                return
+            if path == "/v1/emulator/pacing" and method in ("GET", "DELETE"):
+                if method == "DELETE":
+                    self.punctuality.reset()
+                query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+                values = query.get("values", ["0"])[0] not in ("", "0", "false")
+                await _respond(send, 200, self.punctuality.report(values=values), [])
                 return
             if route is None:
                 raise ApiError(f"Unknown request URL: {method} {path}.", status=404)
@@ -409,6 +420,7 @@ class EmulatorApp:
                     script.delay_ms / 1000,
                     pacing,
                     arrived,
+                    self.punctuality,
                 )
                 nursery.cancel_scope.cancel()
             return
@@ -655,6 +667,7 @@ async def _emit(
     delay: float,
     pacing: TokenPacing | None = None,
     arrived: float = 0.0,
+    punctuality: Punctuality | None = None,
 ) -> None:
     """Send ``frames`` with the attempt's pacing and outcome faults applied.
 
@@ -663,10 +676,14 @@ async def _emit(
     delta (k from 0) is sent, in a body message of its own, at ``arrived + first_token +
     k * interval`` on an absolute schedule (so a late wake-up does not push every later
     token back), woken by a :class:`DeadlineTimer`; other events go out right after the
-    one before them.
+    one before them. Each paced delta's write is noted in ``punctuality``.
     """
+    if punctuality is None:
+        punctuality = Punctuality()
     with DeadlineTimer() as timer:
-        await _emit_frames(send, renderer, reply, view, frames, plan, delay, pacing, arrived, timer)
+        await _emit_frames(
+            send, renderer, reply, view, frames, plan, delay, pacing, arrived, timer, punctuality
+        )
 
 
 async def _emit_frames(
@@ -680,8 +697,10 @@ async def _emit_frames(
     pacing: TokenPacing | None,
     arrived: float,
     timer: DeadlineTimer,
+    punctuality: Punctuality,
 ) -> None:
     token_number = 0
+    previous = arrived  # when the paced delta before the next one was written
     pending = bytearray()
 
     async def flush() -> None:
@@ -723,15 +742,25 @@ async def _emit_frames(
             await trio.sleep(delay)
         if (pacing is not None or first_token_due is not None) and is_token_frame(frame):
             await flush()
+            due = -math.inf
             if pacing is not None:
-                await timer.sleep_until(pacing.deadline(token_number))
+                due = pacing.deadline(token_number)
+                await timer.sleep_until(due)
             if first_token_due is not None and token_number == 0:
+                due = max(due, first_token_due)
                 await timer.sleep_until(first_token_due)
             token_number += 1
             if pacing is not None:
                 # Out at once, on its own: the delta is due now, whatever follows it.
                 pending += frame
+                LAST_SENT.set(None)
                 await flush()
+                # When the connection handed it to the kernel (else: now).
+                written = LAST_SENT.get()
+                if written is None:
+                    written = trio.current_time()
+                punctuality.delta_written(token_number - 1, due, written, arrived, previous)
+                previous = written
                 continue
         pending += frame
     await flush()

@@ -10,6 +10,7 @@ from typing import Any
 import trio
 
 from ._app import EmulatorApp
+from ._gc import collect_by_growth
 from ._serve import serve
 
 __all__ = ["main_serve", "run_serve", "serve_and_report"]
@@ -51,11 +52,15 @@ async def serve_and_report(
     reuse_port: bool = False,
     models: Mapping[str, Mapping[str, Any]] | None = None,
     keep_alive_timeout: float = 5.0,
+    gc_growth: int | None = None,
 ) -> int:
     """Serve until cancelled, printing the ``listening on`` line; 1 when it cannot listen.
 
     ``models`` is :class:`~trio_sampler.emulator.EmulatorApp`'s table of per-model scripts;
-    ``keep_alive_timeout`` is :func:`~trio_sampler.emulator.serve`'s.
+    ``keep_alive_timeout`` is :func:`~trio_sampler.emulator.serve`'s. With ``gc_growth``
+    the process collects cyclic garbage once that many container objects were allocated
+    and not freed, instead of by the interpreter's policy (see ``_gc``): for a process
+    that does nothing else, as the ``trio-sampler serve`` command.
     """
     app = EmulatorApp(bench=bench, models=models) if models else None
     async with trio.open_nursery() as nursery:
@@ -76,6 +81,8 @@ async def serve_and_report(
             print(f"trio-sampler serve: cannot listen on {host}:{port}: {failure}", file=sys.stderr)
             return 1
         print(f"listening on {server.origin}", flush=True)
+        if gc_growth is not None:
+            nursery.start_soon(collect_by_growth, gc_growth)
     return 0
 
 
