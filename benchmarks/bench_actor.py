@@ -31,15 +31,17 @@ one cancel at a time (the target) and all at once (reported).
 (``benchmarks/sse_server.py``: standard-library asyncio, pre-rendered Chat Completions
 bodies in one chunked write, keep-alive; no code shared with the library or the
 emulator), ours and the floor run streams of 1, 200 and 2,000 text deltas one after the
-other (C = 1), each cell in a fresh process: 30 unmeasured streams, then 400 / 300 / 40
-measured ones. Per cell: client CPU per request and per event (``time.process_time()``
-over the measured streams: everything the process did, background work included), TTFT
-p50 at the consumer, time to the response headers, and generation-0 collections per
-request (allocation churn). The two contenders alternate (floor first in even repeats,
-ours first in odd ones; 5 repeats), and the result per size is the median over the
-repeats of ours ÷ floor (CPU) and ours − floor (TTFT), each taken within one repeat, so a
-change in machine load between repeats does not bias the comparison. The load average
-is recorded before and after. ``--only per_request`` runs just these cells.
+other (C = 1), **in one process, taking turns in blocks of 10 streams** (floor first in
+even blocks, ours first in odd ones) after 30 unmeasured streams of each: 400 / 300 / 40
+measured streams each. Per contender, over its own blocks: client CPU per request and per
+event (``time.process_time()``: everything the process did meanwhile, the actor's
+background work included), TTFT p50 at the consumer, time to the response headers, and
+generation-0 collections per request (allocation churn). Taking turns within
+milliseconds, both see the same machine: in separate processes a minute apart the floor's
+own CPU per 200-delta request moved between 1.24 and 2.39 ms. Five repeats, each a fresh
+process; the result per size is the median over the repeats of ours ÷ floor (CPU) and
+ours − floor (TTFT), with the block pairs' quartiles beside it. The load average is
+recorded before and after. ``--only per_request`` runs just these cells.
 
 **Against the openai SDK** (``run_vs_sdk``): the same independent server, ``C`` = 200
 streams of 2,000 text deltas at once, ours, the floor and the openai SDK each in a fresh
@@ -706,6 +708,88 @@ async def cell_per_request(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+async def cell_per_request_paired(spec: dict[str, Any]) -> dict[str, Any]:
+    """Ours and the floor in one process, taking turns in blocks of ``block`` streams of
+    ``tokens`` text deltas (C = 1) against the independent server, floor first in even
+    blocks and ours first in odd ones, after ``warmup`` unmeasured streams of each.
+
+    Each contender's CPU is the sum of ``time.process_time()`` over its own blocks, so a
+    change in the machine's speed (another VM on the host, the CPU's clock) reaches both
+    within milliseconds of each other rather than a process start apart. Per contender
+    the same values as :func:`cell_per_request`; ``cpu_vs_floor`` is ours' total over the
+    floor's, and ``block_ratios`` each block pair's ratio.
+    """
+    tokens, requests = int(spec["tokens"]), int(spec["requests"])
+    warmup, block = int(spec["warmup"]), int(spec["block"])
+    headers = {"x-bench-events": str(tokens), "x-bench-chunk-chars": "4"}
+    contenders = {
+        impl: Contender(impl, spec["origin"], tokens, "", headers=headers)
+        for impl in ("ours", "floor")
+    }
+    recs: dict[str, list[Rec]] = {"ours": [], "floor": []}
+    spent: dict[str, dict[str, float]] = {
+        impl: {"cpu_s": 0.0, "wall_s": 0.0, "gc_s": 0.0, "gen0": 0.0} for impl in contenders
+    }
+    block_ratios: list[float] = []
+
+    async def body() -> None:
+        for _ in range(warmup):
+            for contender in contenders.values():
+                await _warm_up(contender)
+        gc.collect()
+        for number in range(math.ceil(requests / block)):
+            order = ("floor", "ours") if number % 2 == 0 else ("ours", "floor")
+            this_block: dict[str, float] = {}
+            for impl in order:
+                batch = [Rec() for _ in range(block)]
+                recs[impl].extend(batch)
+                gen0 = gc.get_stats()[0]["collections"]
+                cpu0, wall0 = time.process_time(), time.perf_counter()
+                with GcClock() as collector:
+                    for rec in batch:
+                        await contenders[impl].stream(rec)
+                this_block[impl] = time.process_time() - cpu0
+                totals = spent[impl]
+                totals["cpu_s"] += this_block[impl]
+                totals["wall_s"] += time.perf_counter() - wall0
+                totals["gc_s"] += collector.seconds
+                totals["gen0"] += gc.get_stats()[0]["collections"] - gen0
+            if this_block["floor"] > 0:
+                block_ratios.append(this_block["ours"] / this_block["floor"])
+
+    async def with_floor() -> None:
+        await contenders["floor"].run(body)
+
+    await contenders["ours"].run(with_floor)
+    out: dict[str, Any] = {"tokens": tokens, "block": block, "block_ratios": block_ratios}
+    for impl, totals in spent.items():
+        done = recs[impl]
+        errors, samples = _errors(done)
+        ttft = [(r.first - r.start) * 1000.0 for r in done if r.first is not None]
+        to_headers = [r.headers_ms for r in done if r.headers_ms is not None]
+        out[impl] = {
+            "impl": impl,
+            "tokens": tokens,
+            "requests": len(done),
+            "cpu_s": totals["cpu_s"],
+            "wall_s": totals["wall_s"],
+            "gc_s": totals["gc_s"],
+            "gen0_per_request": totals["gen0"] / len(done),
+            "errors": errors,
+            "error_samples": samples,
+            "cpu_ms_per_request": totals["cpu_s"] / len(done) * 1000.0,
+            "cpu_us_per_event": totals["cpu_s"] / (len(done) * tokens) * 1e6,
+            "wall_ms_per_request": totals["wall_s"] / len(done) * 1000.0,
+            "ttft_p50_ms": percentile(ttft, 0.5),
+            "ttft_p90_ms": percentile(ttft, 0.9),
+            "headers_p50_ms": percentile(to_headers, 0.5),
+        }
+    out["cpu_vs_floor"] = (
+        spent["ours"]["cpu_s"] / spent["floor"]["cpu_s"] if spent["floor"]["cpu_s"] else None
+    )
+    return out
+
+
 async def cell_memory(spec: dict[str, Any]) -> dict[str, Any]:
     """``C`` slow streams held open; RSS delta once every one has its first token."""
     impl, concurrency = spec["impl"], int(spec["concurrency"])
@@ -1226,6 +1310,7 @@ CELLS: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
     "cancel_load": cell_cancel_load,
     "hedging": cell_hedging,
     "per_request": cell_per_request,
+    "per_request_paired": cell_per_request_paired,
     "keepalive_race": cell_keepalive_race,
 }
 
@@ -1657,6 +1742,8 @@ def run_hedging_cell(args: argparse.Namespace) -> dict[str, Any]:
 #: The per-request cells: text deltas per stream, and streams measured per cell (quick).
 PER_REQUEST_SIZES = {1: (400, 60), 200: (300, 60), LONG_TOKENS: (40, 10)}
 PER_REQUEST_WARMUP = 30
+#: Streams per turn of a contender in the paired per-request cells.
+PER_REQUEST_BLOCK = 10
 PER_REQUEST_REPEATS = 5
 
 
@@ -1694,16 +1781,18 @@ def _median(values: Sequence[float | None]) -> float | None:
 
 
 def run_per_request(args: argparse.Namespace) -> dict[str, Any]:
-    """The per-request cells: ours and the floor, each in a fresh process, alternating
-    (floor first in even repeats, ours first in odd ones) so both see the same machine;
-    per size, the medians over the repeats of each value and of ours ÷ floor (CPU) and
-    ours − floor (TTFT), each ratio taken within one repeat."""
+    """The per-request cells: per size, ``repeats`` fresh processes, each running ours and
+    the floor in turns of :data:`PER_REQUEST_BLOCK` streams (``cell_per_request_paired``);
+    the medians over the repeats of each value and of ours ÷ floor (CPU) and ours − floor
+    (TTFT), each ratio taken within one repeat."""
     repeats = args.per_request_repeats
     server = RawServer()
     out: dict[str, Any] = {
         "server": "benchmarks/sse_server.py (asyncio, pre-rendered, chunked, keep-alive)",
+        "method": "paired: ours and the floor in one process, in alternating blocks",
         "concurrency": 1,
         "warmup": PER_REQUEST_WARMUP,
+        "block": PER_REQUEST_BLOCK,
         "repeats": repeats,
         "load_average_before": list(os.getloadavg()),
         "sizes": {},
@@ -1712,33 +1801,40 @@ def run_per_request(args: argparse.Namespace) -> dict[str, Any]:
         for tokens, (full, quick) in PER_REQUEST_SIZES.items():
             requests = quick if args.quick else full
             runs: list[dict[str, Any]] = []
-            for repeat in range(repeats):
-                order = ("floor", "ours") if repeat % 2 == 0 else ("ours", "floor")
-                pair: dict[str, Any] = {}
-                for impl in order:
-                    spec = {
-                        "cell": "per_request",
-                        "impl": impl,
-                        "tokens": tokens,
-                        "requests": requests,
-                        "warmup": PER_REQUEST_WARMUP,
-                        "origin": server.origin,
+            for _ in range(repeats):
+                spec = {
+                    "cell": "per_request_paired",
+                    "tokens": tokens,
+                    "requests": requests,
+                    "warmup": PER_REQUEST_WARMUP,
+                    "block": PER_REQUEST_BLOCK,
+                    "origin": server.origin,
+                }
+                cell = run_cell(spec)
+                if "failed" in cell:
+                    pair = {"ours": cell, "floor": cell}
+                    print(f"per request, {tokens:>5} deltas: failed: {cell['failed']}",
+                          file=sys.stderr, flush=True)  # fmt: skip
+                else:
+                    pair = {
+                        "ours": cell["ours"],
+                        "floor": cell["floor"],
+                        "block_ratios": cell["block_ratios"],
                     }
-                    pair[impl] = cell = run_cell(spec)
-                    print(
-                        f"per request, {tokens:>5} deltas, {impl:<5} "
-                        + (
-                            f"failed: {cell['failed']}"
-                            if "failed" in cell
-                            else f"{cell['cpu_ms_per_request']:.3f} ms CPU/request  "
-                            f"{cell['cpu_us_per_event']:.2f} µs/ev  "
-                            f"TTFT p50 {cell['ttft_p50_ms']:.3f} ms  "
-                            f"headers p50 {cell['headers_p50_ms']:.3f} ms  "
-                            f"gen0/req {cell['gen0_per_request']:.2f}  errors {cell['errors']}"
-                        ),
-                        file=sys.stderr,
-                        flush=True,
-                    )
+                    for impl in ("ours", "floor"):
+                        one = cell[impl]
+                        print(
+                            f"per request, {tokens:>5} deltas, {impl:<5} "
+                            f"{one['cpu_ms_per_request']:.3f} ms CPU/request  "
+                            f"{one['cpu_us_per_event']:.2f} µs/ev  "
+                            f"TTFT p50 {one['ttft_p50_ms']:.3f} ms  "
+                            f"headers p50 {one['headers_p50_ms']:.3f} ms  "
+                            f"gen0/req {one['gen0_per_request']:.2f}  errors {one['errors']}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                    print(f"per request, {tokens:>5} deltas: ours / floor "
+                          f"{cell['cpu_vs_floor']:.2f}", file=sys.stderr, flush=True)  # fmt: skip
                 runs.append(pair)
             out["sizes"][str(tokens)] = {"requests": requests, "runs": runs, **_summary(runs)}
     finally:
@@ -1777,6 +1873,12 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
             impl: min(p[impl]["cpu_ms_per_request"] for p in pairs) for impl in ("ours", "floor")
         }
         summary["cpu_vs_floor_of_minima"] = least["ours"] / least["floor"]
+    # The paired cells' block pairs, over every repeat: how far one turn strays.
+    blocks = sorted(ratio for p in pairs for ratio in p.get("block_ratios", ()))
+    if blocks:
+        summary["block_ratio_quartiles"] = [
+            blocks[int(q * (len(blocks) - 1))] for q in (0.25, 0.5, 0.75)
+        ]
     return summary
 
 
@@ -1963,9 +2065,10 @@ def print_per_request(per_request: dict[str, Any]) -> None:
     if not per_request:
         return
     load = per_request.get("load_average_before") or [math.nan]
+    method = per_request.get("method", "each contender in its own process")
     print(
-        f"\nper request (C=1, {per_request['server']}; medians of {per_request['repeats']} "
-        f"alternating repeats; load average {load[0]:.2f} before)"
+        f"\nper request (C=1, {per_request['server']}; {method}; medians of "
+        f"{per_request['repeats']} repeats; load average {load[0]:.2f} before)"
     )
     print(
         "| deltas | ours CPU ms/req | floor CPU ms/req | CPU × floor | ours µs/ev | floor µs/ev "
@@ -1989,6 +2092,13 @@ def print_per_request(per_request: dict[str, Any]) -> None:
             f"| {_fmt(size['floor_gen0_per_request'], '.2f'):>14} "
             f"| {_fmt(size.get('cpu_vs_floor_of_minima'), '.2f'):>20} |"
         )
+    for tokens, size in per_request["sizes"].items():
+        quartiles = size.get("block_ratio_quartiles")
+        if quartiles:
+            print(
+                f"{int(tokens):,} deltas: ours ÷ floor per block pair, quartiles "
+                + " / ".join(f"{q:.2f}" for q in quartiles)
+            )
 
 
 def print_cancel_load(cell: dict[str, Any]) -> None:
