@@ -660,64 +660,19 @@ async def cell_throughput(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def cell_per_request(spec: dict[str, Any]) -> dict[str, Any]:
-    """``requests`` streams of ``tokens`` text deltas one after the other (C = 1) against the
-    independent server (``benchmarks/sse_server.py``), after ``warmup`` unmeasured ones.
-
-    CPU is the client process's ``time.process_time()`` over the measured streams (ours
-    includes its background work: the actor, the drain of each body's end); TTFT is each
-    stream's start (before ``submit`` / the request call) to its first text delta at the
-    consumer. ``gen0_per_request`` counts the collector's generation-0 runs (one per ~700
-    net container allocations) per stream: allocation churn, not time.
-    """
-    impl, tokens = spec["impl"], int(spec["tokens"])
-    requests, warmup = int(spec["requests"]), int(spec["warmup"])
-    headers = {"x-bench-events": str(tokens), "x-bench-chunk-chars": "4"}
-    contender = Contender(impl, spec["origin"], tokens, "", headers=headers)
-    recs = [Rec() for _ in range(requests)]
-    out: dict[str, Any] = {"impl": impl, "tokens": tokens, "requests": requests}
-
-    async def body() -> None:
-        for _ in range(warmup):
-            await _warm_up(contender)
-        gc.collect()
-        gen0 = gc.get_stats()[0]["collections"]
-        cpu0, wall0 = time.process_time(), time.perf_counter()
-        with GcClock() as collector:
-            for rec in recs:
-                await contender.stream(rec)
-        out["cpu_s"] = time.process_time() - cpu0
-        out["wall_s"] = time.perf_counter() - wall0
-        out["gc_s"] = collector.seconds
-        out["gen0_per_request"] = (gc.get_stats()[0]["collections"] - gen0) / requests
-
-    await contender.run(body)
-    errors, samples = _errors(recs)
-    ttft = [(r.first - r.start) * 1000.0 for r in recs if r.first is not None]
-    to_headers = [r.headers_ms for r in recs if r.headers_ms is not None]
-    out.update(
-        errors=errors,
-        error_samples=samples,
-        cpu_ms_per_request=out["cpu_s"] / requests * 1000.0,
-        cpu_us_per_event=out["cpu_s"] / (requests * tokens) * 1e6,
-        wall_ms_per_request=out["wall_s"] / requests * 1000.0,
-        ttft_p50_ms=percentile(ttft, 0.5),
-        ttft_p90_ms=percentile(ttft, 0.9),
-        headers_p50_ms=percentile(to_headers, 0.5),
-    )
-    return out
-
-
 async def cell_per_request_paired(spec: dict[str, Any]) -> dict[str, Any]:
     """Ours and the floor in one process, taking turns in blocks of ``block`` streams of
     ``tokens`` text deltas (C = 1) against the independent server, floor first in even
     blocks and ours first in odd ones, after ``warmup`` unmeasured streams of each.
 
-    Each contender's CPU is the sum of ``time.process_time()`` over its own blocks, so a
-    change in the machine's speed (another VM on the host, the CPU's clock) reaches both
-    within milliseconds of each other rather than a process start apart. Per contender
-    the same values as :func:`cell_per_request`; ``cpu_vs_floor`` is ours' total over the
-    floor's, and ``block_ratios`` each block pair's ratio.
+    Each contender's CPU is the sum of ``time.process_time()`` over its own blocks (ours
+    includes its background work: the actor, the drain of each body's end), so a change
+    in the machine's speed (another VM on the host, the CPU's clock) reaches both within
+    milliseconds of each other rather than a process start apart. TTFT is each stream's
+    start (before ``submit`` / the request call) to its first text delta at the consumer;
+    ``gen0_per_request`` counts the collector's generation-0 runs (one per ~700 net
+    container allocations) per stream: allocation churn, not time. ``cpu_vs_floor`` is
+    ours' total over the floor's, and ``block_ratios`` each block pair's ratio.
     """
     tokens, requests = int(spec["tokens"]), int(spec["requests"])
     warmup, block = int(spec["warmup"]), int(spec["block"])
@@ -1309,7 +1264,6 @@ CELLS: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
     "cancel": cell_cancel,
     "cancel_load": cell_cancel_load,
     "hedging": cell_hedging,
-    "per_request": cell_per_request,
     "per_request_paired": cell_per_request_paired,
     "keepalive_race": cell_keepalive_race,
 }

@@ -3,6 +3,7 @@ the server was programmed to do."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import itertools
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 import trio
 
 from trio_sampler import SamplerConfig
+from trio_sampler._receive_time import kernel_timestamps_available
 from trio_sampler.emulator import EmulatorApp, serve
 from trio_sampler.loadtest import (
     SLO,
@@ -134,6 +136,38 @@ async def test_over_a_connection_latencies_are_timed_from_the_requests_write() -
     write = summary["client"]["request_write_ms"]
     assert write["count"] == 4
     assert 0.0 < write["p50"] < 1000.0
+
+
+async def test_over_a_connection_it_reports_what_the_server_did() -> None:
+    # The real network and clock, four streams: whatever this machine's delays, the load
+    # generator's TTFT and ITL are the server's own record of its writes (the emulator's
+    # punctuality record, timed at its write system calls against the arrival of each
+    # request's last bytes), to within a millisecond at the median and a few at the
+    # worst, because both sides take their times from the kernel. Where the kernel gives
+    # no receive timestamps the client's are its reads', a little later.
+    app = EmulatorApp()
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(functools.partial(serve, app=app))
+        config = _paced(60, 15).evolve(base_url=f"http://127.0.0.1:{server.port}/v1")
+        test = LoadTest(
+            config,
+            [Concurrency(4, ramp_s=0.1)],
+            SyntheticWorkload(Fixed(16), Fixed(6)),
+            # Nothing left out on either side: the server records every request.
+            Limits(duration_s=None, requests=16, warmup_requests=0),
+        )
+        with trio.fail_after(60):
+            [stage] = (await run_load_test(test)).stages
+        nursery.cancel_scope.cancel()
+    record = app.punctuality.report()
+    latency = stage.summary["latency_ms"]
+    assert stage.summary["latency_timed_from"] == "wire"
+    assert latency["ttft"]["count"] == record["ttft"]["count"] == 16
+    assert latency["itl"]["count"] == record["itl"]["count"] == 16 * 5
+    median, worst = (1.0, 5.0) if kernel_timestamps_available() else (5.0, 20.0)
+    for kind in ("ttft", "itl"):
+        assert abs(latency[kind]["p50"] - record[kind]["p50"]) <= median, kind
+        assert abs(latency[kind]["max"] - record[kind]["max"]) <= worst, kind
 
 
 class CollectorApp(EmulatorApp):
