@@ -30,13 +30,24 @@ DEADLINE_S = 60.0  # generous: the machine may be loaded; a hang fails well befo
 INTERRUPTED = 130
 
 
+#: Starts ``python -m trio_sampler ARGS`` with SIGINT at its default disposition, as a
+#: shell at a terminal starts a command. A test run launched in the background by a script
+#: inherits SIGINT ignored (POSIX: an asynchronous list ignores it), and so would every
+#: command it starts; one that keeps Python's own Ctrl-C handling (``replay`` reading
+#: stdin) would then rightly ignore the test's Ctrl-C. ``exec`` keeps the process id.
+_AT_A_TERMINAL = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, '-m', 'trio_sampler', *sys.argv[1:]])"
+)
+
+
 class Terminal:
     """A command on a pseudo-terminal: everything it writes, collected as it comes."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.master, slave = pty.openpty()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "trio_sampler", *args],
+            [sys.executable, "-c", _AT_A_TERMINAL, *args],
             stdin=slave,
             stdout=slave,
             stderr=slave,
