@@ -124,6 +124,15 @@ def chat_stream(*pieces: str, pause: float = 0.0, finish: str = "stop") -> list[
     return out
 
 
+def http11_sse_response(body: bytes) -> bytes:
+    """``body`` as a whole HTTP/1.1 ``200`` event-stream response with a length (for
+    servers on real sockets): nothing is left to read after it."""
+    return b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n%s" % (
+        len(body),
+        body,
+    )
+
+
 def error_reply(status: int, body: Mapping[str, object] | None = None, **headers: str) -> Reply:
     payload = body or {"error": {"message": f"status {status}", "type": "server_error"}}
     return Reply(

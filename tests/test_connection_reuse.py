@@ -24,7 +24,7 @@ import orjson
 import pytest
 import trio
 import trio.testing
-from fakes import Reply, ScriptedTransport, chat_stream, make_config
+from fakes import Reply, ScriptedTransport, chat_stream, http11_sse_response, make_config
 
 from trio_sampler.actor import SamplerHandle, open_sampler
 from trio_sampler.client import STALE_CONNECTION_RESENDS, SamplingClient
@@ -82,11 +82,7 @@ LAST_CHUNK = b"0\r\n\r\n"
 
 def complete_response(text: str = "hi") -> bytes:
     """A whole response with a length: nothing is left to read after the terminator."""
-    body = sse_body(text)
-    return b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n%s" % (
-        len(body),
-        body,
-    )
+    return http11_sse_response(sse_body(text))
 
 
 @attrs.define

@@ -12,7 +12,6 @@ httpcore's (a mock, the in-memory emulator) says neither. The servers here are
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 from collections.abc import AsyncIterator
@@ -22,13 +21,21 @@ import attrs
 import httpx2
 import pytest
 import trio
-from fakes import Reply, ScriptedTransport, chat_stream, make_config
+from fakes import Reply, ScriptedTransport, chat_stream, http11_sse_response, make_config
+from loopback import read_request, serve
 
 from trio_sampler._receive_time import kernel_timestamps_available
-from trio_sampler.actor import open_sampler
+from trio_sampler.actor import SamplerHandle, open_sampler
 from trio_sampler.client import SamplingClient
 from trio_sampler.config import RetryPolicy, SamplerConfig, Timeouts
-from trio_sampler.types import ApiBackend, ChannelToken, Completed, ConversationRequest, User
+from trio_sampler.types import (
+    ApiBackend,
+    ChannelToken,
+    Completed,
+    ConversationRequest,
+    RequestMetrics,
+    User,
+)
 from trio_sampler.wire import build_request
 
 REQUEST = ConversationRequest(items=[User("hello")])
@@ -36,18 +43,26 @@ REQUEST = ConversationRequest(items=[User("hello")])
 HOLD_S = 0.2
 
 
-def _response() -> bytes:
-    body = (
-        b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":'
-        b'[{"index":0,"delta":{"content":"hi"}}]}\n\n'
-        b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":'
-        b'[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
-        b"data: [DONE]\n\n"
-    )
-    return b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n%s" % (
-        len(body),
-        body,
-    )
+#: The answer's body: one token, the finish, ``[DONE]``.
+BODY = (
+    b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":'
+    b'[{"index":0,"delta":{"content":"hi"}}]}\n\n'
+    b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":'
+    b'[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
+async def completed_metrics(sampler: SamplerHandle) -> RequestMetrics:
+    """The metrics of :data:`REQUEST` run to its end on ``sampler`` (it must complete)."""
+    stream = await sampler.submit(REQUEST)
+    async with stream:
+        async for _ in stream:
+            pass
+    terminal = stream.terminal
+    assert isinstance(terminal, Completed)
+    assert terminal.metrics is not None
+    return terminal.metrics
 
 
 @attrs.define
@@ -73,38 +88,14 @@ class HoldingServer:
 async def holding_server() -> AsyncIterator[HoldingServer]:
     server = HoldingServer()
 
-    async def on_connection(stream: trio.SocketStream) -> None:
-        buffer = b""
-        async with stream:
-            try:
-                while True:
-                    while b"\r\n\r\n" not in buffer:
-                        data = await stream.receive_some(65536)
-                        if not data:
-                            return
-                        buffer += data
-                    head, _, buffer = buffer.partition(b"\r\n\r\n")
-                    length = next(
-                        int(line.split(b":", 1)[1])
-                        for line in head.split(b"\r\n")
-                        if line.lower().startswith(b"content-length:")
-                    )
-                    while len(buffer) < length:
-                        buffer += await stream.receive_some(65536)
-                    buffer = buffer[length:]
-                    server.read_at.append(trio.current_time())
-                    await trio.sleep(HOLD_S)
-                    await stream.send_all(_response())
-            except trio.BrokenResourceError:
-                return
+    async def answer(stream: trio.SocketStream) -> None:
+        while await read_request(stream) is not None:
+            server.read_at.append(trio.current_time())
+            await trio.sleep(HOLD_S)
+            await stream.send_all(http11_sse_response(BODY))
 
-    async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(
-            functools.partial(trio.serve_tcp, on_connection, 0, host="127.0.0.1")
-        )
-        server.port = listeners[0].socket.getsockname()[1]
+    async with serve(answer) as server.port:
         yield server
-        nursery.cancel_scope.cancel()
 
 
 async def test_the_stream_says_when_its_request_was_written() -> None:
@@ -130,14 +121,7 @@ async def test_the_stream_says_when_its_request_was_written() -> None:
 async def test_the_metrics_time_the_request_from_its_write() -> None:
     with trio.fail_after(30):
         async with holding_server() as server, open_sampler(server.config()) as sampler:
-            stream = await sampler.submit(REQUEST)
-            async with stream:
-                async for _ in stream:
-                    pass
-            terminal = stream.terminal
-            assert isinstance(terminal, Completed)
-            metrics = terminal.metrics
-            assert metrics is not None
+            metrics = await completed_metrics(sampler)
             sent_ms = metrics.time_to_request_sent_ms
             assert sent_ms is not None
             assert metrics.time_to_headers_ms is not None
@@ -152,21 +136,14 @@ async def test_the_metrics_time_the_request_from_its_write() -> None:
 async def test_a_transport_that_does_not_say_leaves_it_unknown() -> None:
     transport = ScriptedTransport([Reply(chunks=chat_stream("hi"))])
     async with open_sampler(make_config(), transport=transport) as sampler:
-        stream = await sampler.submit(REQUEST)
-        async with stream:
-            async for _ in stream:
-                pass
-    terminal = stream.terminal
-    assert isinstance(terminal, Completed)
-    metrics = terminal.metrics
-    assert metrics is not None
+        metrics = await completed_metrics(sampler)
     assert metrics.time_to_request_sent_ms is None
     assert metrics.attempts[0].time_to_request_sent_ms is None
 
 
 async def test_a_mock_transport_stream_has_no_write_time() -> None:
     def answer(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(200, content=_response().split(b"\r\n\r\n", 1)[1])
+        return httpx2.Response(200, content=BODY)
 
     config = make_config()
     async with SamplingClient(config, transport=httpx2.MockTransport(answer)) as client:
@@ -195,30 +172,23 @@ async def first_token_then_block() -> AsyncIterator[tuple[int, list[float]]]:
     sent them, blocks the process for :data:`BLOCKED_S`, then sends the rest 0.2 s
     later."""
     sent: list[float] = []
-    first, rest = _response().split(b"\r\n\r\n", 1)[1].split(b"\n\n", 1)
+    first, rest = BODY.split(b"\n\n", 1)
 
-    async def on_connection(stream: trio.SocketStream) -> None:
-        async with stream:
-            received = b""
-            while b"\r\n\r\n" not in received:
-                received += await stream.receive_some(65536)
-            # Written and then blocked on without a schedule point in between: the
-            # client's read can only come after the sleep.
-            sent.append(trio.current_time())
-            os.write(stream.socket.fileno(), _CHUNKED_HEAD + _chunk(first + b"\n\n"))
-            time.sleep(BLOCKED_S)  # noqa: ASYNC251 (the point: the loop stops)
-            # The rest comes later, so the client's read of the first token returns it
-            # alone (a read is stamped with the arrival of the last segment it returns).
-            await trio.sleep(0.2)
-            await stream.send_all(_chunk(rest) + b"0\r\n\r\n")
-            await stream.receive_some(65536)  # until the client closes
+    async def answer(stream: trio.SocketStream) -> None:
+        await read_request(stream)
+        # Written and then blocked on without a schedule point in between: the client's
+        # read can only come after the sleep.
+        sent.append(trio.current_time())
+        os.write(stream.socket.fileno(), _CHUNKED_HEAD + _chunk(first + b"\n\n"))
+        time.sleep(BLOCKED_S)  # noqa: ASYNC251 (the point: the loop stops)
+        # The rest comes later, so the client's read of the first token returns it alone
+        # (a read is stamped with the arrival of the last segment it returns).
+        await trio.sleep(0.2)
+        await stream.send_all(_chunk(rest) + b"0\r\n\r\n")
+        await stream.receive_some(65536)  # until the client closes
 
-    async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(
-            functools.partial(trio.serve_tcp, on_connection, 0, host="127.0.0.1")
-        )
-        yield listeners[0].socket.getsockname()[1], sent
-        nursery.cancel_scope.cancel()
+    async with serve(answer) as port:
+        yield port, sent
 
 
 @pytest.mark.parametrize("stamped", [True, False], ids=["receive_timestamps", "read_times"])

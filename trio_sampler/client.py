@@ -340,9 +340,9 @@ class _ConnectionTrace:
     connection for it. ``sent_at`` is when httpcore handed the request's last byte to the
     connection (the end of its ``send_request_body`` step): the write's own time on a
     connection that times its writes (``receive_timestamps``), else the time at that step,
-    a schedule point after the write. A
-    transport that is not httpcore's (a mock, the in-memory emulator) emits no events: its
-    requests count as not reused, and ``sent_at`` stays ``None``.
+    a schedule point after the write. A transport that is not httpcore's (a mock, the
+    in-memory emulator) emits no events: its requests count as not reused, and ``sent_at``
+    stays ``None``.
 
     Once the body is sent both answers are known, and the trace takes itself out of the
     request's extensions (httpcore reads them at each step): the rest of the exchange (the
