@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gzip
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import cast
 
+import httpcore2
 import httpx2
 import orjson
 import pytest
@@ -459,26 +461,47 @@ async def test_streams_spread_over_the_least_busy_pools(emulator: EmulatorFixtur
     ],
 )
 async def test_the_request_built_is_the_one_httpx2_builds(cfg: SamplerConfig) -> None:
-    """The client builds its ``httpx2.Request`` itself (headers as bytes, merged once per
-    config): the headers, in order and byte for byte, the URL and the body are those of
-    ``AsyncClient.build_request`` with the same headers."""
-    async with SamplingClient(cfg) as client:
-        ours = client._build(WIRE, cfg, stream=True)
-        theirs = client._clients[0].build_request(
-            "POST",
-            ours.url,
-            content=WIRE.body,
-            headers=[
-                ("user-agent", ours.headers["user-agent"]),
-                ("content-type", "application/json"),
-                ("accept", "text/event-stream"),
-                *cfg.request_headers(),
-                *WIRE.headers,
-                ("accept-encoding", "identity"),
-            ],
-        )
-    assert ours.headers.raw == theirs.headers.raw
-    assert ours.url == theirs.url and ours.content == theirs.content == WIRE.body
+    """The client builds its requests itself (headers as bytes, merged once per config):
+    the headers, in order and byte for byte, the URL and the body are those of
+    ``AsyncClient.build_request`` with the same headers. Over a transport of the caller's
+    that is an ``httpx2.Request``; to the client's own pool (the direct path) it is the
+    ``httpcore2.Request`` httpx2's transport would make of that one."""
+    for transport in (httpx2.MockTransport(lambda request: httpx2.Response(200)), None):
+        async with SamplingClient(cfg, transport=transport) as client:
+            ours = client._build(WIRE, cfg, stream=True)
+            if transport is None:
+                assert isinstance(ours, httpcore2.Request)
+                raw_headers = ours.headers
+                url = httpx2.URL(bytes(ours.url).decode("ascii"))
+                content = b"".join(cast("Iterable[bytes]", ours.stream))
+            else:
+                assert isinstance(ours, httpx2.Request)
+                raw_headers, url, content = ours.headers.raw, ours.url, ours.content
+            theirs = client._clients[0].build_request(
+                "POST",
+                url,
+                content=WIRE.body,
+                headers=[
+                    ("user-agent", dict(raw_headers)[b"user-agent"].decode("ascii")),
+                    ("content-type", "application/json"),
+                    ("accept", "text/event-stream"),
+                    *cfg.request_headers(),
+                    *WIRE.headers,
+                    ("accept-encoding", "identity"),
+                ],
+            )
+        assert raw_headers == theirs.headers.raw
+        assert url == theirs.url and content == theirs.content == WIRE.body
+        if isinstance(ours, httpcore2.Request):
+            assert (ours.method, ours.url) == (
+                b"POST",
+                httpcore2.URL(
+                    scheme=theirs.url.raw_scheme,
+                    host=theirs.url.raw_host,
+                    port=theirs.url.port,
+                    target=theirs.url.raw_path,
+                ),
+            )
 
 
 async def test_every_way_out_of_an_exchange_closes_and_gives_the_pool_back() -> None:

@@ -25,11 +25,21 @@ Security properties (design §4.7):
 from __future__ import annotations
 
 import importlib.util
+import logging
 import weakref
 import zlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Iterable,
+    Mapping,
+    MutableMapping,
+)
 from contextlib import AbstractAsyncContextManager, aclosing
 from types import TracebackType
+from typing import Any, TypeAlias
 
 import attrs
 import httpcore2
@@ -63,7 +73,27 @@ _CLOSE_TIMEOUT = 5.0
 STALE_CONNECTION_RESENDS = 3
 # The failures a server's close of an idle pooled connection shows as: its FIN (nothing
 # to read: "Server disconnected without sending a response"), its RST, or a failed write.
-_STALE_CONNECTION_ERRORS = (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError)
+_STALE_CONNECTION_ERRORS = (
+    httpx2.RemoteProtocolError,
+    httpx2.ReadError,
+    httpx2.WriteError,
+    httpcore2.RemoteProtocolError,
+    httpcore2.ReadError,
+    httpcore2.WriteError,
+)
+#: What a failed exchange raises: httpx2's errors, or on the direct path (see
+#: :class:`SamplingClient`) httpcore2's own, which httpx2 would have mapped to the
+#: httpx2 errors of the same names (``classify_transport_error`` reads the names).
+_REQUEST_ERRORS = (
+    httpx2.RequestError,
+    httpcore2.TimeoutException,
+    httpcore2.NetworkError,
+    httpcore2.ProtocolError,
+    httpcore2.ProxyError,
+    httpcore2.UnsupportedProtocol,
+)
+#: The direct path's request line, as httpx2 logs it for the requests it sends.
+_log = logging.getLogger("trio_sampler.http")
 
 _USER_AGENT = f"trio-sampler/0.1 httpx2/{httpx2.__version__}"
 _MAX_CACHED_URLS = 64
@@ -92,10 +122,61 @@ async def _already_read(content: bytes) -> AsyncGenerator[bytes, None]:
     yield content
 
 
-def _raw_chunks(response: httpx2.Response) -> AsyncGenerator[bytes, None]:
+class _CoreResponse:
+    """An ``httpcore2.Response`` from the direct path (see :class:`SamplingClient`), as
+    this module reads a response: the part of ``httpx2.Response`` it uses, with the same
+    meanings (``http_version`` a ``str``, ``headers`` an ``httpx2.Headers``), and no
+    wrapper around the body, whose chunks come from httpcore2 as they are."""
+
+    __slots__ = ("_core", "extensions", "headers", "http_version", "is_closed", "status_code")
+
+    def __init__(self, core: httpcore2.Response) -> None:
+        self._core = core
+        self.status_code = core.status
+        self.headers = httpx2.Headers(core.headers)
+        self.extensions = core.extensions
+        version = core.extensions.get("http_version", b"HTTP/1.1")
+        self.http_version = version.decode("ascii", errors="ignore")
+        self.is_closed = False
+
+    @property
+    def stream(self) -> object:
+        return self._core.stream
+
+    @property
+    def reason_phrase(self) -> str:
+        phrase = self.extensions.get("reason_phrase")
+        if isinstance(phrase, bytes):
+            return phrase.decode("ascii", errors="ignore")
+        return httpx2.codes.get_reason_phrase(self.status_code)
+
+    def aiter_raw(self) -> AsyncGenerator[bytes, None]:
+        chunks = self._core.stream
+        if not isinstance(chunks, AsyncIterable):  # pragma: no cover - httpcore2's async pool
+            raise TypeError("an async connection pool returned a sync body")
+        iterator = chunks.__aiter__()
+        if isinstance(iterator, AsyncGenerator):  # httpcore2's pool streams: no layer added
+            return iterator
+        return _chunks_of(iterator)
+
+    async def aclose(self) -> None:
+        if not self.is_closed:
+            self.is_closed = True
+            await self._core.aclose()
+
+
+async def _chunks_of(iterator: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
+    async for chunk in iterator:
+        yield chunk
+
+
+_AnyResponse: TypeAlias = "httpx2.Response | _CoreResponse"
+
+
+def _raw_chunks(response: _AnyResponse) -> AsyncGenerator[bytes, None]:
     """The undecoded body. A response whose body was read before it reached us (mock
     transports built with ``content=``/``json=``) is replayed from memory."""
-    if response.is_stream_consumed:
+    if type(response) is httpx2.Response and response.is_stream_consumed:
         try:
             return _already_read(response.content)
         except httpx2.ResponseNotRead:
@@ -107,29 +188,37 @@ def _raw_chunks(response: httpx2.Response) -> AsyncGenerator[bytes, None]:
 #: was read and only its end follows: the data chunk's CRLF, the last chunk (size 0) and
 #: the empty trailer section.
 _CHUNKED_END = b"\r\n0\r\n\r\n"
-#: The objects between an ``httpx2.Response`` of the default transport and its HTTP/1.1
-#: connection's h11 state, as ``(attribute, class name of the object it holds)``.
+#: The objects between a response's body and its HTTP/1.1 connection's h11 state, as
+#: ``(attribute, class name of the object it holds)``: from an ``httpx2.Response`` of the
+#: default transport to httpcore2's pool stream (:data:`_TO_POOL_STREAM`; a
+#: :class:`_CoreResponse`'s body is that stream), then on to h11 (:data:`_POOL_TO_H11`).
 #: httpcore2 keeps them private, so each step is checked and anything else (another
 #: transport, HTTP/2, a changed httpcore2) has no answer.
-_TO_H11 = (
+_TO_POOL_STREAM = (
     ("_stream", "AsyncResponseStream"),  # httpx2's BoundAsyncStream
     ("_httpcore_stream", "PoolByteStream"),  # httpx2's transport stream
+)
+_POOL_TO_H11 = (
     ("_stream", "HTTP11ConnectionByteStream"),  # httpcore2's pool stream
     ("_connection", "AsyncHTTP11Connection"),
     ("_h11_state", "Connection"),  # h11's
 )
 
 
-def _end_received(response: httpx2.Response) -> bool:
+def _end_received(response: _AnyResponse, downloaded: int) -> bool:
     """Whether the rest of ``response``'s body has arrived already, so that reading it to
     its end waits for nothing: only what h11 holds unparsed on the connection can say,
-    and only for HTTP/1.1 over httpx2's own transport (anything else answers ``False``).
+    and only for HTTP/1.1 over httpcore2's pool (anything else answers ``False``).
+    ``downloaded``: the body's bytes read so far, undecoded.
 
     The body's end is next when nothing is left of a ``content-length`` body, or when
     what is left unparsed of a chunked one is exactly the last chunk (h11 takes every
     byte of a data chunk that has arrived, so bytes left over mean that chunk ended)."""
     node: object = response.stream
-    for attribute, class_name in _TO_H11:
+    steps = (
+        _POOL_TO_H11 if type(node).__name__ == "PoolByteStream" else _TO_POOL_STREAM + _POOL_TO_H11
+    )
+    for attribute, class_name in steps:
         node = getattr(node, attribute, None)
         if type(node).__name__ != class_name:
             return False
@@ -139,9 +228,7 @@ def _end_received(response: httpx2.Response) -> bool:
     headers = response.headers
     length = headers.get("content-length")
     if length is not None:
-        return (
-            unparsed[0] == b"" and length.isdigit() and int(length) == response.num_bytes_downloaded
-        )
+        return unparsed[0] == b"" and length.isdigit() and int(length) == downloaded
     return unparsed[0] == _CHUNKED_END and "chunked" in headers.get("transfer-encoding", "")
 
 
@@ -228,7 +315,7 @@ class ResponseStream:
     """
 
     def __init__(
-        self, response: httpx2.Response, max_bytes: int, request_sent_at: float | None = None
+        self, response: _AnyResponse, max_bytes: int, request_sent_at: float | None = None
     ) -> None:
         self._response = response
         # This response's reads are timed by their bytes' arrival (and, HTTP/1.1, each
@@ -242,7 +329,9 @@ class ResponseStream:
         self.request_sent_at = request_sent_at
         self._raw: AsyncGenerator[bytes, None] | None = None
         self._decoder = _BodyDecoder(response.headers.get("content-encoding", ""), max_bytes)
-        #: The body was read to its end (httpx2 closed the response then).
+        #: The body's bytes read so far, undecoded.
+        self._downloaded = 0
+        #: The body was read to its end (and the response closed then).
         self._ended = False
         #: Taken out of its ``open_stream`` block (:meth:`detach`): the block leaves it open.
         self.detached = False
@@ -288,20 +377,31 @@ class ResponseStream:
                     chunk = await self._raw.__anext__()
                 except StopAsyncIteration:
                     self._ended = True
+                    if not self._response.is_closed:
+                        await self._close_ended()
                     raise
-                except httpx2.RequestError as exc:
+                except _REQUEST_ERRORS as exc:
                     raise SamplingClientError(classify_transport_error(exc)) from None
                 except httpx2.StreamError:
                     raise StopAsyncIteration from None  # closed: the block has exited
+                self._downloaded += len(chunk)
             decoded = self._decoder.feed(chunk)
             if decoded:
                 return decoded
+
+    async def _close_ended(self) -> None:
+        # httpx2 closes a response read to its end (giving its connection back to the
+        # pool); a direct one is closed here, the same way.
+        try:
+            await self._response.aclose()
+        except _REQUEST_ERRORS as exc:
+            raise SamplingClientError(classify_transport_error(exc)) from None
 
     def end_received(self) -> bool:
         """Whether what is left of the body has arrived already: :meth:`drain` would read
         it to its end without waiting for the network (HTTP/1.1 only; otherwise
         ``False``). The decoder's pending inflation, if any, is local work too."""
-        return self._ended or _end_received(self._response)
+        return self._ended or _end_received(self._response, self._downloaded)
 
     def detach(self) -> ResponseStream:
         """Take the response out of its :meth:`SamplingClient.open_stream` block: leaving
@@ -324,7 +424,7 @@ class ResponseStream:
     async def aclose(self) -> None:
         """Close the response (and its connection, if the body is unfinished). Idempotent."""
         if self._ended and self._response.is_closed:
-            return  # read to its end: httpx2 closed it and gave the connection back
+            return  # read to its end: closed then, the connection given back
         with trio.CancelScope(shield=True, relative_deadline=_CLOSE_TIMEOUT):
             raw = self._raw
             if raw is not None:
@@ -350,7 +450,7 @@ class _ConnectionTrace:
 
     __slots__ = ("_extensions", "_started_at", "connected", "sent", "sent_at")
 
-    def __init__(self, extensions: dict[str, object]) -> None:
+    def __init__(self, extensions: MutableMapping[str, Any]) -> None:
         self._extensions = extensions
         self.connected = False
         self.sent = False
@@ -379,19 +479,35 @@ class _ConnectionTrace:
             self.sent = True
 
 
-def _time_reads(client: httpx2.AsyncClient) -> bool:
-    """Put :class:`StampedTrioBackend` under ``client``'s own transport's connection pool,
-    for the connections it opens from now on. httpx2 builds that pool itself and does not
-    take a network backend, so this sets the pool's (private) backend attribute, each step
-    checked by type; anything else is left as it is (``False``: reads are timed when they
-    return)."""
+def _own_pool(client: httpx2.AsyncClient) -> httpcore2.AsyncConnectionPool | None:
+    """The httpcore2 connection pool under ``client``'s own default transport, which
+    httpx2 builds itself and keeps private; each step checked by type (anything else,
+    such as a transport of the caller's, has none)."""
     transport = getattr(client, "_transport", None)
     pool = getattr(transport, "_pool", None)
-    if not isinstance(transport, httpx2.AsyncHTTPTransport) or not isinstance(
-        pool, httpcore2.AsyncConnectionPool
+    if type(transport) is not httpx2.AsyncHTTPTransport or type(pool) is not (
+        httpcore2.AsyncConnectionPool
     ):
-        return False
-    if not isinstance(getattr(pool, "_network_backend", None), httpcore2.AsyncNetworkBackend):
+        return None
+    return pool
+
+
+def _to_own_pool(client: httpx2.AsyncClient, url: httpx2.URL) -> bool:
+    """Whether httpx2 would send a request for ``url`` through ``client``'s own default
+    transport (not through a proxy it mounted from the environment for it)."""
+    choose = getattr(client, "_transport_for_url", None)
+    return callable(choose) and choose(url) is getattr(client, "_transport", None)
+
+
+def _time_reads(client: httpx2.AsyncClient) -> bool:
+    """Put :class:`StampedTrioBackend` under ``client``'s own transport's connection pool,
+    for the connections it opens from now on. httpx2 does not take a network backend, so
+    this sets the pool's (private) backend attribute, checked by type; anything else is
+    left as it is (``False``: reads are timed when they return)."""
+    pool = _own_pool(client)
+    if pool is None or not isinstance(
+        getattr(pool, "_network_backend", None), httpcore2.AsyncNetworkBackend
+    ):
         return False
     pool._network_backend = StampedTrioBackend()
     return True
@@ -415,6 +531,18 @@ class _BorrowedTransport(httpx2.AsyncBaseTransport):
 _IDENTITY = (b"accept-encoding", b"identity")
 #: Headers ``httpx2.Request(content=...)`` adds itself unless they are given.
 _AUTO_HEADERS = frozenset({"host", "content-length", "transfer-encoding"})
+
+
+@attrs.frozen(eq=False)
+class _Address:
+    """One address (base URL, path, query) as requests to it are sent."""
+
+    url: httpx2.URL
+    #: Its ``Host`` header value.
+    host: bytes
+    #: The URL as httpcore2 takes it, when requests to it may take the direct path (it
+    #: goes to the client's own pool, not to a proxy mounted for it); else ``None``.
+    direct: httpcore2.URL | None
 
 
 @attrs.frozen(eq=False)
@@ -483,9 +611,7 @@ class _Exchange:
             index = load.index(min(load)) if len(load) > 1 else 0
             load[index] += 1
             try:
-                response, sent_at = await client._send(
-                    client._clients[index], request, self._headers_timeout
-                )
+                response, sent_at = await client._send(index, request, self._headers_timeout)
                 try:
                     await client._raise_for_status(response, config.timeouts.response_headers)
                     body = ResponseStream(response, config.max_response_bytes, sent_at)
@@ -538,6 +664,20 @@ class SamplingClient:
     ``transport`` replaces the network (``httpx2.MockTransport``, the emulator's
     ``EmulatorTransport``); pool and HTTP/2 settings then do not apply, and the transport
     stays the caller's to close.
+
+    **The direct path.** Each pool is an ``httpx2.AsyncClient``, and httpx2 builds the
+    client's settings (TLS, limits, HTTP/2, proxies from the environment) into
+    ``httpcore2`` connection pools. A request that needs nothing of httpx2 beyond them
+    (a POST whose URL goes to the client's own pool rather than a proxy, no cookie in the
+    jar) is handed to that ``httpcore2`` pool directly, as httpx2 would hand it: the
+    same headers in the same order, the same timeouts and trace, the same connection. It
+    skips httpx2's layers around the exchange and around every body chunk (about 0.25 ms
+    of CPU per 200-chunk stream: ``docs/benchmarks-actor.md``). httpcore2's errors are
+    classified as the httpx2 errors of the same names would be; a ``Set-Cookie`` is kept
+    in the client's jar as httpx2 would keep it (so later requests to its domain take
+    httpx2's path, which sends it); the request line httpx2 logs at INFO is logged by the
+    ``trio_sampler.http`` logger, the same text. Any other request (and every request
+    over a ``transport`` of the caller's) goes through ``httpx2.AsyncClient.send``.
     """
 
     def __init__(
@@ -579,6 +719,10 @@ class SamplingClient:
             )
             if holder is not None:
                 self._release_kernel_timestamps = weakref.finalize(self, holder.close)
+        #: Per pool, the ``httpcore2`` pool of the direct path (``None``: not taken).
+        self._pools = [
+            None if transport is not None else _own_pool(client) for client in self._clients
+        ]
         self._in_flight = [0] * shards
         #: Requests resent at once because a reused connection turned out to be closed
         #: by the server (the keep-alive race); never visible as a retry.
@@ -588,9 +732,7 @@ class SamplingClient:
             name.decode("latin-1").lower(): (name, value)
             for name, value in self._clients[0].headers.raw
         }
-        self._urls: dict[
-            tuple[str, str, tuple[tuple[str, str], ...]], tuple[httpx2.URL, bytes]
-        ] = {}
+        self._urls: dict[tuple[str, str, tuple[tuple[str, str], ...]], _Address] = {}
         #: Per config (and streaming or not): what its requests carry.
         self._prepared_by_config: ByIdentity[_Prepared] = ByIdentity(_MAX_CACHED_URLS)
         #: Per config and header set: the redactor of its requests.
@@ -650,11 +792,15 @@ class SamplingClient:
             redactor = self._redactors.put(config, self._redactor(config, headers), headers)
         return redactor
 
-    def _build(self, wire: WireRequest, config: SamplerConfig, *, stream: bool) -> httpx2.Request:
+    def _build(
+        self, wire: WireRequest, config: SamplerConfig, *, stream: bool
+    ) -> httpx2.Request | httpcore2.Request:
         """What ``AsyncClient.build_request`` would build, without its per-request merging
         (measured at about a third of a request's fixed cost): the client's default headers
         we did not set, in front; its cookies; the URL parsed once per address; the headers
-        every request of ``config`` carries merged once per config (:meth:`_prepared`)."""
+        every request of ``config`` carries merged once per config (:meth:`_prepared`).
+        A request for the direct path (see the class) is the ``httpcore2.Request`` that
+        httpx2's transport would make of it."""
         client = self._clients[0]
         try:
             prepared = self._prepared(config, stream)
@@ -667,7 +813,8 @@ class SamplingClient:
             headers["accept-encoding"] = _IDENTITY
             defaults = [pair for key, pair in self._default_headers.items() if key not in headers]
             extensions = {"timeout": dict(prepared.timeout)}
-            url, host = self._url(config.base_url, wire.path, config.query_params)
+            address = self._url(config.base_url, wire.path, config.query_params)
+            url = address.url
             if (
                 len(client.cookies)
                 or not _AUTO_HEADERS.isdisjoint(headers)
@@ -685,15 +832,20 @@ class SamplingClient:
                 )
             # The headers ``Request(content=...)`` adds, added here: the same request, but
             # the body needs no encoding step and the headers no second merge.
+            sent = [
+                (b"Host", address.host),
+                *defaults,
+                *headers.values(),
+                (b"Content-Length", b"%d" % len(wire.body)),
+            ]
+            if address.direct is not None:
+                return httpcore2.Request(
+                    b"POST", address.direct, headers=sent, content=wire.body, extensions=extensions
+                )
             request = httpx2.Request(
                 wire.method,
                 url,
-                headers=[
-                    (b"Host", host),
-                    *defaults,
-                    *headers.values(),
-                    (b"Content-Length", b"%d" % len(wire.body)),
-                ],
+                headers=sent,
                 stream=httpx2.ByteStream(wire.body),
                 extensions=extensions,
             )
@@ -720,45 +872,48 @@ class SamplingClient:
             config, _Prepared(headers, self._timeout(config).as_dict()), stream
         )
 
-    def _url(
-        self, base_url: str, path: str, params: tuple[tuple[str, str], ...]
-    ) -> tuple[httpx2.URL, bytes]:
-        """``base_url/path?params`` parsed, and its ``Host`` header value; cached per
-        address (a few per sampler; bounded anyway)."""
+    def _url(self, base_url: str, path: str, params: tuple[tuple[str, str], ...]) -> _Address:
+        """``base_url/path?params`` parsed, with its ``Host`` header value and whether it
+        may take the direct path; cached per address (a few per sampler; bounded anyway)."""
         key = (base_url, path, params)
         found = self._urls.get(key)
         if found is None:
             if len(self._urls) >= _MAX_CACHED_URLS:
                 self._urls.clear()
             url = httpx2.URL(f"{base_url}/{path.lstrip('/')}", params=list(params) or None)
-            found = self._urls[key] = (url, url.netloc)
+            direct = None
+            if self._pools[0] is not None and _to_own_pool(self._clients[0], url):
+                direct = httpcore2.URL(
+                    scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
+                )
+            found = self._urls[key] = _Address(url, url.netloc, direct)
         return found
 
     async def _send(
-        self, client: httpx2.AsyncClient, request: httpx2.Request, headers_timeout: float
-    ) -> tuple[httpx2.Response, float | None]:
-        """The response, and when the request's last byte was written (``None`` when
-        the transport does not say)."""
+        self, index: int, request: httpx2.Request | httpcore2.Request, headers_timeout: float
+    ) -> tuple[_AnyResponse, float | None]:
+        """The response from pool ``index``, and when the request's last byte was written
+        (``None`` when the transport does not say)."""
         try:
             # A bare scope rather than ``fail_after`` (the same, plus two context managers).
             with trio.CancelScope(relative_deadline=headers_timeout):
-                return await self._send_resending_stale(client, request)
+                return await self._send_resending_stale(index, request)
             # Left without a response: the scope caught its own deadline's cancellation.
             info = SamplingErrorInfo(
                 kind=SamplingErrorKind.IDLE_TIMEOUT,
                 message=f"no response headers within {headers_timeout:g} s",
                 retryable=True,
             )
-        except httpx2.RequestError as exc:
+        except _REQUEST_ERRORS as exc:
             # Not chained: an httpx exception holds the request, and the request the key.
             info = classify_transport_error(exc)
         raise SamplingClientError(info)
 
     async def _send_resending_stale(
-        self, client: httpx2.AsyncClient, request: httpx2.Request
-    ) -> tuple[httpx2.Response, float | None]:
-        """``client.send``, resending at once when a reused connection failed before any
-        response arrived.
+        self, index: int, request: httpx2.Request | httpcore2.Request
+    ) -> tuple[_AnyResponse, float | None]:
+        """Send (:meth:`_send_once`), resending at once when a reused connection failed
+        before any response arrived.
 
         The keep-alive race: a server closes a connection that sat idle in the pool just
         as a request is sent on it (the pool checks each idle connection before reuse, so
@@ -774,14 +929,45 @@ class SamplingClient:
             trace = _ConnectionTrace(request.extensions)
             request.extensions["trace"] = trace
             try:
-                return await client.send(request, stream=True), trace.sent_at
+                return await self._send_once(index, request), trace.sent_at
             except _STALE_CONNECTION_ERRORS:
                 if not trace.reused or resends >= STALE_CONNECTION_RESENDS:
                     raise
             resends += 1
             self.stale_connection_resends += 1
 
-    async def _raise_for_status(self, response: httpx2.Response, read_timeout: float) -> None:
+    async def _send_once(
+        self, index: int, request: httpx2.Request | httpcore2.Request
+    ) -> _AnyResponse:
+        """``request`` sent on pool ``index``: an ``httpcore2.Request`` straight to its
+        ``httpcore2`` pool (the direct path), any other through ``httpx2``."""
+        if isinstance(request, httpx2.Request):
+            return await self._clients[index].send(request, stream=True)
+        pool = self._pools[index]
+        assert pool is not None  # only built for a client that has one
+        response = _CoreResponse(await pool.handle_async_request(request))
+        # What httpx2 does with a response once it has one: keep its cookies, log it.
+        if "set-cookie" in response.headers:
+            url = bytes(request.url).decode("ascii")
+            self._clients[0].cookies.extract_cookies(
+                httpx2.Response(
+                    response.status_code,
+                    headers=response.headers,
+                    request=httpx2.Request("POST", url),
+                )
+            )
+        if _log.isEnabledFor(logging.INFO):
+            _log.info(
+                'HTTP Request: %s %s "%s %d %s"',
+                "POST",
+                bytes(request.url).decode("ascii"),
+                response.http_version,
+                response.status_code,
+                response.reason_phrase,
+            )
+        return response
+
+    async def _raise_for_status(self, response: _AnyResponse, read_timeout: float) -> None:
         if 200 <= response.status_code < 300:
             return
         body = bytearray()
@@ -793,7 +979,7 @@ class SamplingClient:
                         body += chunk
                         if len(body) >= MAX_ERROR_BODY_BYTES:
                             break
-            except (httpx2.RequestError, httpx2.StreamError):
+            except (*_REQUEST_ERRORS, httpx2.StreamError):
                 pass
         encoding = response.headers.get("content-encoding", "")
         try:

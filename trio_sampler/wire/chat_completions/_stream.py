@@ -191,10 +191,12 @@ class ChatCompletionsTransform(StreamTransform):
                         texts.append(content)
                         continue
                 try:
-                    payload = loads(item)
+                    # ``[DONE]`` (no JSON text starts so) is not parsed: a failed parse
+                    # builds an exception, which costs more than a whole chunk's parse.
+                    payload = loads(item) if item[:6] != b"[DONE]" else _NOT_JSON
                 except orjson.JSONDecodeError:
                     pass  # not JSON (``[DONE]``, a blank field) or not UTF-8: below
-                else:
+                if payload is not _NOT_JSON:
                     content = _plain_text(payload) if ready else None
                     if content is not None:
                         texts.append(content)
