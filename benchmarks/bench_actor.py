@@ -399,10 +399,14 @@ class Contender:
         script: str,
         *,
         headers: dict[str, str] | None = None,
+        through_httpx2: bool = False,
     ) -> None:
         self.impl = impl
         self.origin = origin
         self.tokens = tokens
+        #: Ours over a transport of its own (``httpx2.AsyncClient.send``), not the
+        #: client's direct path to its ``httpcore2`` pools: for an A/B of that path.
+        self.through_httpx2 = through_httpx2
         #: The emulator reads its script from these; ``headers`` replaces them (another server).
         self.headers = (
             {"x-emulator-script": script, "x-emulator-bench": "1"} if headers is None else headers
@@ -445,7 +449,15 @@ class Contender:
 
     async def run(self, body: Callable[[], Awaitable[None]]) -> None:
         """Open the contender's client for the duration of ``body``."""
-        if self.impl == "ours":
+        if self.impl == "ours" and self.through_httpx2:
+            limits = httpx2.Limits(max_connections=None, max_keepalive_connections=64)
+            async with (
+                httpx2.AsyncHTTPTransport(limits=limits) as transport,
+                open_sampler(self.sampler_config(), transport=transport) as handle,
+            ):
+                self.handle = handle
+                await body()
+        elif self.impl == "ours":
             async with open_sampler(self.sampler_config()) as handle:
                 self.handle = handle
                 await body()
@@ -677,8 +689,11 @@ async def cell_per_request_paired(spec: dict[str, Any]) -> dict[str, Any]:
     tokens, requests = int(spec["tokens"]), int(spec["requests"])
     warmup, block = int(spec["warmup"]), int(spec["block"])
     headers = {"x-bench-events": str(tokens), "x-bench-chunk-chars": "4"}
+    through_httpx2 = bool(spec.get("through_httpx2"))
     contenders = {
-        impl: Contender(impl, spec["origin"], tokens, "", headers=headers)
+        impl: Contender(
+            impl, spec["origin"], tokens, "", headers=headers, through_httpx2=through_httpx2
+        )
         for impl in ("ours", "floor")
     }
     recs: dict[str, list[Rec]] = {"ours": [], "floor": []}
@@ -1744,6 +1759,9 @@ def run_per_request(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {
         "server": "benchmarks/sse_server.py (asyncio, pre-rendered, chunked, keep-alive)",
         "method": "paired: ours and the floor in one process, in alternating blocks",
+        # "direct": the client's direct path to its httpcore2 pools (the default);
+        # "httpx2": ours over a transport of its own, through httpx2.AsyncClient.send.
+        "ours_path": "httpx2" if args.per_request_through_httpx2 else "direct",
         "concurrency": 1,
         "warmup": PER_REQUEST_WARMUP,
         "block": PER_REQUEST_BLOCK,
@@ -1763,6 +1781,7 @@ def run_per_request(args: argparse.Namespace) -> dict[str, Any]:
                     "warmup": PER_REQUEST_WARMUP,
                     "block": PER_REQUEST_BLOCK,
                     "origin": server.origin,
+                    "through_httpx2": args.per_request_through_httpx2,
                 }
                 cell = run_cell(spec)
                 if "failed" in cell:
@@ -2020,6 +2039,8 @@ def print_per_request(per_request: dict[str, Any]) -> None:
         return
     load = per_request.get("load_average_before") or [math.nan]
     method = per_request.get("method", "each contender in its own process")
+    if per_request.get("ours_path") == "httpx2":
+        method += "; ours through httpx2.AsyncClient.send"
     print(
         f"\nper request (C=1, {per_request['server']}; {method}; medians of "
         f"{per_request['repeats']} repeats; load average {load[0]:.2f} before)"
@@ -2144,6 +2165,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=int,
         default=None,
         help=f"alternating repeats of the per-request cells ({PER_REQUEST_REPEATS}; quick 1)",
+    )
+    parser.add_argument(
+        "--per-request-through-httpx2",
+        action="store_true",
+        help="run ours in the per-request cells over a transport of its own (through "
+        "httpx2.AsyncClient.send, not the client's direct path): an A/B of that path",
     )
     parser.add_argument(
         "--profile",
