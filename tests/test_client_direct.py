@@ -12,17 +12,30 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import attrs
 import httpx2
+import hypercorn.config
+import hypercorn.trio
 import pytest
 import trio
+import trustme
 from fakes import http11_sse_response, make_config
+from log_capture import LogCapture
 from loopback import read_request, serve
 
 from trio_sampler.client import SamplingClient, SamplingClientError
-from trio_sampler.config import RetryPolicy, SamplerConfig, Timeouts
-from trio_sampler.types import SamplingErrorInfo, SamplingErrorKind
+from trio_sampler.config import AuthScheme, RetryPolicy, SamplerConfig, Timeouts
+from trio_sampler.emulator import EmulatorApp
+from trio_sampler.types import (
+    ApiBackend,
+    ConversationRequest,
+    SamplingErrorInfo,
+    SamplingErrorKind,
+    User,
+)
+from trio_sampler.wire import BuildOptions, build_request
 from trio_sampler.wire._request import WireRequest
 
 WIRE = WireRequest(
@@ -65,13 +78,20 @@ async def answer(stream: trio.SocketStream, _: Server) -> None:
 
 
 def config_for(base_url: str, **changes: object) -> SamplerConfig:
+    """Small timeouts (the failures' servers stall), unless ``changes`` has its own."""
     return make_config(
-        base_url=base_url,
-        api_key=SECRET,
-        retry=RetryPolicy(max_retries=0),
-        timeouts=Timeouts(connect=2.0, response_headers=0.3, first_token=0.3, idle=0.3),
-        **changes,
+        **{
+            "base_url": base_url,
+            "api_key": SECRET,
+            "retry": RetryPolicy(max_retries=0),
+            "timeouts": Timeouts(connect=2.0, response_headers=0.3, first_token=0.3, idle=0.3),
+            **changes,
+        }
     )
+
+
+#: For the TLS tests: a handshake on a busy machine may take longer than the stalls' bound.
+TLS_TIMEOUTS = Timeouts(connect=10.0, response_headers=10.0, first_token=10.0, idle=10.0)
 
 
 @asynccontextmanager
@@ -237,3 +257,80 @@ async def test_a_refused_connection_is_classified_as_it_is_through_httpx2() -> N
     assert direct == through_httpx2
     assert direct.kind is SamplingErrorKind.TRANSPORT and direct.retryable
     assert direct.message.startswith("could not connect to the server")
+
+
+@asynccontextmanager
+async def tls_emulator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
+    """The emulator under Hypercorn over TLS, offering HTTP/2 (ALPN ``h2``) and
+    HTTP/1.1, with a certificate the clients trust (``SSL_CERT_FILE``, which the client's
+    TLS context reads as httpx2's does); yields its base URL."""
+    authority = trustme.CA()
+    certificate = authority.issue_cert("127.0.0.1")
+    cert_file, key_file, ca_file = (tmp_path / name for name in ("cert.pem", "key.pem", "ca.pem"))
+    certificate.private_key_and_cert_chain_pem.write_to_path(str(cert_file))
+    certificate.private_key_pem.write_to_path(str(key_file))
+    authority.cert_pem.write_to_path(str(ca_file))
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+    served = hypercorn.config.Config()
+    served.bind = ["127.0.0.1:0"]
+    served.certfile, served.keyfile = str(cert_file), str(key_file)
+    served.alpn_protocols = ["h2", "http/1.1"]
+    served.accesslog = None
+    async with trio.open_nursery() as nursery:
+        (bound,) = await nursery.start(hypercorn.trio.serve, EmulatorApp(), served)
+        yield bound + "/v1"
+        nursery.cancel_scope.cancel()
+
+
+def emulator_wire(backend: ApiBackend) -> WireRequest:
+    return build_request(
+        backend, ConversationRequest(items=[User("hello")]), BuildOptions(model="emulator-chat")
+    )
+
+
+async def test_http2_over_tls_takes_the_direct_path_as_httpx2_takes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``http2=True`` a TLS server that offers HTTP/2 is spoken to in HTTP/2 on the
+    direct path, and the answer is the one httpx2's way gets; the end of an HTTP/2 body
+    is never guessed from h11's buffer (there is none)."""
+    wire = emulator_wire(ApiBackend.CHAT_COMPLETIONS)
+    bodies = []
+    async with tls_emulator(tmp_path, monkeypatch) as base_url:
+        config = config_for(base_url, http2=True, timeouts=TLS_TIMEOUTS)
+        async with (
+            httpx2.AsyncHTTPTransport(http2=True, verify=httpx2.create_ssl_context()) as transport,
+            SamplingClient(config) as direct,
+            SamplingClient(config, transport=transport) as through_httpx2,
+        ):
+            assert direct._url(config.base_url, wire.path, ()).direct is not None
+            for client in (direct, through_httpx2, direct):
+                async with client.open_stream(wire) as stream:
+                    assert stream._response.http_version == "HTTP/2"
+                    assert not stream.end_received()
+                    bodies.append(b"".join([chunk async for chunk in stream]))
+    assert bodies[0] == bodies[1] == bodies[2]
+    assert b'"content"' in bodies[0] and bodies[0].endswith(b"data: [DONE]\n\n")
+
+
+@pytest.mark.parametrize("backend", [ApiBackend.CHAT_COMPLETIONS, ApiBackend.MESSAGES])
+async def test_no_key_in_the_http2_stacks_debug_records(
+    backend: ApiBackend,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    debug_logs: LogCapture,
+) -> None:
+    """Over HTTP/2 the request's headers go through ``h2`` and ``hpack``, whose DEBUG
+    records show header values (hpack hides only the headers marked sensitive, and
+    ``x-api-key`` is not): the client's log filter covers those loggers too."""
+    wire = emulator_wire(backend)
+    async with tls_emulator(tmp_path, monkeypatch) as base_url:
+        auth = AuthScheme.X_API_KEY if backend is ApiBackend.MESSAGES else AuthScheme.BEARER
+        config = config_for(
+            base_url, http2=True, backend=backend, auth_scheme=auth, timeouts=TLS_TIMEOUTS
+        )
+        async with SamplingClient(config) as client, client.open_stream(wire) as stream:
+            assert stream._response.http_version == "HTTP/2"
+            assert [chunk async for chunk in stream]
+    assert any(name.startswith("hpack") for name in debug_logs.names)
+    assert not [text for text in debug_logs.texts if SECRET in text]

@@ -629,16 +629,21 @@ def redactor_for(credentials: tuple[tuple[str, str], ...]) -> Redactor:
 # Logs
 # ---------------------------------------------------------------------------------------
 
-#: The loggers whose records may carry request data: ours and the HTTP stack's.
-LOGGER_NAMES: Final = ("trio_sampler", "httpx2", "httpcore2")
-# httpcore2 logs on these children (a filter on a logger does not see its children's
-# records, so each gets the filter itself).
+#: The loggers whose records may carry request data: ours and the HTTP stack's
+#: (``hpack``, under HTTP/2, logs each header it encodes at DEBUG, with its value unless
+#: the header is marked sensitive, which ``x-api-key`` is not).
+LOGGER_NAMES: Final = ("trio_sampler", "httpx2", "httpcore2", "hpack")
+# The HTTP stack logs on these children (a filter on a logger does not see its children's
+# records, so each gets the filter itself); listed because they may not exist yet when
+# a client is built (hpack is imported with the first HTTP/2 connection).
 _KNOWN_CHILDREN = (
     "httpcore2.connection",
     "httpcore2.http11",
     "httpcore2.http2",
     "httpcore2.proxy",
     "httpcore2.socks",
+    "hpack.hpack",
+    "hpack.table",
 )
 _MAX_REDACTORS = 64
 

@@ -14,8 +14,9 @@ Security properties (design §4.7):
   :class:`SamplingClientError` is scrubbed of the exact credentials of its request (any
   form; see ``trio_sampler._redact``).
 * While the client is open, a logging filter scrubs the records of the ``trio_sampler``,
-  ``httpx2`` and ``httpcore2`` loggers the same way (httpx2 logs every URL at INFO,
-  httpcore2 raw response headers at DEBUG); :meth:`SamplingClient.aclose` removes it.
+  ``httpx2``, ``httpcore2`` and ``hpack`` loggers the same way (httpx2 logs every URL at INFO,
+  httpcore2 raw response headers at DEBUG, hpack, under HTTP/2, each request header it
+  encodes at DEBUG); :meth:`SamplingClient.aclose` removes it.
 * Redirects are never followed: a 3xx is an error, so credentials never go to another host.
 * Streams ask for ``accept-encoding: identity``: a compressed body could expand a few KiB
   into gigabytes (a gzip bomb) inside the HTTP library, before our size cap sees it. A
