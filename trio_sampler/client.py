@@ -499,12 +499,11 @@ def _to_own_pool(client: httpx2.AsyncClient, url: httpx2.URL) -> bool:
     return callable(choose) and choose(url) is getattr(client, "_transport", None)
 
 
-def _time_reads(client: httpx2.AsyncClient) -> bool:
-    """Put :class:`StampedTrioBackend` under ``client``'s own transport's connection pool,
-    for the connections it opens from now on. httpx2 does not take a network backend, so
-    this sets the pool's (private) backend attribute, checked by type; anything else is
-    left as it is (``False``: reads are timed when they return)."""
-    pool = _own_pool(client)
+def _time_reads(pool: httpcore2.AsyncConnectionPool | None) -> bool:
+    """Put :class:`StampedTrioBackend` under a client's own connection pool (see
+    :func:`_own_pool`), for the connections it opens from now on. httpx2 does not take a
+    network backend, so this sets the pool's (private) backend attribute, checked by
+    type; anything else is left as it is (``False``: reads are timed when they return)."""
     if pool is None or not isinstance(
         getattr(pool, "_network_backend", None), httpcore2.AsyncNetworkBackend
     ):
@@ -708,21 +707,19 @@ class SamplingClient:
             )
             for _ in range(shards)
         ]
+        #: Per pool, the ``httpcore2`` pool of the direct path (``None``: not taken).
+        self._pools = [
+            None if transport is not None else _own_pool(client) for client in self._clients
+        ]
         # Kept open while the client is, so the kernel stamps from the first read on;
         # closed by ``aclose``, or when a client that was never closed is collected.
         self._release_kernel_timestamps: Callable[[], object] | None = None
         if transport is None and config.receive_timestamps:
             holder = (
-                hold_kernel_timestamps()
-                if all(_time_reads(client) for client in self._clients)
-                else None
+                hold_kernel_timestamps() if all(_time_reads(pool) for pool in self._pools) else None
             )
             if holder is not None:
                 self._release_kernel_timestamps = weakref.finalize(self, holder.close)
-        #: Per pool, the ``httpcore2`` pool of the direct path (``None``: not taken).
-        self._pools = [
-            None if transport is not None else _own_pool(client) for client in self._clients
-        ]
         self._in_flight = [0] * shards
         #: Requests resent at once because a reused connection turned out to be closed
         #: by the server (the keep-alive race); never visible as a retry.

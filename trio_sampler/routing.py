@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
 
+from ._percentile import percentile
 from .config import SamplerConfig
 from .types import Assistant, ConversationRequest, SamplingErrorInfo, SamplingErrorKind, User
 
@@ -522,9 +523,7 @@ def hedge_delay(policy: HedgePolicy, recent_ttft_s: Sequence[float]) -> float:
     """The hedge delay given the route's recent times to first token. Pure."""
     if policy.percentile is None or len(recent_ttft_s) < policy.min_samples:
         return policy.delay_s
-    ordered = sorted(recent_ttft_s)
-    rank = max(1, math.ceil(policy.percentile * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
+    return percentile(sorted(recent_ttft_s), policy.percentile)
 
 
 # -- the policy ------------------------------------------------------------------------

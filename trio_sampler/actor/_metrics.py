@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import itertools
-import math
 
+from .._percentile import percentile
 from ..types import (
     AttemptOutcome,
     AttemptRecord,
@@ -19,12 +19,6 @@ __all__ = ["AttemptMetrics", "MetricsRecorder", "percentile", "sum_usage"]
 
 
 _CANCELLED = AttemptOutcome.CANCELLED
-
-
-def percentile(sorted_values: list[float], fraction: float) -> float:
-    """Nearest-rank percentile of an ascending list (``fraction`` in (0, 1])."""
-    rank = max(1, math.ceil(fraction * len(sorted_values)))
-    return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
 def sum_usage(usages: list[Usage]) -> Usage | None:

@@ -20,9 +20,10 @@ values) and cleared with ``DELETE`` (see ``docs/emulator.md``).
 from __future__ import annotations
 
 import collections
-import math
 import os
 from typing import Any, Final
+
+from .._percentile import percentile
 
 __all__ = ["MAX_SAMPLES", "PERCENTILES", "Punctuality"]
 
@@ -86,19 +87,10 @@ class Punctuality:
 def _summary(values: collections.deque[float]) -> dict[str, Any]:
     ordered = sorted(values)
     summary: dict[str, Any] = {"count": len(ordered)}
-    for percentile in PERCENTILES:
-        summary[f"p{percentile:g}"] = _ms(_percentile(ordered, percentile))
+    for wanted in PERCENTILES:
+        summary[f"p{wanted:g}"] = _ms(percentile(ordered, wanted / 100) if ordered else None)
     summary["max"] = _ms(ordered[-1] if ordered else None)
     return summary
-
-
-def _percentile(ordered: list[float], percentile: float) -> float | None:
-    """The nearest-rank percentile of ``ordered`` (sorted): the smallest value with at
-    least ``percentile`` % of the values at or below it."""
-    if not ordered:
-        return None
-    rank = max(1, math.ceil(percentile / 100 * len(ordered)))
-    return ordered[rank - 1]
 
 
 def _ms(seconds: float | None) -> float | None:
