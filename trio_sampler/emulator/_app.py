@@ -665,9 +665,9 @@ async def _emit(
     frames: list[bytes],
     plan: AttemptPlan,
     delay: float,
-    pacing: TokenPacing | None = None,
-    arrived: float = 0.0,
-    punctuality: Punctuality | None = None,
+    pacing: TokenPacing | None,
+    arrived: float,
+    punctuality: Punctuality,
 ) -> None:
     """Send ``frames`` with the attempt's pacing and outcome faults applied.
 
@@ -678,8 +678,6 @@ async def _emit(
     token back), woken by a :class:`DeadlineTimer`; other events go out right after the
     one before them. Each paced delta's write is noted in ``punctuality``.
     """
-    if punctuality is None:
-        punctuality = Punctuality()
     with DeadlineTimer() as timer:
         await _emit_frames(
             send, renderer, reply, view, frames, plan, delay, pacing, arrived, timer, punctuality
