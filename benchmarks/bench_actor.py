@@ -41,7 +41,10 @@ milliseconds, both see the same machine: in separate processes a minute apart th
 own CPU per 200-delta request moved between 1.24 and 2.39 ms. Five repeats, each a fresh
 process; the result per size is the median over the repeats of ours ÷ floor (CPU) and
 ours − floor (TTFT), with the block pairs' quartiles beside it. The load average is
-recorded before and after. ``--only per_request`` runs just these cells.
+recorded before and after. ``--only per_request`` runs just these cells. A third
+contender takes its turn between the two, the skeleton (``Skeleton``): the shape of ours'
+contract alone on the floor's parsing; ours minus the skeleton is what the rest of ours'
+work costs.
 
 **Against the openai SDK** (``run_vs_sdk``): the same independent server, ``C`` = 200
 streams of 2,000 text deltas at once, ours, the floor and the openai SDK each in a fresh
@@ -76,10 +79,11 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import httpcore2
 import httpx2
 import orjson
 import trio
@@ -100,6 +104,7 @@ from trio_sampler.types import (
     ConversationRequest,
     Failed,
     Retrying,
+    SamplingChannel,
     User,
 )
 
@@ -388,6 +393,113 @@ class StartCounter:
             self.all_started.set()
 
 
+class _SkeletonEnd:
+    """The skeleton's terminal: one object, after every delta."""
+
+    __slots__ = ()
+
+
+_SKELETON_END = _SkeletonEnd()
+_SKELETON_TIMEOUT_S = 300.0
+
+
+class Skeleton:
+    """The shape of ours' contract alone, on the floor's parsing (the per-request cells'
+    third contender): what any sampler that keeps that shape pays before it does anything
+    else.
+
+    Per request, as ours: a task of its own in a nursery opened beside the consumer, with a
+    cancel scope of its own; the request handed to an ``httpcore2`` pool directly (ours'
+    direct path, the same headers as the floor's); a timeout scope around every read; each
+    text delta a ``ChannelToken``, the deltas of a read sent as one batch over a memory
+    channel; one terminal object at the end; the consumer reading the events one at a
+    time through an async iterator. Nothing else: no rendering of a conversation, no
+    transform state, no response, metrics, redaction, retry, routing or pacing. Ours
+    minus the skeleton is what all of that costs."""
+
+    def __init__(self, origin: str, headers: dict[str, str], body: bytes) -> None:
+        self.url = httpcore2.URL(origin + "/v1/chat/completions")
+        host = origin.split("://", 1)[1].encode()
+        self.headers = [
+            (b"Host", host),
+            *((name.encode(), value.encode()) for name, value in headers.items()),
+            (b"Content-Length", b"%d" % len(body)),
+        ]
+        self.body = body
+        self.timeout = {
+            "connect": 120.0,
+            "read": _SKELETON_TIMEOUT_S,
+            "write": _SKELETON_TIMEOUT_S,
+            "pool": None,
+        }
+        self.pool: httpcore2.AsyncConnectionPool | None = None
+        self.nursery: trio.Nursery | None = None
+
+    async def run(self, body: Callable[[], Awaitable[None]]) -> None:
+        async with (
+            httpcore2.AsyncConnectionPool(
+                max_connections=None, max_keepalive_connections=64
+            ) as self.pool,
+            trio.open_nursery() as self.nursery,
+        ):
+            await body()
+
+    def submit(self) -> AsyncIterator[object]:
+        assert self.nursery is not None
+        send, receive = trio.open_memory_channel[list[object]](math.inf)
+        self.nursery.start_soon(self._request, send, trio.CancelScope())
+        return self._events(receive)
+
+    @staticmethod
+    async def _events(receive: trio.MemoryReceiveChannel[list[object]]) -> AsyncIterator[object]:
+        async with receive:
+            async for batch in receive:
+                for event in batch:
+                    yield event
+
+    async def _request(
+        self, send: trio.MemorySendChannel[list[object]], scope: trio.CancelScope
+    ) -> None:
+        assert self.pool is not None
+        with send, scope:
+            request = httpcore2.Request(
+                b"POST",
+                self.url,
+                headers=self.headers,
+                content=self.body,
+                extensions={"timeout": self.timeout},
+            )
+            response = await self.pool.handle_async_request(request)
+            try:
+                # The pool's own body iterator, as ours' direct path reads it.
+                chunks = cast("AsyncIterable[bytes]", response.stream).__aiter__()
+                pending = b""
+                index = 0
+                while True:
+                    with trio.move_on_after(_SKELETON_TIMEOUT_S):
+                        try:
+                            raw = await chunks.__anext__()
+                        except StopAsyncIteration:
+                            break
+                    frames = (pending + raw).split(b"\n\n")
+                    pending = frames.pop()
+                    batch: list[object] = []
+                    for frame in frames:
+                        if not frame.startswith(b"data: ") or frame[6:] == b"[DONE]":
+                            continue
+                        choices = orjson.loads(frame[6:])["choices"]
+                        if choices and (text := choices[0]["delta"].get("content")):
+                            index += 1
+                            batch.append(
+                                ChannelToken("req_skeleton", SamplingChannel.TEXT, text, index)
+                            )
+                    if batch:
+                        send.send_nowait(batch)
+            finally:
+                await response.aclose()
+            send.send_nowait([_SKELETON_END])
+
+
 class Contender:
     """Opens what a contender needs (an actor, a client) and runs one stream on it."""
 
@@ -413,6 +525,7 @@ class Contender:
         )
         self.handle: SamplerHandle | None = None
         self.http: httpx2.AsyncClient | None = None
+        self.skeleton: Skeleton | None = None
         # The SDKs are imported only by their own cells: each cell's process loads just its
         # contender's library, as an application would (a bigger heap makes every full
         # garbage collection slower, which would tax whichever contender ran beside it).
@@ -465,6 +578,10 @@ class Contender:
             async with self.http_client() as http:
                 self.http = http
                 await body()
+        elif self.impl == "skeleton":
+            headers = {**self.headers, "content-type": "application/json"}
+            self.skeleton = Skeleton(self.origin, headers, self.floor_body)
+            await self.skeleton.run(body)
         elif self.impl == "openai":
             import openai
 
@@ -510,6 +627,8 @@ class Contender:
                 await self._ours(rec, started, on_stream)
             elif self.impl == "floor":
                 await self._floor(rec, started)
+            elif self.impl == "skeleton":
+                await self._skeleton(rec, started)
             elif self.impl == "openai":
                 await self._openai(rec, started)
             else:
@@ -577,6 +696,16 @@ class Contender:
                     choices = orjson.loads(data)["choices"]
                     if choices and choices[0]["delta"].get("content"):
                         self._token(rec, started)
+
+    async def _skeleton(self, rec: Rec, started: Callable[[], None] | None) -> None:
+        assert self.skeleton is not None
+        events = self.skeleton.submit()
+        await trio.lowlevel.checkpoint()  # as ``submit``: a checkpoint, then the stream
+        async for event in events:
+            if type(event) is ChannelToken:
+                self._token(rec, started)
+            elif event is _SKELETON_END:
+                rec.ok = True
 
     async def _openai(self, rec: Rec, started: Callable[[], None] | None) -> None:
         assert self.openai is not None
@@ -675,7 +804,8 @@ async def cell_throughput(spec: dict[str, Any]) -> dict[str, Any]:
 async def cell_per_request_paired(spec: dict[str, Any]) -> dict[str, Any]:
     """Ours and the floor in one process, taking turns in blocks of ``block`` streams of
     ``tokens`` text deltas (C = 1) against the independent server, floor first in even
-    blocks and ours first in odd ones, after ``warmup`` unmeasured streams of each.
+    blocks and ours first in odd ones, after ``warmup`` unmeasured streams of each. The
+    :class:`Skeleton` (ours' contract's shape alone) takes its turn between them.
 
     Each contender's CPU is the sum of ``time.process_time()`` over its own blocks (ours
     includes its background work: the actor, the drain of each body's end), so a change
@@ -694,9 +824,9 @@ async def cell_per_request_paired(spec: dict[str, Any]) -> dict[str, Any]:
         impl: Contender(
             impl, spec["origin"], tokens, "", headers=headers, through_httpx2=through_httpx2
         )
-        for impl in ("ours", "floor")
+        for impl in ("ours", "skeleton", "floor")
     }
-    recs: dict[str, list[Rec]] = {"ours": [], "floor": []}
+    recs: dict[str, list[Rec]] = {impl: [] for impl in contenders}
     spent: dict[str, dict[str, float]] = {
         impl: {"cpu_s": 0.0, "wall_s": 0.0, "gc_s": 0.0, "gen0": 0.0} for impl in contenders
     }
@@ -708,7 +838,9 @@ async def cell_per_request_paired(spec: dict[str, Any]) -> dict[str, Any]:
                 await _warm_up(contender)
         gc.collect()
         for number in range(math.ceil(requests / block)):
-            order = ("floor", "ours") if number % 2 == 0 else ("ours", "floor")
+            order = (
+                ("floor", "skeleton", "ours") if number % 2 == 0 else ("ours", "skeleton", "floor")
+            )
             this_block: dict[str, float] = {}
             for impl in order:
                 batch = [Rec() for _ in range(block)]
@@ -727,8 +859,11 @@ async def cell_per_request_paired(spec: dict[str, Any]) -> dict[str, Any]:
             if this_block["floor"] > 0:
                 block_ratios.append(this_block["ours"] / this_block["floor"])
 
+    async def with_skeleton() -> None:
+        await contenders["skeleton"].run(body)
+
     async def with_floor() -> None:
-        await contenders["floor"].run(body)
+        await contenders["floor"].run(with_skeleton)
 
     await contenders["ours"].run(with_floor)
     out: dict[str, Any] = {"tokens": tokens, "block": block, "block_ratios": block_ratios}
@@ -754,9 +889,11 @@ async def cell_per_request_paired(spec: dict[str, Any]) -> dict[str, Any]:
             "ttft_p90_ms": percentile(ttft, 0.9),
             "headers_p50_ms": percentile(to_headers, 0.5),
         }
-    out["cpu_vs_floor"] = (
-        spent["ours"]["cpu_s"] / spent["floor"]["cpu_s"] if spent["floor"]["cpu_s"] else None
-    )
+    for impl in ("ours", "skeleton"):
+        key = "cpu_vs_floor" if impl == "ours" else f"{impl}_cpu_vs_floor"
+        out[key] = (
+            spent[impl]["cpu_s"] / spent["floor"]["cpu_s"] if spent["floor"]["cpu_s"] else None
+        )
     return out
 
 
@@ -1791,23 +1928,26 @@ def run_per_request(args: argparse.Namespace) -> dict[str, Any]:
                 else:
                     pair = {
                         "ours": cell["ours"],
+                        "skeleton": cell["skeleton"],
                         "floor": cell["floor"],
                         "block_ratios": cell["block_ratios"],
                     }
-                    for impl in ("ours", "floor"):
+                    for impl in ("ours", "skeleton", "floor"):
                         one = cell[impl]
                         print(
-                            f"per request, {tokens:>5} deltas, {impl:<5} "
+                            f"per request, {tokens:>5} deltas, {impl:<8} "
                             f"{one['cpu_ms_per_request']:.3f} ms CPU/request  "
                             f"{one['cpu_us_per_event']:.2f} µs/ev  "
                             f"TTFT p50 {one['ttft_p50_ms']:.3f} ms  "
-                            f"headers p50 {one['headers_p50_ms']:.3f} ms  "
+                            f"headers p50 {_fmt(one['headers_p50_ms'], '.3f')} ms  "
                             f"gen0/req {one['gen0_per_request']:.2f}  errors {one['errors']}",
                             file=sys.stderr,
                             flush=True,
                         )
                     print(f"per request, {tokens:>5} deltas: ours / floor "
-                          f"{cell['cpu_vs_floor']:.2f}", file=sys.stderr, flush=True)  # fmt: skip
+                          f"{cell['cpu_vs_floor']:.2f}, skeleton / floor "
+                          f"{cell['skeleton_cpu_vs_floor']:.2f}",
+                          file=sys.stderr, flush=True)  # fmt: skip
                 runs.append(pair)
             out["sizes"][str(tokens)] = {"requests": requests, "runs": runs, **_summary(runs)}
     finally:
@@ -1836,6 +1976,17 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     summary["cpu_vs_floor"] = _median(
         [p["ours"]["cpu_ms_per_request"] / p["floor"]["cpu_ms_per_request"] for p in pairs]
     )
+    # The contract's shape alone (``Skeleton``; runs from before it have none).
+    shaped = [p for p in pairs if "skeleton" in p and good(p["skeleton"])]
+    if shaped:
+        for key in ("cpu_ms_per_request", "ttft_p50_ms"):
+            summary[f"skeleton_{key}"] = _median([p["skeleton"][key] for p in shaped])
+        summary["skeleton_cpu_vs_floor"] = _median(
+            [p["skeleton"]["cpu_ms_per_request"] / p["floor"]["cpu_ms_per_request"] for p in shaped]
+        )
+        summary["ours_over_skeleton_ms"] = _median(
+            [p["ours"]["cpu_ms_per_request"] - p["skeleton"]["cpu_ms_per_request"] for p in shaped]
+        )
     summary["added_ttft_p50_ms"] = _median(
         [p["ours"]["ttft_p50_ms"] - p["floor"]["ttft_p50_ms"] for p in pairs]
     )
@@ -2067,6 +2218,27 @@ def print_per_request(per_request: dict[str, Any]) -> None:
             f"| {_fmt(size['floor_gen0_per_request'], '.2f'):>14} "
             f"| {_fmt(size.get('cpu_vs_floor_of_minima'), '.2f'):>20} |"
         )
+    if any("skeleton_cpu_vs_floor" in size for size in per_request["sizes"].values()):
+        print(
+            "\nthe contract's shape alone (the skeleton: a task, a channel, ChannelToken "
+            "batches, a terminal, over the direct path), against ours and the floor:"
+        )
+        print(
+            "| deltas | floor CPU ms/req | skeleton CPU ms/req | skeleton × floor "
+            "| ours CPU ms/req | ours × floor | ours − skeleton ms |"
+        )
+        print("|" + "---|" * 7)
+        for tokens, size in per_request["sizes"].items():
+            if "skeleton_cpu_vs_floor" not in size:
+                continue
+            print(
+                f"| {int(tokens):>6,} | {_fmt(size['floor_cpu_ms_per_request'], '.3f'):>16} "
+                f"| {_fmt(size['skeleton_cpu_ms_per_request'], '.3f'):>19} "
+                f"| {_fmt(size['skeleton_cpu_vs_floor'], '.2f'):>16} "
+                f"| {_fmt(size['ours_cpu_ms_per_request'], '.3f'):>15} "
+                f"| {_fmt(size['cpu_vs_floor'], '.2f'):>12} "
+                f"| {_fmt(size['ours_over_skeleton_ms'], '+.3f'):>18} |"
+            )
     for tokens, size in per_request["sizes"].items():
         quartiles = size.get("block_ratio_quartiles")
         if quartiles:

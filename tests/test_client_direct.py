@@ -18,14 +18,16 @@ import attrs
 import httpx2
 import hypercorn.config
 import hypercorn.trio
+import hypothesis.strategies as st
 import pytest
 import trio
 import trustme
 from fakes import http11_sse_response, make_config
+from hypothesis import given
 from log_capture import LogCapture
 from loopback import read_request, serve
 
-from trio_sampler.client import SamplingClient, SamplingClientError
+from trio_sampler.client import SamplingClient, SamplingClientError, _header_fields
 from trio_sampler.config import AuthScheme, RetryPolicy, SamplerConfig, Timeouts
 from trio_sampler.emulator import EmulatorApp
 from trio_sampler.types import (
@@ -334,3 +336,43 @@ async def test_no_key_in_the_http2_stacks_debug_records(
             assert [chunk async for chunk in stream]
     assert any(name.startswith("hpack") for name in debug_logs.names)
     assert not [text for text in debug_logs.texts if SECRET in text]
+
+
+_NAMES = st.sampled_from([b"Content-Type", b"content-type", b"X-Request-Id", b"set-cookie", b"Via"])
+_VALUES = st.one_of(
+    st.binary(max_size=12).map(lambda raw: bytes(byte & 0x7F for byte in raw)),  # ASCII
+    st.text(max_size=6).map(str.encode),  # UTF-8
+    st.binary(max_size=6),  # anything: Latin-1 to httpx2
+)
+
+
+@given(st.lists(st.tuples(_NAMES, _VALUES), max_size=8))
+def test_a_direct_responses_headers_read_as_httpx2_reads_them(
+    raw: list[tuple[bytes, bytes]],
+) -> None:
+    """The direct path reads its headers in one pass: the same names and values as
+    ``httpx2.Headers`` gives (lower-cased names, a repeated name's values joined)."""
+    assert _header_fields(raw) == dict(httpx2.Headers(raw).items())
+
+
+async def test_the_response_headers_read_on_either_path_are_the_same() -> None:
+    """``ResponseStream.header_fields``, what the sampler reads a response's headers as,
+    is the same over the direct path and through httpx2, repeated headers included."""
+    head = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nX-Request-Id: req-7\r\n"
+        b"Via: a\r\nvia: b\r\ncontent-length: %d\r\n\r\n" % len(BODY)
+    )
+
+    async def repeated(stream: trio.SocketStream, _: Server) -> None:
+        await stream.send_all(head + BODY)
+
+    seen = []
+    async with server(repeated) as state, both_paths(config_for(state.base_url)) as clients:
+        for client in clients:
+            async with client.open_stream(WIRE) as stream:
+                seen.append(dict(stream.header_fields))
+                assert stream.request_id == "req-7"
+                assert b"".join([chunk async for chunk in stream]) == BODY
+    assert seen[0] == seen[1]
+    assert seen[0]["via"] == "a, b"
+    assert seen[0]["x-request-id"] == "req-7"

@@ -37,6 +37,7 @@ from collections.abc import (
     Iterable,
     Mapping,
     MutableMapping,
+    Sequence,
 )
 from contextlib import AbstractAsyncContextManager, aclosing
 from types import AsyncGeneratorType, TracebackType
@@ -123,22 +124,56 @@ async def _already_read(content: bytes) -> AsyncGenerator[bytes, None]:
     yield content
 
 
+def _header_fields(raw: Sequence[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Raw header fields as ``dict(httpx2.Headers(raw).items())`` gives them (names
+    lower-cased, the values of a repeated name joined with ``", "``), built in one pass
+    when every field is ASCII (what servers send); any other, by ``httpx2.Headers``."""
+    fields: dict[str, str] = {}
+    try:
+        for raw_name, raw_value in raw:
+            name = raw_name.decode("ascii").lower()
+            value = raw_value.decode("ascii")
+            before = fields.get(name)
+            fields[name] = value if before is None else f"{before}, {value}"
+    except UnicodeDecodeError:  # httpx2 then decodes them all as UTF-8 or Latin-1
+        return dict(httpx2.Headers(list(raw)).items())
+    return fields
+
+
 class _CoreResponse:
     """An ``httpcore2.Response`` from the direct path (see :class:`SamplingClient`), as
     this module reads a response: the part of ``httpx2.Response`` it uses, with the same
     meanings (``http_version`` a ``str``, ``headers`` an ``httpx2.Headers``), and no
-    wrapper around the body, whose chunks come from httpcore2 as they are."""
+    wrapper around the body, whose chunks come from httpcore2 as they are.
 
-    __slots__ = ("_core", "extensions", "headers", "http_version", "is_closed", "status_code")
+    ``fields`` holds the headers as :func:`_header_fields` gives them, read by this module
+    on every request; the ``httpx2.Headers`` is built only when something asks for it."""
+
+    __slots__ = (
+        "_core",
+        "_headers",
+        "extensions",
+        "fields",
+        "http_version",
+        "is_closed",
+        "status_code",
+    )
 
     def __init__(self, core: httpcore2.Response) -> None:
         self._core = core
         self.status_code = core.status
-        self.headers = httpx2.Headers(core.headers)
+        self._headers: httpx2.Headers | None = None
+        self.fields = _header_fields(core.headers)
         self.extensions = core.extensions
         version = core.extensions.get("http_version", b"HTTP/1.1")
         self.http_version = version.decode("ascii", errors="ignore")
         self.is_closed = False
+
+    @property
+    def headers(self) -> httpx2.Headers:
+        if self._headers is None:
+            self._headers = httpx2.Headers(self._core.headers)
+        return self._headers
 
     @property
     def stream(self) -> object:
@@ -171,6 +206,13 @@ async def _chunks_of(iterator: AsyncIterator[bytes]) -> AsyncGenerator[bytes, No
 
 
 _AnyResponse: TypeAlias = "httpx2.Response | _CoreResponse"
+
+
+def _fields(response: _AnyResponse) -> Mapping[str, str]:
+    """``response``'s headers, names lower-cased (see :func:`_header_fields`)."""
+    if type(response) is _CoreResponse:
+        return response.fields
+    return response.headers
 
 
 def _raw_chunks(response: _AnyResponse) -> AsyncGenerator[bytes, None]:
@@ -225,7 +267,7 @@ def _end_received(response: _AnyResponse, downloaded: int) -> bool:
     unparsed = getattr(node, "trailing_data", None)
     if not isinstance(unparsed, tuple) or not isinstance(unparsed[0], bytes):
         return False
-    headers = response.headers
+    headers = _fields(response)
     length = headers.get("content-length")
     if length is not None:
         return unparsed[0] == b"" and length.isdigit() and int(length) == downloaded
@@ -328,7 +370,7 @@ class ResponseStream:
         #: in-memory emulator).
         self.request_sent_at = request_sent_at
         self._raw: AsyncGenerator[bytes, None] | None = None
-        self._decoder = _BodyDecoder(response.headers.get("content-encoding", ""), max_bytes)
+        self._decoder = _BodyDecoder(_fields(response).get("content-encoding", ""), max_bytes)
         #: The body's bytes read so far, undecoded.
         self._downloaded = 0
         #: The body was read to its end (and the response closed then).
@@ -353,9 +395,19 @@ class ResponseStream:
         return self._response.headers
 
     @property
+    def header_fields(self) -> Mapping[str, str]:
+        """The response headers with their names lower-cased, the values of a repeated
+        name joined with ``", "`` (as ``dict(headers.items())``): what the library reads
+        them as, built once per response."""
+        response = self._response
+        if type(response) is _CoreResponse:
+            return response.fields
+        return dict(response.headers.items())
+
+    @property
     def request_id(self) -> str | None:
         """The provider's request id (``x-request-id`` or ``request-id``)."""
-        headers = self._response.headers
+        headers = _fields(self._response)
         return headers.get("x-request-id") or headers.get("request-id")
 
     def iter_bytes(self) -> AsyncIterator[bytes]:
@@ -944,7 +996,7 @@ class SamplingClient:
         assert pool is not None  # only built for a client that has one
         response = _CoreResponse(await pool.handle_async_request(request))
         # What httpx2 does with a response once it has one: keep its cookies, log it.
-        if "set-cookie" in response.headers:
+        if "set-cookie" in response.fields:
             url = bytes(request.url).decode("ascii")
             self._clients[0].cookies.extract_cookies(
                 httpx2.Response(

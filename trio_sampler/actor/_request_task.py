@@ -1142,7 +1142,7 @@ class RequestRunner:
                 # The metrics' times are the bytes' arrival where the reads say it.
                 received = stream.received_at
                 metrics.headers_at = now if received is None else received
-                started = transform.start(stream.headers, attempt=attempt)
+                started = transform.start(stream.header_fields, attempt=attempt)
                 if started and isinstance(started[0], StreamStarted):
                     metrics.rate_limit = started[0].rate_limit
                     if paced is not None:
