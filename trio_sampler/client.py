@@ -398,7 +398,7 @@ class ResponseStream:
     def header_fields(self) -> Mapping[str, str]:
         """The response headers with their names lower-cased, the values of a repeated
         name joined with ``", "`` (as ``dict(headers.items())``): what the library reads
-        them as, built once per response."""
+        them as (over the direct path, read once per response)."""
         response = self._response
         if type(response) is _CoreResponse:
             return response.fields
