@@ -1,0 +1,157 @@
+"""Function calls per request: ours, the skeleton and the floor, counted exactly.
+
+The per-request cells of ``bench_actor.py`` measure CPU time, and on this machine two runs
+of the same code minutes apart differ by several percent. This script counts instead:
+every Python and built-in function call a request makes, under ``cProfile``, for each
+contender of those cells (``ours``, ``skeleton``, ``floor``; see ``bench_actor.Skeleton``)
+against the same independent server (``benchmarks/sse_server.py``). A count moves by a few
+calls from one run to the next (a connection's expiry check, a scheduler round), so a change to the request path can be judged by it before the
+noisy timing says anything: fewer calls is less work on the interpreter.
+
+The counts are grouped by where the called function lives (``trio_sampler``, ``trio``,
+``httpcore2``, ``h11``, built-ins, the rest), and the top functions by calls are listed
+for ``ours``. Times are not reported: under a profiler they mean little.
+
+    python benchmarks/calls_per_request.py [--tokens 1,200] [--requests 200]
+        [--json benchmarks/results/calls_per_request.json] [--top 25]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import platform
+import pstats
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import trio
+
+if __package__ in (None, ""):  # run as a script: the checkout's packages first
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.bench_actor import Contender, RawServer, Rec
+
+CONTENDERS = ("ours", "skeleton", "floor")
+WARMUP = 30
+
+
+def _group(filename: str) -> str:
+    """Where a profiled function lives: a package name, or ``builtins``."""
+    if filename == "~":
+        return "builtins"
+    parts = Path(filename).parts
+    for package in ("trio_sampler", "httpcore2", "h11", "trio", "httpx2", "benchmarks"):
+        if package in parts:
+            return package
+    return "other"
+
+
+def _name(filename: str, line: int, function: str) -> str:
+    if filename == "~":
+        return function
+    parts = Path(filename).parts
+    for package in ("trio_sampler", "httpcore2", "h11", "trio", "httpx2"):
+        if package in parts:
+            index = len(parts) - 1 - parts[::-1].index(package)
+            return f"{'/'.join(parts[index:])}:{line}:{function}"
+    return f"{Path(filename).name}:{line}:{function}"
+
+
+async def _count(impl: str, origin: str, tokens: int, requests: int) -> pstats.Stats:
+    contender = Contender(impl, origin, tokens, "", headers={"x-bench-events": str(tokens)})
+    profile = cProfile.Profile()
+
+    async def body() -> None:
+        for _ in range(WARMUP):
+            rec = Rec()
+            await contender.stream(rec)
+            if not rec.ok:
+                raise RuntimeError(f"{impl}: the warm-up stream failed: {rec.error}")
+        profile.enable()
+        try:
+            for _ in range(requests):
+                rec = Rec()
+                await contender.stream(rec)
+                if not rec.ok:
+                    raise RuntimeError(f"{impl}: a stream failed: {rec.error}")
+        finally:
+            profile.disable()
+
+    await contender.run(body)
+    return pstats.Stats(profile)
+
+
+def count(impl: str, origin: str, tokens: int, requests: int, top: int) -> dict[str, Any]:
+    """One contender's calls per request: the total, per group, and its ``top`` functions."""
+    stats: dict[Any, Any] = trio.run(_count, impl, origin, tokens, requests).stats  # type: ignore[attr-defined]
+    groups: Counter[str] = Counter()
+    functions: Counter[str] = Counter()
+    for (filename, line, function), (_, calls, *_rest) in stats.items():
+        groups[_group(filename)] += calls
+        functions[_name(filename, line, function)] += calls
+    total = sum(groups.values())
+    return {
+        "calls_per_request": total / requests,
+        "by_group": {name: n / requests for name, n in groups.most_common()},
+        "top": [[name, n / requests] for name, n in functions.most_common(top)],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokens", default="1,200", help="text deltas per stream (1,200)")
+    parser.add_argument("--requests", type=int, default=200, help="requests counted (200)")
+    parser.add_argument("--top", type=int, default=25, help="functions listed for ours (25)")
+    parser.add_argument(
+        "--json", default="benchmarks/results/calls_per_request.json", help="results file"
+    )
+    parser.add_argument("--no-json", action="store_true", help="print the tables only")
+    args = parser.parse_args(argv)
+    if args.requests < 1 or args.top < 0:
+        parser.error("--requests must be at least 1 and --top at least 0")
+    sizes = [int(t) for t in args.tokens.split(",")]
+    server = RawServer()
+    results: dict[str, Any] = {
+        "server": "benchmarks/sse_server.py",
+        "requests": args.requests,
+        "platform": f"{platform.platform()}, Python {platform.python_version()}",
+        "sizes": {},
+    }
+    try:
+        for tokens in sizes:
+            results["sizes"][str(tokens)] = {
+                impl: count(impl, server.origin, tokens, args.requests, args.top)
+                for impl in CONTENDERS
+            }
+    finally:
+        server.close()
+    groups = ("trio_sampler", "builtins", "trio", "httpcore2", "h11", "httpx2", "other")
+    print(f"calls per request ({args.requests} requests each, C=1, {results['server']})")
+    print("| deltas | impl | calls/req | " + " | ".join(groups) + " |")
+    print("|---|---|---|" + "---|" * len(groups))
+    for tokens, by_impl in results["sizes"].items():
+        for impl, row in by_impl.items():
+            cells = " | ".join(f"{row['by_group'].get(g, 0.0):,.0f}" for g in groups)
+            print(f"| {int(tokens):>6,} | {impl} | {row['calls_per_request']:,.0f} | {cells} |")
+    for tokens, by_impl in results["sizes"].items():
+        ours = by_impl["ours"]["calls_per_request"]
+        skeleton = by_impl["skeleton"]["calls_per_request"]
+        print(f"{int(tokens):,} deltas: ours makes {ours - skeleton:+,.0f} calls over the skeleton")
+        if args.top:
+            print(f"  ours' top functions by calls ({int(tokens):,} deltas):")
+            for name, calls in by_impl["ours"]["top"]:
+                print(f"    {calls:8.1f}  {name}")
+    if not args.no_json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(results, indent=1) + "\n")
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
