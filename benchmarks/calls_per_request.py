@@ -1,12 +1,13 @@
-"""Function calls per request: ours, the skeleton and the floor, counted exactly.
+"""Function calls per request: ours, the skeleton and the floor, counted.
 
 The per-request cells of ``bench_actor.py`` measure CPU time, and on this machine two runs
 of the same code minutes apart differ by several percent. This script counts instead:
 every Python and built-in function call a request makes, under ``cProfile``, for each
 contender of those cells (``ours``, ``skeleton``, ``floor``; see ``bench_actor.Skeleton``)
 against the same independent server (``benchmarks/sse_server.py``). A count moves by a few
-calls from one run to the next (a connection's expiry check, a scheduler round), so a change to the request path can be judged by it before the
-noisy timing says anything: fewer calls is less work on the interpreter.
+calls from one run to the next (a connection's expiry check, a scheduler round), so a
+change to the request path can be judged by it before the noisy timing says anything:
+fewer calls is less work on the interpreter.
 
 The counts are grouped by where the called function lives (``trio_sampler``, ``trio``,
 ``httpcore2``, ``h11``, built-ins, the rest), and the top functions by calls are listed
