@@ -10,8 +10,9 @@ change to the request path can be judged by it before the noisy timing says anyt
 fewer calls is less work on the interpreter.
 
 The counts are grouped by where the called function lives (``trio_sampler``, ``trio``,
-``httpcore2``, ``h11``, built-ins, the rest), and the top functions by calls are listed
-for ``ours``. Times are not reported: under a profiler they mean little.
+``httpcore2``, ``h11``, ``httpx2``, ``benchmarks``, built-ins, the rest), and the top
+functions by calls are listed for ``ours``. Times are not reported: under a profiler they
+mean little.
 
     python benchmarks/calls_per_request.py [--tokens 1,200] [--requests 200]
         [--json benchmarks/results/calls_per_request.json] [--top 25]
@@ -38,28 +39,22 @@ from benchmarks.bench_actor import Contender, RawServer, Rec
 
 CONTENDERS = ("ours", "skeleton", "floor")
 WARMUP = 30
+#: The packages a call is grouped under (the innermost of them in its path); then
+#: ``builtins`` and ``other``, the columns of the printed table.
+PACKAGES = ("trio_sampler", "httpcore2", "h11", "trio", "httpx2", "benchmarks")
+GROUPS = ("trio_sampler", "builtins", "trio", "httpcore2", "h11", "httpx2", "benchmarks", "other")
 
 
-def _group(filename: str) -> str:
-    """Where a profiled function lives: a package name, or ``builtins``."""
+def _where(filename: str) -> tuple[str, str]:
+    """Where a profiled function lives: its group, and its file as listed."""
     if filename == "~":
-        return "builtins"
+        return "builtins", ""
     parts = Path(filename).parts
-    for package in ("trio_sampler", "httpcore2", "h11", "trio", "httpx2", "benchmarks"):
-        if package in parts:
-            return package
-    return "other"
-
-
-def _name(filename: str, line: int, function: str) -> str:
-    if filename == "~":
-        return function
-    parts = Path(filename).parts
-    for package in ("trio_sampler", "httpcore2", "h11", "trio", "httpx2"):
+    for package in PACKAGES:
         if package in parts:
             index = len(parts) - 1 - parts[::-1].index(package)
-            return f"{'/'.join(parts[index:])}:{line}:{function}"
-    return f"{Path(filename).name}:{line}:{function}"
+            return package, "/".join(parts[index:])
+    return "other", Path(filename).name
 
 
 async def _count(impl: str, origin: str, tokens: int, requests: int) -> pstats.Stats:
@@ -92,8 +87,9 @@ def count(impl: str, origin: str, tokens: int, requests: int, top: int) -> dict[
     groups: Counter[str] = Counter()
     functions: Counter[str] = Counter()
     for (filename, line, function), (_, calls, *_rest) in stats.items():
-        groups[_group(filename)] += calls
-        functions[_name(filename, line, function)] += calls
+        group, where = _where(filename)
+        groups[group] += calls
+        functions[f"{where}:{line}:{function}" if where else function] += calls
     total = sum(groups.values())
     return {
         "calls_per_request": total / requests,
@@ -130,13 +126,12 @@ def main(argv: list[str] | None = None) -> int:
             }
     finally:
         server.close()
-    groups = ("trio_sampler", "builtins", "trio", "httpcore2", "h11", "httpx2", "other")
     print(f"calls per request ({args.requests} requests each, C=1, {results['server']})")
-    print("| deltas | impl | calls/req | " + " | ".join(groups) + " |")
-    print("|---|---|---|" + "---|" * len(groups))
+    print("| deltas | impl | calls/req | " + " | ".join(GROUPS) + " |")
+    print("|---|---|---|" + "---|" * len(GROUPS))
     for tokens, by_impl in results["sizes"].items():
         for impl, row in by_impl.items():
-            cells = " | ".join(f"{row['by_group'].get(g, 0.0):,.0f}" for g in groups)
+            cells = " | ".join(f"{row['by_group'].get(g, 0.0):,.0f}" for g in GROUPS)
             print(f"| {int(tokens):>6,} | {impl} | {row['calls_per_request']:,.0f} | {cells} |")
     for tokens, by_impl in results["sizes"].items():
         ours = by_impl["ours"]["calls_per_request"]
