@@ -105,20 +105,27 @@ def _arrival(ancillary: list[tuple[int, int, bytes]]) -> float:
 
 
 class StampedSocketStream(trio.abc.HalfCloseableStream):
-    """A ``trio.SocketStream`` whose reads note when their bytes arrived.
+    """A ``trio.SocketStream`` whose reads note when their bytes arrived, and whose
+    writes note when the kernel took them.
 
     ``received_at`` is the arrival of the last read's bytes (``None`` before any), and each
-    read sets :data:`LAST_RECEIVED` in the reading task. Writes, EOF and closing go to the
-    wrapped stream; ``socket`` is its socket.
+    read sets :data:`LAST_RECEIVED` in the reading task; each write sets :data:`LAST_SENT`
+    (see :meth:`send_all`). With ``stamp_reads`` off, reads are the wrapped stream's and
+    note nothing (``received_at`` stays ``None``): what is left is the write, tried at
+    once on the socket's descriptor (a system call and a schedule point, where
+    ``trio.SocketStream`` goes through its socket wrapper's layers). EOF and closing go
+    to the wrapped stream; ``socket`` is its socket.
     """
 
-    def __init__(self, inner: trio.SocketStream) -> None:
+    def __init__(self, inner: trio.SocketStream, *, stamp_reads: bool = True) -> None:
         self._inner = inner
         self.socket = inner.socket
         self.received_at: float | None = None
         self._stamped = False
+        #: Reads go to the wrapped stream untouched.
+        self._plain_reads = not stamp_reads
         option = _SO_TIMESTAMPNS
-        if option is not None:
+        if option is not None and stamp_reads:
             try:
                 inner.socket.setsockopt(socket.SOL_SOCKET, option, 1)
                 self._stamped = True
@@ -126,6 +133,8 @@ class StampedSocketStream(trio.abc.HalfCloseableStream):
                 pass
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        if self._plain_reads:
+            return await self._inner.receive_some(max_bytes)
         if not self._stamped:
             data = await self._inner.receive_some(max_bytes)
             at = trio.current_time()

@@ -49,9 +49,9 @@ import httpx2
 import trio
 
 from ._by_identity import ByIdentity
+from ._network import TrioNetworkBackend, is_stamped
 from ._receive_time import LAST_RECEIVED, LAST_SENT, hold_kernel_timestamps
 from ._redact import RedactingFilter, Redactor, install_log_filter, redactor_for
-from ._stamped_network import StampedTrioBackend, is_stamped
 from .config import SamplerConfig
 from .types import SamplingErrorInfo, SamplingErrorKind
 from .wire._request import WireRequest
@@ -490,11 +490,11 @@ class _ConnectionTrace:
 
     Reused when httpcore sent it over HTTP/1.1 or HTTP/2 without first opening a
     connection for it. ``sent_at`` is when httpcore handed the request's last byte to the
-    connection (the end of its ``send_request_body`` step): the write's own time on a
-    connection that times its writes (``receive_timestamps``), else the time at that step,
-    a schedule point after the write. A transport that is not httpcore's (a mock, the
-    in-memory emulator) emits no events: its requests count as not reused, and ``sent_at``
-    stays ``None``.
+    connection (the end of its ``send_request_body`` step): the write's own time on the
+    client's own connections (they time their writes, ``trio_sampler._network``), else
+    the time at that step, a schedule point after the write. A transport that is not
+    httpcore's (a mock, the in-memory emulator) emits no events: its requests count as
+    not reused, and ``sent_at`` stays ``None``.
 
     Once the body is sent both answers are known, and the trace takes itself out of the
     request's extensions (httpcore reads them at each step): the rest of the exchange (the
@@ -515,8 +515,8 @@ class _ConnectionTrace:
 
     async def __call__(self, event: str, info: object) -> None:
         if event.endswith("send_request_body.complete"):  # http11. or http2.
-            # A stamped connection's write timed itself (``receive_timestamps``); else
-            # now, a schedule point after the write.
+            # The client's own connections time their writes; else now, a schedule
+            # point after the write.
             written = LAST_SENT.get()
             if written is None or written < self._started_at:  # not this request's write
                 written = trio.current_time()
@@ -551,16 +551,17 @@ def _to_own_pool(client: httpx2.AsyncClient, url: httpx2.URL) -> bool:
     return callable(choose) and choose(url) is getattr(client, "_transport", None)
 
 
-def _time_reads(pool: httpcore2.AsyncConnectionPool | None) -> bool:
-    """Put :class:`StampedTrioBackend` under a client's own connection pool (see
-    :func:`_own_pool`), for the connections it opens from now on. httpx2 does not take a
-    network backend, so this sets the pool's (private) backend attribute, checked by
-    type; anything else is left as it is (``False``: reads are timed when they return)."""
+def _use_own_backend(pool: httpcore2.AsyncConnectionPool | None, *, stamped: bool) -> bool:
+    """Put :class:`~trio_sampler._network.TrioNetworkBackend` under a client's own
+    connection pool (see :func:`_own_pool`), for the connections it opens from now on:
+    a request in one write, and with ``stamped`` reads timed by their bytes' arrival.
+    httpx2 does not take a network backend, so this sets the pool's (private) backend
+    attribute, checked by type; anything else is left as it is (``False``)."""
     if pool is None or not isinstance(
         getattr(pool, "_network_backend", None), httpcore2.AsyncNetworkBackend
     ):
         return False
-    pool._network_backend = StampedTrioBackend()
+    pool._network_backend = TrioNetworkBackend(stamped=stamped)
     return True
 
 
@@ -598,10 +599,18 @@ class _Address:
 
 @attrs.frozen(eq=False)
 class _Prepared:
-    """What every request of one config carries: headers (as bytes) by lower-case name,
-    timeouts."""
+    """What every request of one config and header set carries (its own headers last):
+    the headers as httpx2 would send them, as bytes, and the timeouts."""
 
+    #: By lower-case name, the client's default headers not among them left out.
     headers: dict[str, tuple[bytes, bytes]]
+    #: The client's default headers the request does not set, to go in front.
+    defaults: list[tuple[bytes, bytes]]
+    #: ``[*defaults, *headers.values()]``: the request's headers but ``Host`` and
+    #: ``Content-Length``.
+    fields: list[tuple[bytes, bytes]]
+    #: A header httpx2 adds itself is among them (``Host``, ``Content-Length``, ...).
+    sets_own: bool
     timeout: dict[str, float | None]
 
 
@@ -766,10 +775,10 @@ class SamplingClient:
         # Kept open while the client is, so the kernel stamps from the first read on;
         # closed by ``aclose``, or when a client that was never closed is collected.
         self._release_kernel_timestamps: Callable[[], object] | None = None
-        if transport is None and config.receive_timestamps:
-            holder = (
-                hold_kernel_timestamps() if all(_time_reads(pool) for pool in self._pools) else None
-            )
+        stamped = transport is None and config.receive_timestamps
+        own = [_use_own_backend(pool, stamped=stamped) for pool in self._pools]
+        if stamped:
+            holder = hold_kernel_timestamps() if all(own) else None
             if holder is not None:
                 self._release_kernel_timestamps = weakref.finalize(self, holder.close)
         self._in_flight = [0] * shards
@@ -782,7 +791,7 @@ class SamplingClient:
             for name, value in self._clients[0].headers.raw
         }
         self._urls: dict[tuple[str, str, tuple[tuple[str, str], ...]], _Address] = {}
-        #: Per config (and streaming or not): what its requests carry.
+        #: Per config, streaming or not and header set: what its requests carry.
         self._prepared_by_config: ByIdentity[_Prepared] = ByIdentity(_MAX_CACHED_URLS)
         #: Per config and header set: the redactor of its requests.
         self._redactors: ByIdentity[Redactor] = ByIdentity(_MAX_CACHED_URLS)
@@ -847,50 +856,41 @@ class SamplingClient:
         """What ``AsyncClient.build_request`` would build, without its per-request merging
         (measured at about a third of a request's fixed cost): the client's default headers
         we did not set, in front; its cookies; the URL parsed once per address; the headers
-        every request of ``config`` carries merged once per config (:meth:`_prepared`).
+        every request of ``config`` and its header set carries, merged once (:meth:`_prepared`).
         A request for the direct path (see the class) is the ``httpcore2.Request`` that
         httpx2's transport would make of it."""
         client = self._clients[0]
         try:
-            prepared = self._prepared(config, stream)
-            # Headers as bytes, encoded as httpx2 would (ASCII), so it has nothing to encode.
-            headers = dict(prepared.headers)
-            for name, value in wire.headers:
-                headers[name.lower()] = (name.encode("ascii"), value.encode("ascii"))
-            # After everything else: never let a header list re-enable compression (see
-            # module).
-            headers["accept-encoding"] = _IDENTITY
-            defaults = [pair for key, pair in self._default_headers.items() if key not in headers]
+            prepared = self._prepared(config, stream, wire.headers)
             extensions = {"timeout": dict(prepared.timeout)}
             address = self._url(config.base_url, wire.path, config.query_params)
             url = address.url
-            if (
-                len(client.cookies)
-                or not _AUTO_HEADERS.isdisjoint(headers)
-                or wire.method != "POST"
-            ):
+            cookies = client.cookies
+            if len(cookies) or prepared.sets_own or wire.method != "POST":
                 # Cookies to send, a header httpx2 would otherwise add itself, or a method
                 # whose empty body it sends without a Content-Length: its way.
                 return httpx2.Request(
                     wire.method,
                     url,
                     content=wire.body,
-                    headers=[*defaults, *headers.values()],
-                    cookies=client.cookies if len(client.cookies) else None,
+                    headers=prepared.fields,
+                    cookies=cookies if len(cookies) else None,
                     extensions=extensions,
                 )
             # The headers ``Request(content=...)`` adds, added here: the same request, but
             # the body needs no encoding step and the headers no second merge.
             sent = [
                 (b"Host", address.host),
-                *defaults,
-                *headers.values(),
+                *prepared.fields,
                 (b"Content-Length", b"%d" % len(wire.body)),
             ]
             if address.direct is not None:
-                return httpcore2.Request(
-                    b"POST", address.direct, headers=sent, content=wire.body, extensions=extensions
+                direct = httpcore2.Request(
+                    b"POST", address.direct, content=wire.body, extensions=extensions
                 )
+                # Bytes already (see ``_prepared``): not checked header by header again.
+                direct.headers = sent
+                return direct
             request = httpx2.Request(
                 wire.method,
                 url,
@@ -903,10 +903,13 @@ class SamplingClient:
         except (httpx2.HTTPError, httpx2.InvalidURL, UnicodeError) as exc:
             raise SamplingClientError(_unbuildable(exc)) from None
 
-    def _prepared(self, config: SamplerConfig, stream: bool) -> _Prepared:
-        """The parts of a request that depend on ``config`` (and on streaming) alone, made
-        once per config (a few per sampler; bounded anyway)."""
-        found = self._prepared_by_config.get(config, stream)
+    def _prepared(
+        self, config: SamplerConfig, stream: bool, extra: tuple[tuple[str, str], ...]
+    ) -> _Prepared:
+        """The headers and timeouts of a request of ``config`` (and streaming or not) with
+        headers ``extra`` of its own, merged once per config and header set (the same few
+        come again with every request; bounded anyway)."""
+        found = self._prepared_by_config.get(config, (stream, extra))
         if found is not None:
             return found
         headers: dict[str, tuple[bytes, bytes]] = {}
@@ -915,11 +918,22 @@ class SamplingClient:
             ("content-type", "application/json"),
             ("accept", "text/event-stream" if stream else "application/json"),
             *config.request_headers(),
+            *extra,
         ):
+            # As bytes, encoded as httpx2 would (ASCII), so it has nothing to encode.
             headers[name.lower()] = (name.encode("ascii"), value.encode("ascii"))
-        return self._prepared_by_config.put(
-            config, _Prepared(headers, self._timeout(config).as_dict()), stream
+        # After everything else: never let a header list re-enable compression (see
+        # module).
+        headers["accept-encoding"] = _IDENTITY
+        defaults = [pair for key, pair in self._default_headers.items() if key not in headers]
+        prepared = _Prepared(
+            headers,
+            defaults,
+            [*defaults, *headers.values()],
+            not _AUTO_HEADERS.isdisjoint(headers),
+            self._timeout(config).as_dict(),
         )
+        return self._prepared_by_config.put(config, prepared, (stream, extra))
 
     def _url(self, base_url: str, path: str, params: tuple[tuple[str, str], ...]) -> _Address:
         """``base_url/path?params`` parsed, with its ``Host`` header value and whether it

@@ -1,0 +1,197 @@
+"""The network backend under :class:`~trio_sampler.client.SamplingClient`'s own pools.
+
+``httpcore2.TrioBackend``'s connections, with three differences, through ``httpcore2``'s
+public network-backend interface (errors are httpcore's, as ``TrioBackend`` maps them):
+
+* **A request goes out in one write.** httpcore's HTTP/1.1 connection writes a request in
+  pieces: its head, then each chunk of its body, then the end of the message (``b""``
+  when the body has a ``Content-Length``). Each piece was a system call, a TCP segment
+  (trio sets ``TCP_NODELAY``) and a wake-up of the server for a head it cannot act on
+  alone. Here a piece of at most :data:`HOLD_MAX_BYTES` is held until the next one, and
+  sent with it: a sampling request (a head and a JSON body) is one ``send``. What is held
+  goes out no later than the next write, the end of the message, or a read (the
+  response is only read once the request is sent), so nothing waits on it. An HTTP/2
+  connection (its first write is the connection preface) is written as it comes: its
+  streams share the connection, and a held frame could wait on another stream's read.
+* **A write is tried at once, and timed**: the TCP connection is a
+  :class:`~trio_sampler._receive_time.StampedSocketStream` (under TLS too: the TLS stream
+  writes through it), whose ``send_all`` is a system call and a schedule point where
+  ``trio.SocketStream``'s goes through its socket wrapper's layers, and which sets
+  ``LAST_SENT``: when the request was written, for its metrics.
+* **Reads can be timed by their bytes' arrival** (``stamped``, from
+  ``SamplerConfig.receive_timestamps``): every read then sets ``LAST_RECEIVED`` in the
+  reading task.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterable
+from typing import Any
+
+import httpcore2
+import trio
+
+from ._receive_time import StampedSocketStream
+
+__all__ = ["HOLD_MAX_BYTES", "TrioNetworkBackend", "is_stamped"]
+
+#: The largest write held back to go out with the next one (a request's head is far
+#: smaller; a larger piece, and whatever is held before it, is sent as it comes).
+HOLD_MAX_BYTES = 16 * 1024
+#: How every HTTP/2 connection starts (RFC 9113, 3.4).
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n"
+
+
+def _limit(timeout: float | None) -> float:
+    return float("inf") if timeout is None else timeout
+
+
+class _Connection(httpcore2.AsyncNetworkStream):
+    """One connection: a socket stream (its reads stamped or not), or a TLS stream over
+    one."""
+
+    def __init__(
+        self,
+        stream: StampedSocketStream | trio.SSLStream[StampedSocketStream],
+        *,
+        stamped: bool,
+    ) -> None:
+        self._stream = stream
+        self.stamped = stamped
+        #: Written, not sent yet (see the module doc).
+        self._held = b""
+        #: Whether writes are held: decided by the first one (``None`` before it).
+        self._holding: bool | None = None
+
+    def _socket_stream(self) -> StampedSocketStream:
+        stream = self._stream
+        return stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+
+    # ``timeout`` parameters: httpcore2's interface (ASYNC109).
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
+        held = self._held
+        if held:
+            # Never reached from httpcore's HTTP/1.1 (its end of message sends it): a
+            # failure here is what httpcore does with a failed request write, ignored,
+            # for the read to report the connection's state (or the server's answer).
+            self._held = b""
+            try:
+                await self._send(held, timeout)
+            except httpcore2.WriteError:
+                pass
+        try:
+            with trio.fail_after(_limit(timeout)):
+                return bytes(await self._stream.receive_some(max_bytes))
+        except trio.TooSlowError as exc:
+            raise httpcore2.ReadTimeout(exc) from exc
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise httpcore2.ReadError(exc) from exc
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        held = self._held
+        if not buffer:  # httpcore's end of a message: send what it held
+            if held:
+                self._held = b""
+                await self._send(held, timeout)
+            return
+        if self._holding is None:
+            self._holding = not buffer.startswith(_HTTP2_PREFACE)
+        if held:
+            self._held = b""
+            if len(buffer) <= 4 * HOLD_MAX_BYTES:  # one write; a large body is not copied
+                await self._send(held + buffer, timeout)
+                return
+            await self._send(held, timeout)
+        elif self._holding and len(buffer) <= HOLD_MAX_BYTES:
+            self._held = buffer
+            return
+        await self._send(buffer, timeout)
+
+    async def _send(self, data: bytes, timeout: float | None) -> None:  # noqa: ASYNC109
+        try:
+            with trio.fail_after(_limit(timeout)):
+                await self._stream.send_all(data)
+        except trio.TooSlowError as exc:
+            raise httpcore2.WriteTimeout(exc) from exc
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise httpcore2.WriteError(exc) from exc
+
+    async def aclose(self) -> None:
+        self._held = b""
+        await self._stream.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> httpcore2.AsyncNetworkStream:
+        stream = self._stream
+        assert not isinstance(stream, trio.SSLStream)  # TLS over plain TCP only
+        tls = trio.SSLStream(
+            stream,
+            ssl_context=ssl_context,
+            server_hostname=server_hostname,
+            https_compatible=True,
+            server_side=False,
+        )
+        try:
+            with trio.fail_after(_limit(timeout)):
+                await tls.do_handshake()
+        except BaseException as exc:
+            await self.aclose()
+            if isinstance(exc, trio.TooSlowError):
+                raise httpcore2.ConnectTimeout(exc) from exc
+            if isinstance(exc, trio.BrokenResourceError | trio.ClosedResourceError):
+                raise httpcore2.ConnectError(exc) from exc
+            raise
+        return _Connection(tls, stamped=self.stamped)
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "ssl_object" and isinstance(self._stream, trio.SSLStream):
+            return self._stream._ssl_object  # as TrioStream does
+        if info == "client_addr":
+            return self._socket_stream().socket.getsockname()
+        if info == "server_addr":
+            return self._socket_stream().socket.getpeername()
+        if info == "socket":
+            return self._socket_stream().socket
+        if info == "is_readable":
+            return self._socket_stream().socket.is_readable()
+        return None
+
+
+def is_stamped(network_stream: object) -> bool:
+    """Whether ``network_stream`` (a response's ``network_stream`` extension) times its
+    reads: a connection of a :class:`TrioNetworkBackend` with ``stamped`` on."""
+    return type(network_stream) is _Connection and network_stream.stamped
+
+
+class TrioNetworkBackend(httpcore2.TrioBackend):
+    """``httpcore2.TrioBackend`` whose TCP connections send a request in one write and,
+    ``stamped``, time their reads (see module)."""
+
+    def __init__(self, *, stamped: bool = False) -> None:
+        self.stamped = stamped
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        try:
+            with trio.fail_after(_limit(timeout)):
+                # trio sets TCP_NODELAY on its TCP streams.
+                stream = await trio.open_tcp_stream(host, port, local_address=local_address)
+                for option in socket_options or ():
+                    stream.setsockopt(*option)
+        except trio.TooSlowError as exc:
+            raise httpcore2.ConnectTimeout(exc) from exc
+        except (OSError, trio.BrokenResourceError) as exc:
+            raise httpcore2.ConnectError(exc) from exc
+        stamped = self.stamped
+        return _Connection(StampedSocketStream(stream, stamp_reads=stamped), stamped=stamped)
