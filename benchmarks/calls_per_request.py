@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import json
 import platform
 import pstats
 import sys
@@ -36,6 +35,7 @@ if __package__ in (None, ""):  # run as a script: the checkout's packages first
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_actor import Contender, RawServer, Rec
+from benchmarks.common import write_results
 
 CONTENDERS = ("ours", "skeleton", "floor")
 WARMUP = 30
@@ -142,10 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, calls in by_impl["ours"]["top"]:
                 print(f"    {calls:8.1f}  {name}")
     if not args.no_json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(results, indent=1) + "\n")
-        print(f"wrote {path}")
+        write_results(args.json, results)
     return 0
 
 

@@ -1,15 +1,17 @@
 """Small pieces the benchmark scripts share (and the tests' hand-written servers use): the
-CPU time and run-queue wait of child processes, and one HTTP/1.1 request read off a
-socket."""
+CPU time and run-queue wait of child processes, one HTTP/1.1 request read off a socket,
+and a results file written."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable
+from pathlib import Path
 
 import trio
 
-__all__ = ["cpu_seconds", "read_request", "run_queue_seconds"]
+__all__ = ["cpu_seconds", "read_request", "run_queue_seconds", "write_results"]
 
 # A request head longer than this is not a request these servers are sent.
 _MAX_HEAD = 1 << 20
@@ -60,3 +62,12 @@ async def read_request(stream: trio.SocketStream) -> tuple[bytes, bytes] | None:
             return None
         body += chunk
     return head, body
+
+
+def write_results(path: str | Path, results: object) -> None:
+    """Write ``results`` to ``path`` as indented JSON (its folder made if need be), and
+    say so on standard output."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"wrote {path}")

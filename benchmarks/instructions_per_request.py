@@ -26,7 +26,6 @@ about 50 times slower: the default run takes about four minutes on two cores.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -42,6 +41,7 @@ if __package__ in (None, ""):  # run as a script: the checkout's packages first
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_actor import Contender, RawServer, Rec
+from benchmarks.common import write_results
 
 CONTENDERS = ("ours", "skeleton", "floor")
 
@@ -175,10 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             ratio = f"{per / floor:.3f}" if floor else "-"
             print(f"| {int(tokens):>6,} | {impl} | {per:,.0f} | {ratio} |")
     if not args.no_json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(results, indent=1) + "\n")
-        print(f"wrote {path}")
+        write_results(args.json, results)
     return 0
 
 
