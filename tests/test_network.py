@@ -18,7 +18,7 @@ import trio
 from fakes import chat_stream, http11_sse_response, make_config
 from loopback import read_request, serve
 
-from trio_sampler._network import HOLD_MAX_BYTES, TrioNetworkBackend, _Connection
+from trio_sampler._network import JOIN_MAX_BYTES, TrioNetworkBackend, _Connection
 from trio_sampler._receive_time import StampedSocketStream
 from trio_sampler.client import SamplingClient
 from trio_sampler.types import ConversationRequest, User
@@ -78,8 +78,8 @@ async def test_a_sampling_request_is_one_write(sends: list[bytes]) -> None:
     [
         (0, 1),  # a head alone: sent at the end of the message
         (1000, 1),
-        (4 * HOLD_MAX_BYTES, 1),
-        (4 * HOLD_MAX_BYTES + 1, 2),  # a large body is not copied to go with the head
+        (JOIN_MAX_BYTES, 1),
+        (JOIN_MAX_BYTES + 1, 2),  # a large body is not copied to go with the head
     ],
 )
 async def test_the_server_gets_every_byte_in_as_few_writes(

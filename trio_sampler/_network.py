@@ -34,11 +34,14 @@ import trio
 
 from ._receive_time import StampedSocketStream
 
-__all__ = ["HOLD_MAX_BYTES", "TrioNetworkBackend", "is_stamped"]
+__all__ = ["HOLD_MAX_BYTES", "JOIN_MAX_BYTES", "TrioNetworkBackend", "is_stamped"]
 
 #: The largest write held back to go out with the next one (a request's head is far
 #: smaller; a larger piece, and whatever is held before it, is sent as it comes).
 HOLD_MAX_BYTES = 16 * 1024
+#: The largest piece a held one is joined to (copied after it, to go out in one write);
+#: a larger one (a big body) goes out on its own, after what is held.
+JOIN_MAX_BYTES = 4 * HOLD_MAX_BYTES
 #: How every HTTP/2 connection starts (RFC 9113, 3.4).
 _HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n"
 
@@ -99,7 +102,7 @@ class _Connection(httpcore2.AsyncNetworkStream):
             self._holding = not buffer.startswith(_HTTP2_PREFACE)
         if held:
             self._held = b""
-            if len(buffer) <= 4 * HOLD_MAX_BYTES:  # one write; a large body is not copied
+            if len(buffer) <= JOIN_MAX_BYTES:  # one write; a large body is not copied
                 await self._send(held + buffer, timeout)
                 return
             await self._send(held, timeout)

@@ -602,12 +602,8 @@ class _Prepared:
     """What every request of one config and header set carries (its own headers last):
     the headers as httpx2 would send them, as bytes, and the timeouts."""
 
-    #: By lower-case name, the client's default headers not among them left out.
-    headers: dict[str, tuple[bytes, bytes]]
-    #: The client's default headers the request does not set, to go in front.
-    defaults: list[tuple[bytes, bytes]]
-    #: ``[*defaults, *headers.values()]``: the request's headers but ``Host`` and
-    #: ``Content-Length``.
+    #: The request's headers but ``Host`` and ``Content-Length``: the client's default
+    #: headers it does not set, in front, then its own.
     fields: list[tuple[bytes, bytes]]
     #: A header httpx2 adds itself is among them (``Host``, ``Content-Length``, ...).
     sets_own: bool
@@ -927,8 +923,6 @@ class SamplingClient:
         headers["accept-encoding"] = _IDENTITY
         defaults = [pair for key, pair in self._default_headers.items() if key not in headers]
         prepared = _Prepared(
-            headers,
-            defaults,
             [*defaults, *headers.values()],
             not _AUTO_HEADERS.isdisjoint(headers),
             self._timeout(config).as_dict(),
