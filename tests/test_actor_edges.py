@@ -25,7 +25,6 @@ from trio_sampler import (
     ConversationRequest,
     RequestCancelledError,
     RequestStream,
-    SamplerClosedError,
     SamplerConfig,
     SamplerHandle,
     SamplingEvent,
@@ -33,6 +32,7 @@ from trio_sampler import (
     User,
     open_sampler,
 )
+from trio_sampler.actor import SamplerClosedError
 from trio_sampler.actor._stream import RequestState
 from trio_sampler.config import RetryPolicy, Timeouts
 from trio_sampler.testing import EmulatorFixture

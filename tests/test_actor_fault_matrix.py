@@ -22,12 +22,12 @@ from trio_sampler import (
     Retrying,
     SamplerConfig,
     SamplingEvent,
-    StreamStarted,
     User,
     open_sampler,
 )
 from trio_sampler.config import RetryPolicy, Timeouts
 from trio_sampler.testing import EmulatorFixture
+from trio_sampler.types import StreamStarted
 
 TEXT = "The quick brown fox jumps over the lazy dog, twice over, for good measure."
 

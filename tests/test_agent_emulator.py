@@ -10,7 +10,6 @@ import pytest
 
 from trio_sampler import (
     ApiBackend,
-    ConversationItem,
     ConversationRequest,
     SamplerConfig,
     System,
@@ -20,6 +19,7 @@ from trio_sampler import (
 )
 from trio_sampler.agent import AgentStop, builtin_tools, process_conversation_turn
 from trio_sampler.testing import EmulatorFixture
+from trio_sampler.types import ConversationItem
 
 BACKENDS = [pytest.param(b, id=b.value) for b in ApiBackend]
 

@@ -10,23 +10,21 @@ import httpx2
 import orjson
 import pytest
 
-from trio_sampler import (
-    ApiBackend,
+from trio_sampler import ApiBackend, ConversationRequest, User
+from trio_sampler.emulator._script import ScriptError, parse_script
+from trio_sampler.testing import EmulatorFixture, emulator, script_headers
+from trio_sampler.types import (
     BackendToolCall,
     BackendToolCallCompleted,
     BackendToolCallStarted,
     CodeExecution,
-    ConversationRequest,
     FileSearch,
     HostedTool,
     MCPServer,
     ProviderTool,
-    User,
     WebFetch,
     WebSearch,
 )
-from trio_sampler.emulator._script import ScriptError, parse_script
-from trio_sampler.testing import EmulatorFixture, emulator, script_headers
 from trio_sampler.wire import SSEDecoder, collect, replay
 from trio_sampler.wire._request import BuildOptions
 from trio_sampler.wire.chat_completions import _request as chat

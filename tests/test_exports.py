@@ -42,3 +42,21 @@ def test_version_is_set() -> None:
     import trio_sampler
 
     assert trio_sampler.__version__ != "0+unknown"
+
+
+def test_the_top_level_is_what_an_application_needs() -> None:
+    import trio_sampler
+
+    assert len(trio_sampler.__all__) <= 40
+
+
+def test_a_moved_name_says_where_it_is_imported_from() -> None:
+    import trio_sampler
+
+    with pytest.raises(AttributeError, match=r"import it from trio_sampler\.routing"):
+        _ = trio_sampler.HedgePolicy
+    for name, module in trio_sampler._MOVED.items():
+        assert hasattr(importlib.import_module(module), name), (name, module)
+        assert name not in trio_sampler.__all__
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchName'"):
+        _ = trio_sampler.NoSuchName

@@ -13,7 +13,6 @@ import trio
 
 from benchmarks.redis_server import RedisServer
 from trio_sampler import (
-    BreakerPolicy,
     Completed,
     ConversationRequest,
     Route,
@@ -27,7 +26,7 @@ from trio_sampler.config import RetryPolicy
 from trio_sampler.emulator import EmulatorApp, EmulatorTransport, PromptCache
 from trio_sampler.fleet import FailurePolicy, FleetAdmission, FleetLimits, LimiterSpec
 from trio_sampler.fleet._breaker import SharedBreaker
-from trio_sampler.routing import BreakerState, RouteBreaker
+from trio_sampler.routing import BreakerPolicy, BreakerState, RouteBreaker
 
 REQUEST = ConversationRequest(items=[User("hello")], max_output_tokens=20)
 DOWN = {"primary-model": {"faults": [{"type": "status", "status": 503}]}}

@@ -10,13 +10,7 @@ import pytest
 import trio
 
 from benchmarks.redis_server import RedisServer
-from trio_sampler import (
-    ConversationRequest,
-    RateLimitBudget,
-    RateLimitSnapshot,
-    SamplerConfig,
-    User,
-)
+from trio_sampler import ConversationRequest, SamplerConfig, User
 from trio_sampler.actor import open_sampler
 from trio_sampler.config import RetryPolicy
 from trio_sampler.emulator import EmulatorApp, PromptCache, RateLimits
@@ -31,7 +25,7 @@ from trio_sampler.fleet import (
     open_limiter,
 )
 from trio_sampler.testing import EmulatorTransport
-from trio_sampler.types import Completed
+from trio_sampler.types import Completed, RateLimitBudget, RateLimitSnapshot
 
 SOON = 0.2  # a deadline that admits at once or not at all (intervals here are >= 1 s)
 

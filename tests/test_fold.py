@@ -17,18 +17,17 @@ import pytest
 from trio_sampler import (
     ApiBackend,
     Assistant,
-    BackendToolCall,
     Cancelled,
     Completed,
     ConversationRequest,
     ConversationResponse,
     Failed,
-    Reasoning,
     Retrying,
     SamplingErrorKind,
     ToolCallCompleted,
     User,
 )
+from trio_sampler.types import BackendToolCall, Reasoning
 from trio_sampler.wire import BuildOptions, ResponseFold, build_request, collect, replay
 
 

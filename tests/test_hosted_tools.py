@@ -13,17 +13,14 @@ import orjson
 import pytest
 
 import trio_sampler
-from trio_sampler import (
-    ApiBackend,
+from trio_sampler import ApiBackend, ConversationRequest, ToolSpec, User
+from trio_sampler.types import (
     CodeExecution,
-    ConversationRequest,
     FileSearch,
     HostedTool,
     MCPServer,
     ProviderTool,
     ToolChoice,
-    ToolSpec,
-    User,
     WebFetch,
     WebSearch,
 )

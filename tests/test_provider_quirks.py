@@ -11,15 +11,7 @@ import orjson
 import pytest
 
 import trio_sampler
-from trio_sampler import (
-    ApiBackend,
-    Assistant,
-    ConversationRequest,
-    ModelMetadata,
-    Reasoning,
-    System,
-    User,
-)
+from trio_sampler import ApiBackend, Assistant, ConversationRequest, System, User
 from trio_sampler.providers import (
     COST_IN_TICKS,
     COST_IN_USD,
@@ -27,6 +19,7 @@ from trio_sampler.providers import (
     PROFILES,
     ProviderProfile,
 )
+from trio_sampler.types import ModelMetadata, Reasoning
 from trio_sampler.wire import BuildOptions, build_request, new_transform, replay
 from trio_sampler.wire._transform import reported_cost
 

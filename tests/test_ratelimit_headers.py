@@ -9,11 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trio_sampler import RateLimitBudget, RateLimitSnapshot
 from trio_sampler._redact import Redactor
 from trio_sampler.emulator import EmulatorApp, PromptCache, RateLimits
 from trio_sampler.testing import EmulatorTransport
-from trio_sampler.types import StreamStarted
+from trio_sampler.types import RateLimitBudget, RateLimitSnapshot, StreamStarted
 from trio_sampler.wire import new_transform, parse_duration, parse_rate_limits
 from trio_sampler.wire.errors import classify_http_error
 

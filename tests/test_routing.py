@@ -15,37 +15,35 @@ import trio
 from fakes import Reply, ScriptedTransport, chat_chunk, chat_stream, error_reply, make_config
 
 from trio_sampler import (
-    AttemptOutcome,
-    BreakerPolicy,
     Completed,
     ConversationRequest,
     Failed,
-    HedgePolicy,
     ImagePart,
     Retrying,
     Route,
-    RouteCapabilities,
     RoutingPolicy,
     SamplingErrorKind,
     SamplingEvent,
     TextPart,
     User,
-    WebSearch,
     collect,
     open_sampler,
 )
 from trio_sampler.config import RetryPolicy, SamplerConfig
 from trio_sampler.routing import (
     ROUTING,
+    BreakerPolicy,
     BreakerState,
     BreakerTransition,
+    HedgePolicy,
     RouteAction,
     RouteBreaker,
+    RouteCapabilities,
     hedge_delay,
     route_action,
     unsupported_by,
 )
-from trio_sampler.types import SamplingErrorInfo
+from trio_sampler.types import AttemptOutcome, SamplingErrorInfo, WebSearch
 from trio_sampler.wire.errors import error_info
 
 # -- the routing table ----------------------------------------------------------------

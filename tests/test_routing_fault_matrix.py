@@ -23,13 +23,11 @@ from fakes import Reply, ScriptedTransport, chat_chunk, chat_stream
 
 from trio_sampler import (
     ApiBackend,
-    AttemptOutcome,
     Completed,
     ConversationRequest,
     Failed,
     Retrying,
     Route,
-    RouteCapabilities,
     RoutingPolicy,
     SamplerConfig,
     SamplingErrorKind,
@@ -41,8 +39,9 @@ from trio_sampler import (
 )
 from trio_sampler.config import RetryPolicy, Timeouts
 from trio_sampler.emulator import EmulatorApp, EmulatorTransport, script_headers, serve
-from trio_sampler.routing import BreakerPolicy, BreakerState, BreakerTransition
+from trio_sampler.routing import BreakerPolicy, BreakerState, BreakerTransition, RouteCapabilities
 from trio_sampler.testing import EmulatorFixture
+from trio_sampler.types import AttemptOutcome
 
 TEXT = "The quick brown fox jumps over the lazy dog, twice over, for good measure."
 REQUEST = ConversationRequest(items=[User("tell me")])

@@ -9,21 +9,19 @@ from fakes import Reply, ScriptedTransport, chat_stream, chat_usage, error_reply
 from test_routing import hosts, on
 
 from trio_sampler import (
-    AttemptOutcome,
     Cancelled,
     Completed,
     ConversationRequest,
-    HedgePolicy,
     Route,
     RoutingPolicy,
     SamplingEvent,
-    StreamStarted,
     User,
     collect,
     open_sampler,
 )
 from trio_sampler.config import RetryPolicy
-from trio_sampler.routing import hedge_delay
+from trio_sampler.routing import HedgePolicy, hedge_delay
+from trio_sampler.types import AttemptOutcome, StreamStarted
 
 REQUEST = ConversationRequest(items=[User("hi")])
 

@@ -16,19 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_actor_properties import FAULTS, fault_reply, run_plans
 
-from trio_sampler import (
-    BreakerPolicy,
-    Cancelled,
-    Completed,
-    Failed,
-    HedgePolicy,
-    Route,
-    RouteCapabilities,
-    RoutingPolicy,
-    collect,
-    open_sampler,
-)
+from trio_sampler import Cancelled, Completed, Failed, Route, RoutingPolicy, collect, open_sampler
 from trio_sampler.config import RetryPolicy, Timeouts
+from trio_sampler.routing import BreakerPolicy, HedgePolicy, RouteCapabilities
 
 TERMINALS = (Completed, Failed, Cancelled)
 ROUTES = ("a", "b", "c")

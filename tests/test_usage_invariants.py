@@ -12,12 +12,12 @@ from trio_sampler import (
     ConversationResponse,
     Failed,
     Usage,
-    UsageViolation,
     User,
     open_sampler,
 )
 from trio_sampler.config import RetryPolicy
 from trio_sampler.models import ModelCatalog
+from trio_sampler.types import UsageViolation
 
 
 @pytest.mark.parametrize(

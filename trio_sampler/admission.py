@@ -55,7 +55,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from .config import SamplerConfig
-from .types import RateLimitSnapshot, SamplingErrorInfo, Usage
+from .types import RateLimitSnapshot, SamplingErrorInfo, TrioSamplerError, Usage
 from .wire import WireRequest
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ __all__ = [
 ]
 
 
-class AdmissionRefusedError(Exception):
+class AdmissionRefusedError(TrioSamplerError):
     """An attempt is not admitted; ``info`` is what its ``Failed`` terminal carries."""
 
     def __init__(self, info: SamplingErrorInfo) -> None:
@@ -82,7 +82,7 @@ class AdmissionRefusedError(Exception):
         self.info = info
 
 
-class AdmissionBusyError(Exception):
+class AdmissionBusyError(TrioSamplerError):
     """A route's admission cannot take the attempt within the time the chain allows;
     nothing was reserved, and the chain tries a later route.
 

@@ -53,7 +53,7 @@ from ._network import TrioNetworkBackend, is_stamped
 from ._receive_time import LAST_RECEIVED, LAST_SENT, hold_kernel_timestamps
 from ._redact import RedactingFilter, Redactor, install_log_filter, redactor_for
 from .config import SamplerConfig
-from .types import SamplingErrorInfo, SamplingErrorKind
+from .types import SamplingErrorInfo, SamplingErrorKind, TrioSamplerError
 from .wire._request import WireRequest
 from .wire.errors import classify_http_error, classify_transport_error
 
@@ -101,7 +101,7 @@ _USER_AGENT = f"trio-sampler/0.1 httpx2/{httpx2.__version__}"
 _MAX_CACHED_URLS = 64
 
 
-class SamplingClientError(Exception):
+class SamplingClientError(TrioSamplerError):
     """A request failed before or while its body was read. ``info`` says how.
 
     ``str()`` is ``str(info)``: kind, status and a scrubbed, user-facing message.

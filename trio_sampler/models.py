@@ -32,7 +32,7 @@ from typing import Any
 import attrs
 import orjson
 
-from .types import ApiBackend, Usage
+from .types import ApiBackend, TrioSamplerError, Usage
 from .types._conversation import coerce_enum
 
 __all__ = [
@@ -54,7 +54,7 @@ _OPTIONAL_FIELDS = frozenset({"base_url"})
 _PRICE_FIELDS = ("input", "cache_read", "cache_write", "output")
 
 
-class ModelCatalogError(ValueError):
+class ModelCatalogError(TrioSamplerError, ValueError):
     """A models file is missing, not JSON, or has a field of the wrong shape."""
 
 

@@ -25,6 +25,7 @@ from .types import (
     ToolCall,
     ToolResult,
     ToolSpec,
+    TrioSamplerError,
 )
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ DEFAULT_MAX_RESULT_CHARS = 100_000
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
-class ToolError(Exception):
+class ToolError(TrioSamplerError):
     """Raise from a tool to report a failure to the model with exactly this message."""
 
 
@@ -207,7 +208,7 @@ def _check_arguments(tool: _Tool, arguments: dict[str, Any]) -> str | None:
 # ---------------------------------------------------------------------------
 
 
-class CalculationError(ValueError):
+class CalculationError(TrioSamplerError, ValueError):
     """The expression is not plain arithmetic, or its result would be too large."""
 
 

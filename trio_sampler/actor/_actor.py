@@ -39,7 +39,7 @@ from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy
 from ..models import ModelCatalog
 from ..routing import Route, RouteSnapshot, RoutingPolicy
-from ..types import ConversationRequest, ConversationResponse
+from ..types import ConversationRequest, ConversationResponse, TrioSamplerError
 from ._memory import DEFAULT_MAX_BUFFERED_RESPONSE_BYTES, ResponseMemory
 from ._request_task import RequestRunner
 from ._stream import RequestState, RequestStream, open_request_channel
@@ -55,11 +55,11 @@ __all__ = [
 DEFAULT_MAX_BUFFERED_BATCHES = 16
 
 
-class SamplerClosedError(RuntimeError):
+class SamplerClosedError(TrioSamplerError, RuntimeError):
     """The sampler was shut down; no more requests can be submitted."""
 
 
-class DuplicateRequestError(ValueError):
+class DuplicateRequestError(TrioSamplerError, ValueError):
     """A request with this id is still running."""
 
 

@@ -32,7 +32,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Final
 
 import attrs
-import outcome
 import trio
 
 from .._redact import Redactor
@@ -50,6 +49,7 @@ from ..types import (
     SamplingEvent,
     TerminalEvent,
     ToolCallDelta,
+    TrioSamplerError,
 )
 from ._metrics import MetricsRecorder
 
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from ..routing import Route
     from ..wire import StreamTransform
 
-__all__ = ["CONTENT_EVENTS", "RequestCancelledError", "RequestStream"]
+__all__ = ["CONTENT_EVENTS", "RequestCancelledError", "RequestResult", "RequestStream"]
 
 #: The events that are an attempt's content: they reset the idle timer, make a retry
 #: discard what was shown, and win a hedged attempt's race.
@@ -74,7 +74,7 @@ _TERMINALS = (Completed, Failed, Cancelled)
 EXIT_WAIT_S: Final = 10.0
 
 
-class RequestCancelledError(Exception):
+class RequestCancelledError(TrioSamplerError):
     """The outcome of a request that ended in ``Cancelled``; ``partial`` keeps what arrived."""
 
     def __init__(self, request_id: str, reason: str, partial: ConversationResponse | None) -> None:
@@ -84,15 +84,53 @@ class RequestCancelledError(Exception):
         self.partial = partial
 
 
-def terminal_outcome(terminal: TerminalEvent) -> outcome.Outcome[ConversationResponse]:
-    """``Value(response)`` for ``Completed``, ``Error(...)`` for ``Failed``/``Cancelled``."""
-    if isinstance(terminal, Completed):
-        return outcome.Value(terminal.response)
-    if isinstance(terminal, Failed):
-        return outcome.Error(SamplingError(terminal.error, terminal.partial))
-    return outcome.Error(
-        RequestCancelledError(terminal.request_id, terminal.reason, terminal.partial)
-    )
+@attrs.frozen
+class RequestResult:
+    """How a request ended, as :meth:`RequestStream.result` returns it.
+
+    ``terminal`` is the request's one terminal event. :meth:`unwrap` gives the response
+    of a ``Completed`` request, or raises what its ending means: :class:`SamplingError`
+    for ``Failed``, :class:`RequestCancelledError` for ``Cancelled`` (each carrying the
+    partial response). ``partial`` reads that partial without raising.
+    """
+
+    terminal: TerminalEvent
+
+    @property
+    def ok(self) -> bool:
+        """Whether the request completed."""
+        return isinstance(self.terminal, Completed)
+
+    @property
+    def response(self) -> ConversationResponse | None:
+        """The response of a ``Completed`` request; ``None`` otherwise."""
+        return self.terminal.response if isinstance(self.terminal, Completed) else None
+
+    @property
+    def partial(self) -> ConversationResponse | None:
+        """What a ``Failed`` or ``Cancelled`` request had received; ``None`` when it
+        completed (read :attr:`response`) or received nothing."""
+        return None if isinstance(self.terminal, Completed) else self.terminal.partial
+
+    @property
+    def error(self) -> SamplingError | RequestCancelledError | None:
+        """The exception :meth:`unwrap` raises; ``None`` for a completed request.
+
+        A new exception object on each read: raise it, do not keep it as state."""
+        terminal = self.terminal
+        if isinstance(terminal, Completed):
+            return None
+        if isinstance(terminal, Failed):
+            return SamplingError(terminal.error, terminal.partial)
+        return RequestCancelledError(terminal.request_id, terminal.reason, terminal.partial)
+
+    def unwrap(self) -> ConversationResponse:
+        """The response of a ``Completed`` request; raises :attr:`error` otherwise."""
+        error = self.error
+        if error is not None:
+            raise error
+        assert isinstance(self.terminal, Completed)
+        return self.terminal.response
 
 
 @attrs.define(eq=False)
@@ -252,9 +290,9 @@ class RequestStream:
     * Dropping the stream without closing it cancels the request too (when the object is
       garbage collected), and so does a consumer that stops reading for longer than the
       request's ``Timeouts.total``.
-    * ``await stream.result()`` reads what is left of the stream and returns an
-      :class:`outcome.Outcome`: ``Value(response)``, or ``Error(SamplingError)`` /
-      ``Error(RequestCancelledError)`` carrying the partial output.
+    * ``await stream.result()`` reads what is left of the stream and returns a
+      :class:`RequestResult`: its ``unwrap()`` gives the response, or raises
+      :class:`SamplingError` / :class:`RequestCancelledError` carrying the partial output.
     """
 
     def __init__(
@@ -350,13 +388,13 @@ class RequestStream:
         self._position = 0
         self._receive.close()
 
-    async def result(self) -> outcome.Outcome[ConversationResponse]:
-        """Read the rest of the stream; return the request's outcome."""
+    async def result(self) -> RequestResult:
+        """Read the rest of the stream; return how the request ended."""
         async for _ in self:
             pass
         await self._state.done.wait()
         assert self._state.terminal is not None
-        return terminal_outcome(self._state.terminal)
+        return RequestResult(self._state.terminal)
 
     async def aclose(self) -> None:
         """Stop reading: cancels the request if it is still running, and returns once it

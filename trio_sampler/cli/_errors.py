@@ -11,6 +11,8 @@ from urllib.parse import urlsplit
 
 import trio
 
+from ..types import TrioSamplerError
+
 __all__ = [
     "UsageError",
     "api_key_or_fail",
@@ -22,7 +24,7 @@ __all__ = [
 ]
 
 
-class UsageError(Exception):
+class UsageError(TrioSamplerError):
     """A problem with what the user asked for: printed as one line, exit status 2.
 
     The message names flags and environment variables, never Python parameters.

@@ -16,6 +16,8 @@ from typing import Any, Literal, TypeAlias
 import attrs
 import orjson
 
+from ..types import TrioSamplerError
+
 __all__ = [
     "HOSTED_TOOL_INPUTS",
     "STOP_VALUES",
@@ -58,7 +60,7 @@ USAGE_KEYS = (
 Stop: TypeAlias = Literal["stop", "length", "tool_calls", "content_filter"]
 
 
-class ScriptError(ValueError):
+class ScriptError(TrioSamplerError, ValueError):
     """The script header is not valid; the message says what is wrong."""
 
 

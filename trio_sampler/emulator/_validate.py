@@ -14,13 +14,14 @@ from typing import Any
 
 import orjson
 
+from ..types import TrioSamplerError
 from ._cache import PromptCache
 from ._reply import RequestView, ToolOffer
 
 __all__ = ["ApiError", "view_chat", "view_messages", "view_responses"]
 
 
-class ApiError(Exception):
+class ApiError(TrioSamplerError):
     """A request the API rejects: rendered as that backend's error body."""
 
     def __init__(

@@ -13,6 +13,7 @@ import attrs
 import httpx2
 import trio
 
+from ..types import TrioSamplerError
 from ._plan import LoadTest
 from ._results import LoadTestResult, StageResult, summarize_stage
 from ._runner import Progress, run_stages
@@ -26,7 +27,7 @@ BARRIER_TIMEOUT = 120.0
 PROGRESS_INTERVAL = 0.5
 
 
-class LoadTestError(RuntimeError):
+class LoadTestError(TrioSamplerError, RuntimeError):
     """A worker process failed; the message carries its traceback."""
 
 

@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeAlias
 import attrs
 import orjson
 
-from ..types import Assistant, ConversationItem, ConversationRequest, System, User
+from ..types import Assistant, ConversationItem, ConversationRequest, System, TrioSamplerError, User
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -388,7 +388,7 @@ class SyntheticWorkload:
         }
 
 
-class DatasetError(ValueError):
+class DatasetError(TrioSamplerError, ValueError):
     """A dataset line is not one of the accepted shapes; the message names the line."""
 
 

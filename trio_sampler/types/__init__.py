@@ -32,6 +32,7 @@ from ._conversation import UsageViolation as UsageViolation
 from ._conversation import User as User
 from ._conversation import WebFetch as WebFetch
 from ._conversation import WebSearch as WebSearch
+from ._errors import TrioSamplerError as TrioSamplerError
 from ._events import AttemptOutcome as AttemptOutcome
 from ._events import AttemptRecord as AttemptRecord
 from ._events import BackendToolCallCompleted as BackendToolCallCompleted
@@ -114,6 +115,7 @@ __all__ = [
     "ToolChoiceSpec",
     "ToolResult",
     "ToolSpec",
+    "TrioSamplerError",
     "Usage",
     "UsageViolation",
     "User",

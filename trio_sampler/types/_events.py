@@ -32,6 +32,7 @@ from typing import Any, TypeAlias
 import attrs
 
 from ._conversation import BackendToolCall, ConversationResponse, Reasoning, ToolCall, Usage
+from ._errors import TrioSamplerError
 from ._ratelimit import RateLimitSnapshot
 
 __all__ = [
@@ -126,7 +127,7 @@ class SamplingErrorInfo:
         return f"{self.kind.value}{status}: {self.message}"
 
 
-class SamplingError(Exception):
+class SamplingError(TrioSamplerError):
     """Raised by :meth:`SamplerHandle.submit_and_collect` when a request ends in ``Failed``.
 
     ``info`` is the classified error; ``partial`` what was received before it.

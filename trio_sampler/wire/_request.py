@@ -11,6 +11,7 @@ import attrs
 
 from .._redact import check_credential, is_credential_name
 from ..providers import ProviderProfile, get_profile, profile_for
+from ..types import TrioSamplerError
 
 __all__ = [
     "BuildOptions",
@@ -124,7 +125,7 @@ class ConversionReport:
         return bool(self.notes)
 
 
-class ConversionError(ValueError):
+class ConversionError(TrioSamplerError, ValueError):
     """Raised in ``strict`` mode when the request cannot be rendered without loss."""
 
     def __init__(self, note: ConversionNote) -> None:

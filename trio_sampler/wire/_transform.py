@@ -38,6 +38,7 @@ from ..types import (
     SamplingErrorKind,
     SamplingEvent,
     StreamStarted,
+    TrioSamplerError,
     Usage,
 )
 from ._accumulate import StreamAccumulator
@@ -54,7 +55,7 @@ __all__ = [
 ]
 
 
-class ProviderDataError(ValueError):
+class ProviderDataError(TrioSamplerError, ValueError):
     """Provider data that does not have the documented shape (a field of the wrong type,
     a required field missing). Raised by a transform's explicit checks; it becomes a
     ``Failed`` of kind ``serialization``, never an exception out of the transform."""

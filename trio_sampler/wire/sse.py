@@ -43,6 +43,8 @@ from typing import TypeAlias
 
 import attrs
 
+from ..types import TrioSamplerError
+
 __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
     "SSEDecodeError",
@@ -85,7 +87,7 @@ def payload_event(item: SSEPayload) -> ServerSentEvent:
     return item  # type: ignore[return-value]
 
 
-class SSEDecodeError(ValueError):
+class SSEDecodeError(TrioSamplerError, ValueError):
     """The byte stream cannot be decoded as SSE within the configured bounds."""
 
 
