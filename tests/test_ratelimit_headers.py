@@ -308,3 +308,25 @@ def test_families_together_read_as_each_alone() -> None:
     assert parse_rate_limits({"date": DATE, **ietf}) == RateLimitSnapshot(
         requests=RateLimitBudget(10, 3, 4.0)
     )
+
+
+def test_an_absolute_reset_is_read_against_now_or_date_and_never_a_clock() -> None:
+    # The wire layer reads no clock: an absolute time becomes a wait only against the
+    # ``now`` the caller gives or the response's own Date header.
+    headers = {"anthropic-ratelimit-requests-limit": "50"}
+    headers["anthropic-ratelimit-requests-reset"] = "2026-04-05T14:29:00Z"
+    alone = parse_rate_limits(headers)
+    assert alone is not None and alone.requests is not None
+    assert alone.requests.limit == 50 and alone.requests.reset_after is None
+    dated = parse_rate_limits({**headers, "date": "Sun, 05 Apr 2026 14:28:30 GMT"})
+    assert dated is not None and dated.requests is not None
+    assert dated.requests.reset_after == 30.0
+    given = parse_rate_limits(headers, now=dated_now())
+    assert given is not None and given.requests is not None
+    assert given.requests.reset_after == 10.0
+    assert parse_rate_limits({"retry-after": "Sun, 05 Apr 2026 14:29:20 GMT"}) is None
+
+
+def dated_now() -> float:
+    """2026-04-05T14:28:50Z as a Unix time."""
+    return 1775399330.0

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import time
 import weakref
 import zlib
 from collections.abc import (
@@ -1046,7 +1047,12 @@ class SamplingClient:
         except SamplingClientError:
             decoded = b""
         raise SamplingClientError(
-            classify_http_error(response.status_code, response.headers.multi_items(), decoded)
+            classify_http_error(
+                response.status_code,
+                response.headers.multi_items(),
+                decoded,
+                now=time.time(),
+            )
         )
 
     def open_stream(

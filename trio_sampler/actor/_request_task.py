@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 
 import attrs
 import trio
@@ -1142,7 +1143,7 @@ class RequestRunner:
                 # The metrics' times are the bytes' arrival where the reads say it.
                 received = stream.received_at
                 metrics.headers_at = now if received is None else received
-                started = transform.start(stream.header_fields, attempt=attempt)
+                started = transform.start(stream.header_fields, attempt=attempt, now=time.time())
                 if started and isinstance(started[0], StreamStarted):
                     metrics.rate_limit = started[0].rate_limit
                     if paced is not None:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any
+from wsgiref.handlers import format_date_time
 
 import httpx2
 import trio
@@ -56,6 +58,10 @@ class _BodyStream(httpx2.AsyncByteStream):
         self._disconnect.set()
         self._app_scope.cancel()
         await self._receive.aclose()
+
+
+def _date_header() -> tuple[bytes, bytes]:
+    return (b"date", format_date_time(time.time()).encode("ascii"))
 
 
 class EmulatorTransport(httpx2.AsyncBaseTransport):
@@ -153,7 +159,9 @@ class EmulatorTransport(httpx2.AsyncBaseTransport):
                 if message["type"] == "http.response.start":
                     return httpx2.Response(
                         status_code=message["status"],
-                        headers=list(message.get("headers", [])),
+                        # The Date header a server adds (Hypercorn does, as RFC 9110
+                        # asks): what absolute rate-limit resets are read against.
+                        headers=[_date_header(), *message.get("headers", [])],
                         stream=_BodyStream(receive_channel, disconnect, app_scope),
                         request=request,
                     )

@@ -15,10 +15,10 @@ Read, per dimension (requests, tokens, input tokens, output tokens):
   may be seconds, or a Unix time in seconds or milliseconds);
 * ``retry-after-ms``, then ``retry-after`` (seconds or an HTTP date).
 
-Absolute times (RFC 3339, HTTP dates, Unix times) become seconds from ``now``: the
-response's ``Date`` header when ``now`` is not given, else the local clock, so a client
-whose clock is off still reads the server's intent. A value that cannot be read is
-dropped, never an exception: the parser never raises on header content.
+Absolute times (RFC 3339, HTTP dates, Unix times) become seconds from ``now``, else from
+the response's ``Date`` header (so a client whose clock is off still reads the server's
+intent); with neither they are dropped, since the wire layer reads no clock. A value that
+cannot be read is dropped, never an exception: the parser never raises on header content.
 """
 
 from __future__ import annotations
@@ -26,11 +26,10 @@ from __future__ import annotations
 import datetime
 import math
 import re
-import time
 from collections.abc import Callable, Mapping
 
 from ..types import RateLimitBudget, RateLimitSnapshot
-from .errors import Headers, _normalize_headers, _parse_http_date, _parse_retry_after
+from ._headers import Headers, normalize_headers, parse_http_date, parse_retry_after, reference_time
 
 __all__ = ["parse_duration", "parse_rate_limits"]
 
@@ -91,7 +90,7 @@ _ANTHROPIC_PREFIX = "anthropic-ratelimit-"
 #: Every other header :func:`parse_rate_limits` reads starts with one of these.
 _OTHER_PREFIXES = ("ratelimit", "retry-after")
 
-Clock = Callable[[], float]
+Clock = Callable[[], float | None]
 
 
 def parse_rate_limits(headers: Headers, *, now: float | None = None) -> RateLimitSnapshot | None:
@@ -100,7 +99,7 @@ def parse_rate_limits(headers: Headers, *, now: float | None = None) -> RateLimi
     ``now`` is the Unix time the headers were received (default: their ``Date``, else the
     local clock); it turns absolute reset times into seconds from then.
     """
-    return parse_lowered_rate_limits(_normalize_headers(headers), now=now)
+    return parse_lowered_rate_limits(normalize_headers(headers), now=now)
 
 
 def parse_lowered_rate_limits(
@@ -139,7 +138,7 @@ def parse_lowered_rate_limits(
         generic = _generic(lowered, clock)
         if generic is not None:
             found["requests"] = generic
-    retry_after = _parse_retry_after(lowered, now) if other else None
+    retry_after = parse_retry_after(lowered, now) if other else None
     if not found and retry_after is None:
         return None
     return RateLimitSnapshot(retry_after=retry_after, **found)
@@ -147,13 +146,12 @@ def parse_lowered_rate_limits(
 
 def _clock(lowered: Mapping[str, str], now: float | None) -> Clock:
     """The Unix time absolute values are read against (``now``, else the ``Date``
-    header, else the local clock), found the first time one needs it."""
-    found: list[float] = []
+    header; ``None`` with neither), found the first time one needs it."""
+    found: list[float | None] = []
 
-    def read() -> float:
+    def read() -> float | None:
         if not found:
-            at = now if now is not None else _parse_http_date(lowered.get("date", ""))
-            found.append(time.time() if at is None else at)
+            found.append(reference_time(lowered, now))
         return found[0]
 
     return read
@@ -246,10 +244,16 @@ def _reset(text: str | None, clock: Clock) -> float | None:
     if seconds is None:
         return _reset_at(text, clock)
     if seconds >= _UNIX_MILLISECONDS:
-        return max(seconds / 1000 - clock(), 0.0)
+        return _until(seconds / 1000, clock)
     if seconds >= _UNIX_SECONDS:
-        return max(seconds - clock(), 0.0)
+        return _until(seconds, clock)
     return seconds
+
+
+def _until(when: float, clock: Clock) -> float | None:
+    """Seconds from the reference time to ``when``; ``None`` without a reference."""
+    reference = clock()
+    return None if reference is None else max(when - reference, 0.0)
 
 
 def _reset_at(text: str | None, clock: Clock) -> float | None:
@@ -260,8 +264,8 @@ def _reset_at(text: str | None, clock: Clock) -> float | None:
     try:
         when = datetime.datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        at = _parse_http_date(value)
-        return None if at is None else max(at - clock(), 0.0)
+        at = parse_http_date(value)
+        return None if at is None else _until(at, clock)
     if when.tzinfo is None:
         when = when.replace(tzinfo=datetime.UTC)
-    return max(when.timestamp() - clock(), 0.0)
+    return _until(when.timestamp(), clock)

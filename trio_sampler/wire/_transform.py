@@ -193,10 +193,15 @@ class StreamTransform(abc.ABC):
         return self.acc.outcome
 
     def start(
-        self, headers: Mapping[str, str] | None = None, *, attempt: int = 1
+        self,
+        headers: Mapping[str, str] | None = None,
+        *,
+        attempt: int = 1,
+        now: float | None = None,
     ) -> list[SamplingEvent]:
         """Headers are in: ``StreamStarted`` (with the rate-limit state they report), then
-        ``ModelMetadata`` if headers carry any."""
+        ``ModelMetadata`` if headers carry any. ``now`` (a Unix time) is what absolute
+        reset times are read against when the headers carry no ``Date``."""
         if self._started:
             return []
         self._started = True
@@ -204,7 +209,7 @@ class StreamTransform(abc.ABC):
         lowered: dict[str, str] = {}
         for name, value in (headers or {}).items():
             lowered.setdefault(name.lower(), value)
-        snapshot = parse_lowered_rate_limits(lowered) if lowered else None
+        snapshot = parse_lowered_rate_limits(lowered, now=now) if lowered else None
         out: list[SamplingEvent] = [StreamStarted(self.request_id, attempt, snapshot)]
         profile = self.profile
         if lowered:

@@ -5,24 +5,23 @@ context-overflow messages) used for errors inside a 200 stream
 (:func:`classify_stream_error`), HTTP error responses (:func:`classify_http_error`) and
 failures of the connection itself (:func:`classify_transport_error`).
 
-Sans-I/O like the rest of ``wire``: no clocks unless the caller gives none, no httpx
-import (transport exceptions are recognised by class name, so this module works with any
-httpx-compatible client).
+Sans-I/O like the rest of ``wire``: no clock (an HTTP date is read against the ``now``
+the caller gives, else the response's ``Date`` header), no httpx import (transport
+exceptions are recognised by class name, so this module works with any httpx-compatible
+client).
 
-``retryable`` means *the same request, sent again unchanged, may succeed* (design §5's
-status table). The actor's ``classify`` makes the final decision: 413 and ``invalid_image``
-are ``retryable=False`` here because only a *changed* request (images stripped) can succeed.
+``retryable`` means *the same request, sent again unchanged, may succeed* (the status
+table in ``docs/retry-policy.md``). The actor's ``classify`` makes the final decision: 413
+and ``invalid_image`` are ``retryable=False`` here because only a *changed* request
+(images stripped) can succeed.
 """
 
 from __future__ import annotations
 
-import email.utils
 import logging
-import math
 import re
 import socket
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -30,6 +29,8 @@ import orjson
 
 from .._redact import scrub_secrets
 from ..types import SamplingErrorInfo, SamplingErrorKind
+from ._headers import Headers, normalize_headers, parse_retry_after
+from ._ratelimit import parse_lowered_rate_limits
 
 __all__ = [
     "MAX_USER_MESSAGE_CHARS",
@@ -266,8 +267,6 @@ def classify_stream_error(payload: Mapping[str, Any]) -> SamplingErrorInfo:
 # HTTP error responses
 # ---------------------------------------------------------------------------------------
 
-Headers = Mapping[str, str] | Sequence[tuple[str, str]]
-
 _RATE_LIMIT_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-", "ratelimit-")
 _RATE_LIMIT_NAMES = frozenset({"retry-after", "retry-after-ms", "ratelimit"})
 _MAX_HEADER_VALUE_CHARS = 200
@@ -289,15 +288,6 @@ _STATUS_COPY: dict[int, str] = {
 }
 
 
-def _normalize_headers(headers: Headers) -> dict[str, str]:
-    """Lower-cased names; for a repeated header the first value wins."""
-    items = headers.items() if isinstance(headers, Mapping) else headers
-    out: dict[str, str] = {}
-    for name, value in items:
-        out.setdefault(name.lower(), value)
-    return out
-
-
 def _status_copy(status: int) -> str:
     if status in _STATUS_COPY:
         return _STATUS_COPY[status]
@@ -315,47 +305,6 @@ def _status_copy(status: int) -> str:
     if status >= 500:
         return "something went wrong on the server"
     return f"request failed (HTTP {status})"
-
-
-def _parse_retry_after(headers: Mapping[str, str], now: float | None) -> float | None:
-    """Seconds to wait: ``retry-after-ms`` first, then ``retry-after`` as seconds or an
-    HTTP date. A date is taken relative to ``now`` (else the response's ``Date`` header,
-    else the local clock). Negative waits become 0; garbage and non-finite values, None."""
-    raw_ms = headers.get("retry-after-ms")
-    if raw_ms is not None:
-        try:
-            ms = float(raw_ms.strip())
-        except ValueError:
-            ms = math.nan
-        if math.isfinite(ms):
-            return max(ms / 1000.0, 0.0)
-    raw = headers.get("retry-after")
-    if raw is None or not raw.strip():
-        return None
-    try:
-        seconds = float(raw.strip())
-    except ValueError:
-        pass
-    else:
-        return max(seconds, 0.0) if math.isfinite(seconds) else None
-    when = _parse_http_date(raw)
-    if when is None:
-        return None
-    if now is None:
-        now = _parse_http_date(headers.get("date", ""))
-    if now is None:
-        now = time.time()
-    return max(when - now, 0.0)
-
-
-def _parse_http_date(value: str) -> float | None:
-    try:
-        parsed = email.utils.parsedate_tz(value)
-    except (TypeError, ValueError):  # pragma: no cover - parsedate_tz returns None on garbage
-        return None
-    if parsed is None:
-        return None
-    return float(email.utils.mktime_tz(parsed))
 
 
 def _parse_should_retry(value: str | None) -> bool | None:
@@ -459,15 +408,15 @@ def classify_http_error(
     * ``x-should-retry`` overrides ``retryable`` both ways, except that a context overflow
       is never retryable (resending the same prompt cannot fit).
     * ``retry_after`` comes from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP
-      date relative to ``now``, else the ``Date`` header, else the local clock); it is not
+      date relative to ``now``, else the ``Date`` header; with neither, a date is
+      dropped); it is not
       capped here (the retry policy caps it).
     * ``message`` is the provider's message, trimmed, secrets scrubbed, never an HTML page;
       else a status-based sentence.
     """
     # Imported here: the parser reads this module's header helpers.
-    from ._ratelimit import parse_lowered_rate_limits
 
-    lowered = _normalize_headers(headers)
+    lowered = normalize_headers(headers)
     error_type, code, message, body_request_id = _parse_body(body)
     if code is None and _IMAGE_MESSAGES.search(message or "") and 400 <= status < 600:
         code = "invalid_image"
@@ -490,7 +439,7 @@ def classify_http_error(
         message=user_message(message, fallback=_status_copy(status)),
         status_code=status,
         retryable=retryable,
-        retry_after=_parse_retry_after(lowered, now),
+        retry_after=parse_retry_after(lowered, now),
         should_retry=should_retry,
         error_type=_clean_header_value(error_type),
         error_code=_clean_header_value(code),
