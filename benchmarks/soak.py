@@ -4,7 +4,7 @@ Every request is scripted (``x-emulator-script``) with a known final text; a sha
 get a fault of every emulator type (``status``, ``stream_error``, ``drop``, ``stall``,
 ``malformed``, ``empty``, ``pings``), some persistent (so retries run out and the request
 fails), and a share are cancelled by the consumer at a random point. The harness checks
-the contract (design §4) on every request and the process's health over the run:
+the contract (``docs/contract.md``) on every request and the process's health over the run:
 
 * exactly one terminal per request, last, and the stream ends right after it (must be 0
   violations);

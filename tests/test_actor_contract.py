@@ -1,4 +1,4 @@
-"""The actor's contract (design §4) under the mock clock, with a scripted transport.
+"""The actor's contract (``docs/contract.md``) under the mock clock, with a scripted transport.
 
 Every test checks the same rule from a different angle: exactly one terminal event, it is
 the last event, it arrives promptly, and no task outlives its request.

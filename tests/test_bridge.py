@@ -1,4 +1,5 @@
-"""The bridge (design §2.5): one request → one outcome, events forwarded in order."""
+"""The bridge (``docs/bridge-and-agent.md``): one request → one outcome, events forwarded
+in order."""
 
 from __future__ import annotations
 

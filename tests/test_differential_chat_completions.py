@@ -121,7 +121,7 @@ def ours(path: Path) -> list[SamplingEvent]:
 
 
 def sdk_usage(completion: ParsedChatCompletionSnapshot, model: str) -> Usage | None:
-    """The SDK's usage, normalized per design §2.1 (the xAI add-back is difference 2)."""
+    """The SDK's usage, normalized as ``Usage`` documents it (the xAI add-back is difference 2)."""
     usage = completion.usage
     if usage is None:
         return None

@@ -1,4 +1,4 @@
-"""classify_http_error / classify_transport_error: one table per wire-protocols.md §5."""
+"""classify_http_error / classify_transport_error: one table per provider's documented errors."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ CLOUDFLARE_413 = (
 
 # (status, body, kind, retryable, error_type, error_code)
 TABLE: list[tuple[int, bytes, K, bool, str | None, str | None]] = [
-    # --- OpenAI §5.1 ---
+    # --- OpenAI ---
     (
         400,
         openai_body(
@@ -178,7 +178,7 @@ TABLE: list[tuple[int, bytes, K, bool, str | None, str | None]] = [
         None,
         "Client specified an invalid argument",
     ),
-    # --- Anthropic §5.2 ---
+    # --- Anthropic ---
     (
         400,
         anthropic_body(

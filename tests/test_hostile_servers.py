@@ -1,4 +1,4 @@
-"""Hostile servers (design §4.6): raw HTTP/1.1 over loopback, written by hand.
+"""Hostile servers (``docs/reliability.md``): raw HTTP/1.1 over loopback, written by hand.
 
 Each server is a ``trio.serve_tcp`` on 127.0.0.1, port 0, that writes whatever bytes the
 test wants. Every request must end in one ``Failed`` of the right kind, within the

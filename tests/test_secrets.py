@@ -1,5 +1,5 @@
-"""No secret leaks (design §4.7): the fault matrix through the actor against the emulator
-with a recognisable fake key, and every place a key could surface scanned for it.
+"""No secret leaks (``docs/contract.md`` §7): the fault matrix through the actor against the
+emulator with a recognisable fake key, and every place a key could surface scanned for it.
 
 Scanned: every event (``repr`` and ``to_jsonable``), every exception (``str`` and
 ``repr``), every log record at DEBUG on the root logger (message, args, traceback), the

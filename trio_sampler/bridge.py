@@ -1,4 +1,5 @@
-"""The bridge: one streamed request → one decision an agent loop can act on (design §2.5).
+"""The bridge: one streamed request → one decision an agent loop can act on
+(``docs/bridge-and-agent.md``).
 
 :func:`run_turn_via_sampler` submits a request, forwards its events to an optional
 ``on_event`` callback as they arrive (the UI path), keeps its own accumulation of the turn,
@@ -155,7 +156,7 @@ def _context_window_error(response: ConversationResponse) -> SamplingErrorInfo:
 
 def _is_permission(error: SamplingErrorInfo) -> bool:
     """403 / ``permission_error``: the credential is valid but not allowed; a fresh one of
-    the same kind will not help, so it is fatal rather than a refresh (design §2.5: 401)."""
+    the same kind will not help, so it is fatal rather than a refresh (only a 401 is)."""
     return error.status_code == 403 or error.error_type == "permission_error"
 
 

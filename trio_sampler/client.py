@@ -6,7 +6,7 @@ exists, and otherwise yields raw body chunks as they arrive (``aiter_raw``: the 
 works on bytes). Every failure leaves as a :class:`SamplingClientError` carrying a
 :class:`SamplingErrorInfo`; trio cancellation passes through untouched.
 
-Security properties (design §4.7):
+Security properties (``docs/contract.md`` §7):
 
 * The key is read from the config's :class:`~trio_sampler.config.Secret` only when headers
   are built, and no exception raised here contains it: httpx exceptions (which hold the
@@ -754,7 +754,7 @@ class SamplingClient:
                 verify=verify,
                 transport=None if transport is None else _BorrowedTransport(transport),
                 # The actor bounds concurrency; a pool cap would queue streams invisibly
-                # and a pool timeout would fail them (trio-notes A.12).
+                # and a pool timeout would fail them.
                 limits=httpx2.Limits(
                     max_connections=None,
                     max_keepalive_connections=config.max_keepalive_connections,

@@ -106,7 +106,7 @@ def _positive(name: str, value: float | None, *, optional: bool = False) -> None
 
 @attrs.frozen
 class Timeouts:
-    """The separate timeouts of one request, in seconds (design §5).
+    """The separate timeouts of one request, in seconds (``docs/configuration.md``).
 
     * ``connect`` (10 s): TCP + TLS; longer means the host is unreachable.
     * ``write`` (60 s): sending the body (large image payloads on slow uplinks).
@@ -143,7 +143,7 @@ class Timeouts:
 
 @attrs.frozen
 class RetryPolicy:
-    """How the actor retries (design §5). Backoff before retry ``n`` (0-based) is
+    """How the actor retries (``docs/retry-policy.md``). Backoff before retry ``n`` (0-based) is
     ``min(base_delay * 2**n, max_delay) * (1 - jitter * U)``, ``U`` uniform in [0, 1).
 
     * ``max_retries`` (4): retries after the first attempt (5 attempts in all); the SDKs

@@ -398,7 +398,8 @@ class RequestTelemetry:
 
 
 def _usage_attributes(usage: Usage) -> dict[str, int]:
-    """``gen_ai.usage.*``: input is the whole prompt, cached part included (design §2.1)."""
+    """``gen_ai.usage.*``: input is the whole prompt, cached part included (as ``Usage``
+    counts it)."""
     attributes = {
         "gen_ai.usage.input_tokens": usage.input_tokens,
         "gen_ai.usage.output_tokens": usage.output_tokens,

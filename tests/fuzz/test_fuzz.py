@@ -1,4 +1,4 @@
-"""Fuzzing of everything that parses untrusted bytes (design §4.4, §4.6), with hypothesis.
+"""Fuzzing of everything that parses untrusted bytes (``docs/reliability.md``), with hypothesis.
 
 The generators and checks live in ``benchmarks/fuzz.py`` (a fast runner for 10^6 inputs
 per target, see ``docs/reliability.md``); here hypothesis drives them (through

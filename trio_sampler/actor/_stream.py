@@ -1,6 +1,6 @@
 """One request's event stream: the channel between its task and its consumer.
 
-Design (trio-notes A.2, A.5):
+Design:
 
 * Events travel as **batches**, one channel message per network read, and the
   consumer-side iterator flattens them: a trio channel hop costs a few microseconds, a

@@ -3,7 +3,7 @@
 Each ``view_*`` function takes the decoded JSON body, raises :class:`ApiError` (status,
 message, ``param``/``code`` for OpenAI) for what the real API rejects with a 400, and
 otherwise returns the facts the reply needs, including the prompt's size and cache result.
-The checks are the ones clients get wrong in practice (see ``wire-protocols.md``); this is
+The checks are the ones clients get wrong in practice (see ``docs/emulator.md``); this is
 not a full schema validator.
 """
 

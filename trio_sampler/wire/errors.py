@@ -275,7 +275,7 @@ _IMAGE_MESSAGES = re.compile(
 )
 _QUOTA_MESSAGES = re.compile(r"exceeded your current quota|insufficient[_ ]quota", re.I)
 
-# Status-based copy for when the body carries no usable message (reference §1.6).
+# Status-based copy for when the body carries no usable message.
 _STATUS_COPY: dict[int, str] = {
     401: "authentication failed: check the API key",
     403: "permission denied: the API key is not allowed to use this model or resource",
@@ -353,12 +353,12 @@ def _parse_body(body: bytes) -> tuple[str | None, str | None, str | None, str | 
 def _status_kind(
     status: int, error_type: str | None, code: str | None, message: str | None
 ) -> tuple[SamplingErrorKind, bool]:
-    """Design §5's status table: ``(kind, retryable)``, for HTTP statuses and for in-stream
-    error codes that are statuses alike. ``retryable`` is :data:`RETRYABLE` of the kind,
-    narrowed for a spent quota, 525/526 and redirects."""
+    """The status table (``docs/retry-policy.md``): ``(kind, retryable)``, for HTTP statuses
+    and for in-stream error codes that are statuses alike. ``retryable`` is
+    :data:`RETRYABLE` of the kind, narrowed for a spent quota, 525/526 and redirects."""
     if status == 401 or status == 403:
         # 403 keeps its status_code: the bridge refreshes credentials on 401 only, because
-        # a refreshed key does not fix a permission/region problem (reference §1.6).
+        # a refreshed key does not fix a permission/region problem.
         return (SamplingErrorKind.AUTH, False)
     if status == 429:
         return (SamplingErrorKind.RATE_LIMITED, not _is_quota(error_type, code, message))
@@ -398,10 +398,10 @@ def classify_http_error(
 ) -> SamplingErrorInfo:
     """Classify a non-2xx HTTP response. Pure (given ``now``).
 
-    * ``kind`` and ``retryable`` follow design §5: 401/403 → AUTH; 429 → RATE_LIMITED
-      (``insufficient_quota`` is not retryable); 413 → PAYLOAD_TOO_LARGE; a 4xx with
-      ``code: context_length_exceeded`` or a known overflow message →
-      CONTEXT_LENGTH_EXCEEDED; an ``invalid_image`` error → INVALID_REQUEST with
+    * ``kind`` and ``retryable`` follow the status table (``docs/retry-policy.md``):
+      401/403 → AUTH; 429 → RATE_LIMITED (``insufficient_quota`` is not retryable);
+      413 → PAYLOAD_TOO_LARGE; a 4xx with ``code: context_length_exceeded`` or a known
+      overflow message → CONTEXT_LENGTH_EXCEEDED; an ``invalid_image`` error → INVALID_REQUEST with
       ``error_code="invalid_image"``; 408/409 → HTTP retryable; 503/529 or an overloaded
       error → OVERLOADED retryable; other 5xx → API (provider JSON) or HTTP, retryable,
       except 525/526 (TLS between CDN and origin); redirects and other 4xx → not retryable.

@@ -1,6 +1,6 @@
 """Anthropic Messages stream transform: SSE events → :class:`SamplingEvent`. Pure.
 
-One instance per attempt. The wire protocol (``wire-protocols.md`` §4)::
+One instance per attempt. The wire protocol (``docs/backends/messages.md``)::
 
     message_start → (content_block_start → content_block_delta* → content_block_stop)*
                   → message_delta+ → message_stop          (ping and error anywhere)
