@@ -132,8 +132,8 @@ def with_tools(*hosted: HostedTool, tools: tuple[ToolSpec, ...] = ()) -> Convers
 
 def test_the_family_is_exported() -> None:
     for name in ("WebSearch", "WebFetch", "CodeExecution", "FileSearch", "MCPServer"):
-        assert name in trio_sampler.__all__
-    assert "ProviderTool" in trio_sampler.__all__
+        assert name in trio_sampler.types.__all__
+    assert "ProviderTool" in trio_sampler.types.__all__
 
 
 @pytest.mark.parametrize(("tool", "wire", "_"), RENDERINGS)
