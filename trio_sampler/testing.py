@@ -11,6 +11,11 @@ the duration of the test: an :class:`EmulatorFixture` (``base_url``, ``url_for(b
 The helpers that need no pytest live in :mod:`trio_sampler.emulator`:
 :func:`~trio_sampler.emulator.script_headers` and the in-process
 :class:`~trio_sampler.emulator.EmulatorTransport` (re-exported here).
+
+Importing :class:`EmulatorFixture` from here for a type hint works in any test module, even
+before pytest loads the plugin: the module holds no ``assert`` for pytest to rewrite, and says
+so to pytest with the marker PYTEST_DONT_REWRITE (without it, pytest warns that it cannot
+rewrite a module already imported, a collection error under ``-W error``).
 """
 
 from __future__ import annotations
