@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-TEST_MODULE = '''
+TEST_MODULE = """
 from trio_sampler.testing import EmulatorFixture
 
 pytest_plugins = ["trio_sampler.testing"]
@@ -24,7 +24,7 @@ pytest_plugins = ["trio_sampler.testing"]
 async def test_the_fixture_serves(emulator: EmulatorFixture) -> None:
     assert emulator.base_url.startswith("http://127.0.0.1:")
     assert emulator.requests() == []
-'''
+"""
 
 
 def test_the_plugin_as_the_tutorial_places_it_runs_under_warnings_as_errors(
