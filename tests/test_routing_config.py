@@ -30,7 +30,7 @@ async def test_a_routed_sampler_needs_no_base_config(
         assert sampler.config.timeouts.total is None
     terminal = events[-1]
     assert isinstance(terminal, Completed)
-    assert terminal.metrics.route == "primary"
+    assert terminal.metrics is not None and terminal.metrics.route == "primary"
     assert transport.requests[0].url.host == "primary.test"
 
 

@@ -429,8 +429,11 @@ def sampler_config(
             f"set it on each route instead (Route({own[0]!r}, config.evolve(retry="
             "RetryPolicy(...)))), or leave every route's at the default"
         )
-    is_a_route = any(route.config == config for route in routing.routes)
-    if not is_a_route and config.retry != default:
+    at_a_route = any(
+        (route.config.base_url, route.config.backend) == (config.base_url, config.backend)
+        for route in routing.routes
+    )
+    if not at_a_route and config.retry != default:
         raise ValueError(
             "the sampler's config.retry applies to no routed request (each route's "
             "config.retry does); set it on the routes, or pass retry_policy= to apply one "
