@@ -8,8 +8,10 @@ from pathlib import Path
 
 import orjson
 import pytest
+import trio
 
 from benchmarks import corpus
+from trio_sampler.testing import EmulatorFixture
 
 CORPUS = corpus.root()
 
@@ -59,3 +61,30 @@ def test_replay_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     result = run("replay", str(tmp_path / "nope.sse"), "--backend", "responses")
     assert result.returncode == 2
     assert b"cannot read" in result.stderr
+
+
+# -- cassettes: trio-sampler record, then replay ---------------------------------------------
+
+
+async def test_record_then_replay_a_cassette(emulator: EmulatorFixture, tmp_path: Path) -> None:
+    cassette = tmp_path / "run.cassette"
+    script = "x-emulator-script: " + orjson.dumps({"text": "Recorded answer."}).decode()
+    record = (
+        sys.executable, "-m", "trio_sampler", "record", "hi", "--out", str(cassette),
+        "--base-url", emulator.base_url, "--model", "m", "-H", script,
+        "-H", "Authorization: Bearer sk-recorded-0123456789",
+    )  # fmt: skip
+    done = await trio.to_thread.run_sync(
+        lambda: subprocess.run(record, capture_output=True, check=False, timeout=120)
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().strip() == "Recorded answer."
+    assert "1 exchange(s) recorded" in done.stderr.decode()
+    assert b"sk-recorded" not in cassette.read_bytes()
+
+    replay = (sys.executable, "-m", "trio_sampler", "replay", str(cassette), "--timing", "original")
+    replayed = await trio.to_thread.run_sync(
+        lambda: subprocess.run(replay, capture_output=True, check=False, timeout=120)
+    )
+    assert replayed.returncode == 0, replayed.stderr.decode()
+    assert orjson.loads(replayed.stdout)["text"] == "Recorded answer."

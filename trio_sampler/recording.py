@@ -31,6 +31,7 @@ from __future__ import annotations
 import base64
 import enum
 import os
+import zlib
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ import orjson
 import trio
 
 from ._redact import is_credential_name, redact_url
+from .types import ApiBackend
 
 __all__ = [
     "CASSETTE_FORMAT",
@@ -57,6 +59,13 @@ CASSETTE_FORMAT = "trio-sampler.cassette/1"
 
 #: What a credential's value becomes in a cassette.
 REMOVED = "<removed>"
+
+#: The protocol of an exchange by the end of its URL's path.
+_PATHS = (
+    ("/chat/completions", ApiBackend.CHAT_COMPLETIONS),
+    ("/responses", ApiBackend.RESPONSES),
+    ("/messages", ApiBackend.MESSAGES),
+)
 
 
 class CassetteError(ValueError):
@@ -97,8 +106,34 @@ class Exchange:
 
     @property
     def body(self) -> bytes:
-        """The whole response body."""
+        """The whole response body, as it came off the wire."""
         return b"".join(data for _, data in self.chunks)
+
+    def header(self, name: str) -> str | None:
+        """The response header ``name`` (any case), if it was sent."""
+        wanted = name.lower()
+        return next((v for n, v in self.response_headers if n.lower() == wanted), None)
+
+    def decoded_chunks(self) -> list[tuple[float, bytes]]:
+        """:attr:`chunks` with a ``gzip`` or ``deflate`` content encoding undone, read by
+        read (a client's view of the body). Raises :class:`CassetteError` for another
+        encoding: serve it with :class:`ReplayTransport`, whose client decodes it."""
+        encoding = (self.header("content-encoding") or "identity").strip().lower()
+        if encoding == "identity":
+            return list(self.chunks)
+        if encoding not in ("gzip", "deflate"):
+            raise CassetteError(
+                f"the body is {encoding}-encoded; serve it through ReplayTransport, whose "
+                "HTTP client decodes it"
+            )
+        inflate = zlib.decompressobj(wbits=47)  # gzip or zlib, by the header
+        return [(at, inflate.decompress(data)) for at, data in self.chunks]
+
+    @property
+    def backend(self) -> ApiBackend | None:
+        """The protocol of the exchange, from its URL's path (``None`` if unknown)."""
+        path = httpx2.URL(self.url).path.rstrip("/")
+        return next((b for suffix, b in _PATHS if path.endswith(suffix)), None)
 
     def to_json(self) -> dict[str, Any]:
         def b64(data: bytes) -> str:
@@ -154,13 +189,19 @@ class Cassette:
     def load(cls, path: str | os.PathLike[str]) -> Cassette:
         """Read a cassette; raises :class:`CassetteError` naming the file and the line."""
         try:
-            lines = Path(path).read_bytes().splitlines()
+            text = Path(path).read_bytes()
         except OSError as exc:
             where = os.fspath(path)
             raise CassetteError(f"cannot read the cassette {where}: {exc.strerror}") from None
+        return cls.parse(text, os.fspath(path))
+
+    @classmethod
+    def parse(cls, text: bytes, name: str = "the cassette") -> Cassette:
+        """A cassette from the text of its file (``name`` for the errors)."""
+        lines = text.splitlines()
         if not lines or not is_cassette_line(lines[0]):
             raise CassetteError(
-                f"{os.fspath(path)} is not a cassette (its first line is not "
+                f"{name} is not a cassette (its first line is not "
                 f'{{"format": "{CASSETTE_FORMAT}"}}); record one with trio-sampler record'
             )
         exchanges = []
@@ -171,7 +212,7 @@ class Cassette:
                 exchanges.append(Exchange.from_json(orjson.loads(line)))
             except (KeyError, TypeError, ValueError) as exc:
                 raise CassetteError(
-                    f"{os.fspath(path)}, line {number}: not an exchange ({type(exc).__name__}: "
+                    f"{name}, line {number}: not an exchange ({type(exc).__name__}: "
                     f"{exc})"
                 ) from None
         return cls(tuple(exchanges))

@@ -35,7 +35,7 @@ from ..wire._request import validate_headers
 from ._console import Console
 from ._errors import UsageError, api_key_or_fail, backend_choice, run_interruptibly, url
 
-__all__ = ["add_parser", "config_from_args"]
+__all__ = ["add_endpoint_arguments", "add_parser", "config_from_args", "headers_from_args"]
 
 #: How long the check that a refused connection is really refused may take.
 _PROBE_S = 2.0
@@ -51,6 +51,13 @@ def add_parser(commands: Any) -> None:
         ),
     )
     parser.add_argument("prompt", nargs="?", help="the prompt (omit for an interactive chat)")
+    add_endpoint_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print events as JSON lines")
+    parser.set_defaults(run=run)
+
+
+def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that say where to send a chat and how (``chat`` and ``record``)."""
     parser.add_argument("--provider", help="a provider profile (default: openai_compatible)")
     parser.add_argument("--base-url", type=url, help="the endpoint (e.g. http://127.0.0.1:8080/v1)")
     parser.add_argument("--backend", type=backend_choice, choices=[b.value for b in ApiBackend])
@@ -64,8 +71,6 @@ def add_parser(commands: Any) -> None:
         metavar="'NAME: VALUE'",
         help="an extra request header (repeatable), e.g. for a gateway or the emulator's script",
     )
-    parser.add_argument("--json", action="store_true", help="print events as JSON lines")
-    parser.set_defaults(run=run)
 
 
 def headers_from_args(args: argparse.Namespace) -> dict[str, str]:
