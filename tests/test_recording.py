@@ -20,6 +20,7 @@ from trio_sampler.recording import (
     ReplayTransport,
     Timing,
 )
+from trio_sampler.testing import CassetteServer
 from trio_sampler.types import ApiBackend, ConversationRequest, Failed, User, to_jsonable
 
 KEY = "sk-emulator-recording-0123456789"
@@ -132,3 +133,19 @@ def test_a_file_that_is_not_a_cassette_says_so(tmp_path: Path) -> None:
         Cassette.load(path)
     with pytest.raises(ValueError, match="'original' or 'fast'"):
         ReplayTransport(Cassette(), timing="slow")
+
+
+async def test_the_pytest_plugin_serves_a_cassette_over_http(
+    cassette_server: CassetteServer, tmp_path: Path
+) -> None:
+    """Recorded in memory, served on a real loopback port: the same answer, the same ids."""
+    path = tmp_path / "run.cassette"
+    recorded = await record(path)
+    server = await cassette_server(path, timing="fast")
+    config = CONFIG.evolve(base_url=server.base_url)
+    async with open_sampler(config, seed=1) as sampler:
+        stream = await sampler.submit(REQUEST, request_id="req_recorded")
+        async with stream:
+            served = [to_jsonable(event) async for event in stream]
+    assert [e["type"] for e in served] == [e["type"] for _, e in recorded]
+    assert served[-1]["response"] == recorded[-1][1]["response"]

@@ -47,6 +47,7 @@ from .types import ApiBackend
 __all__ = [
     "CASSETTE_FORMAT",
     "Cassette",
+    "CassetteApp",
     "CassetteError",
     "Exchange",
     "RecordingTransport",
@@ -212,8 +213,7 @@ class Cassette:
                 exchanges.append(Exchange.from_json(orjson.loads(line)))
             except (KeyError, TypeError, ValueError) as exc:
                 raise CassetteError(
-                    f"{name}, line {number}: not an exchange ({type(exc).__name__}: "
-                    f"{exc})"
+                    f"{name}, line {number}: not an exchange ({type(exc).__name__}: {exc})"
                 ) from None
         return cls(tuple(exchanges))
 
@@ -342,6 +342,45 @@ class _RecordedBody(httpx2.AsyncByteStream):
 # ---------------------------------------------------------------------------------------
 
 
+class _Deck:
+    """A cassette's exchanges, each served once: the next one recorded for a method and a
+    path (so requests to several endpoints interleave as they did)."""
+
+    def __init__(self, cassette: Cassette) -> None:
+        self.cassette = cassette
+        self._served = [False] * len(cassette.exchanges)
+
+    def next(self, method: str, path: str) -> Exchange | None:
+        for index, exchange in enumerate(self.cassette.exchanges):
+            if self._served[index] or exchange.method != method:
+                continue
+            if httpx2.URL(exchange.url).path == path:
+                self._served[index] = True
+                return exchange
+        return None
+
+    def missing(self, method: str, path: str) -> bytes:
+        """The JSON error body of a request the cassette has nothing left for."""
+        message = (
+            f"the cassette has no exchange left for {method} {path} "
+            f"({sum(self._served)} of {len(self._served)} served)"
+        )
+        return orjson.dumps({"error": {"type": "cassette_exhausted", "message": message}})
+
+
+def _load(cassette: Cassette | str | os.PathLike[str]) -> Cassette:
+    return cassette if isinstance(cassette, Cassette) else Cassette.load(cassette)
+
+
+def _timing(timing: Timing | str) -> Timing:
+    try:
+        return Timing(timing)
+    except ValueError:
+        raise ValueError(
+            f"timing must be 'original' or 'fast' (a Timing), not {timing!r}"
+        ) from None
+
+
 class ReplayTransport(httpx2.AsyncBaseTransport):
     """Serves a cassette's exchanges back, one per request, in the order recorded.
 
@@ -359,47 +398,25 @@ class ReplayTransport(httpx2.AsyncBaseTransport):
     def __init__(
         self, cassette: Cassette | str | os.PathLike[str], *, timing: Timing | str = Timing.ORIGINAL
     ) -> None:
-        self.cassette = cassette if isinstance(cassette, Cassette) else Cassette.load(cassette)
-        try:
-            self.timing = Timing(timing)
-        except ValueError:
-            raise ValueError(
-                f"timing must be 'original' or 'fast' (a Timing), not {timing!r}"
-            ) from None
-        self._served = [False] * len(self.cassette.exchanges)
+        self.cassette = _load(cassette)
+        self.timing = _timing(timing)
+        self._deck = _Deck(self.cassette)
         #: The requests served, in order.
         self.requests: list[httpx2.Request] = []
-
-    def _next(self, request: httpx2.Request) -> Exchange | None:
-        path = request.url.path
-        for index, exchange in enumerate(self.cassette.exchanges):
-            if self._served[index] or exchange.method != request.method:
-                continue
-            if httpx2.URL(exchange.url).path == path:
-                self._served[index] = True
-                return exchange
-        return None
-
-    def _missing(self, request: httpx2.Request) -> httpx2.Response:
-        message = (
-            f"the cassette has no exchange left for {request.method} {request.url.path} "
-            f"({sum(self._served)} of {len(self._served)} served)"
-        )
-        error = {"error": {"type": "cassette_exhausted", "message": message}}
-        return httpx2.Response(
-            404,
-            headers={"content-type": "application/json"},
-            content=orjson.dumps(error),
-            request=request,
-        )
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         started = trio.current_time()
         self.requests.append(request)
-        exchange = self._next(request)
+        method, path = request.method, request.url.path
+        exchange = self._deck.next(method, path)
         if exchange is None:
             await trio.lowlevel.checkpoint()
-            return self._missing(request)
+            return httpx2.Response(
+                404,
+                headers={"content-type": "application/json"},
+                content=self._deck.missing(method, path),
+                request=request,
+            )
         if self.timing is Timing.ORIGINAL:
             await trio.sleep_until(started + exchange.headers_at)
         else:
@@ -441,3 +458,69 @@ class _ReplayedBody(httpx2.AsyncByteStream):
 
     async def aclose(self) -> None:
         pass
+
+
+# ---------------------------------------------------------------------------------------
+# Serving over HTTP
+# ---------------------------------------------------------------------------------------
+
+#: Recorded headers the serving HTTP server writes itself (framing, connection, date).
+_SERVER_OWNED = frozenset(
+    {"transfer-encoding", "connection", "keep-alive", "date", "server", "alt-svc"}
+)
+
+
+class CassetteApp:
+    """An ASGI app answering each request with the cassette's next exchange for its method
+    and path, paced as :class:`ReplayTransport` paces it: serve it on a real port with
+    :func:`trio_sampler.emulator.serve` (``trio-sampler serve --cassette FILE``, the pytest
+    plugin's ``cassette_server`` fixture) to test a client that is not this library's."""
+
+    def __init__(
+        self, cassette: Cassette | str | os.PathLike[str], *, timing: Timing | str = Timing.ORIGINAL
+    ) -> None:
+        self.cassette = _load(cassette)
+        self.timing = _timing(timing)
+        self._deck = _Deck(self.cassette)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        started = trio.current_time()
+        while (await receive()).get("more_body", False):
+            pass  # the request body is not compared: the cassette's order decides
+        method, path = scope["method"], scope["path"]
+        exchange = self._deck.next(method, path)
+        if exchange is None:
+            body = self._deck.missing(method, path)
+            headers = [(b"content-type", b"application/json")]
+            await send({"type": "http.response.start", "status": 404, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self._answer(exchange, started, send)
+
+    async def _answer(self, exchange: Exchange, started: float, send: Any) -> None:
+        original = self.timing is Timing.ORIGINAL
+        if original:
+            await trio.sleep_until(started + exchange.headers_at)
+        headers = [
+            (name.lower().encode("latin-1"), value.encode("latin-1"))
+            for name, value in exchange.response_headers
+            if name.lower() not in _SERVER_OWNED
+        ]
+        await send({"type": "http.response.start", "status": exchange.status, "headers": headers})
+        for at, data in exchange.chunks:
+            if original:
+                await trio.sleep_until(started + at)
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+        if original:
+            await trio.sleep_until(started + exchange.end_at)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
