@@ -305,7 +305,8 @@ class RequestTelemetry:
             if key not in endpoint:
                 self._base.pop(key, None)
         self._base.update(endpoint)
-        self.span.set_attributes({**endpoint, **self._legacy()})
+        backend = {"trio_sampler.backend": backend_name(config.backend)}
+        self.span.set_attributes({**endpoint, **self._legacy(), **backend})
         model = self._base.get("gen_ai.request.model")
         self.span.update_name(f"{_OPERATION} {model}" if model else _OPERATION)
 
