@@ -66,3 +66,18 @@ async def test_a_sampler_retry_policy_applies_to_routes_without_their_own(
             events = [event async for event in stream]
     assert isinstance(events[-1], Failed)
     assert len(transport.requests) == 1
+
+
+async def test_a_route_in_the_chain_stands_in_for_the_policys_route_of_that_name(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    routing = RoutingPolicy([Route("primary", PRIMARY), Route("fallback", FALLBACK)])
+    fresh = Route("primary", PRIMARY.evolve(api_key="sk-fresh-key-0123456789"))
+    transport = ScriptedTransport([Reply(chunks=chat_stream("hello"))])
+    async with open_sampler(routing=routing, transport=transport) as sampler:
+        response = await sampler.submit_and_collect(REQUEST, chain=[fresh, "fallback"])
+        assert sampler.routing is routing  # the policy itself is unchanged
+    assert response.text == "hello"
+    assert transport.requests[0].headers["authorization"] == "Bearer sk-fresh-key-0123456789"
+    with pytest.raises(ValueError, match="no route is named 'other'"):
+        RoutingPolicy([Route("primary", PRIMARY)]).chain(["other"])
