@@ -76,12 +76,34 @@ def test_chat_missing_key_is_a_clear_error() -> None:
     assert b"OPENAI_API_KEY" in result.stderr
 
 
-async def test_chat_failure_exits_1(emulator: EmulatorFixture) -> None:
-    # Nothing listens on port 9 of loopback: a connect error, classified, no traceback.
-    args = ("chat", "hi", "--base-url", "http://127.0.0.1:9/v1", "--model", "m")
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+async def test_chat_connection_refused_fails_fast_with_the_address() -> None:
+    port = closed_port()
+    args = ("chat", "hi", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "m")
+    started = time.monotonic()
     result = await trio.to_thread.run_sync(lambda: run(*args))
-    assert result.returncode == 1
-    assert b"transport" in result.stderr and b"Traceback" not in result.stderr
+    took = time.monotonic() - started
+    stderr = result.stderr.decode()
+    assert result.returncode == 1, stderr
+    assert f"127.0.0.1:{port}" in stderr and "connection refused" in stderr, stderr
+    assert "retrying" not in stderr and "Traceback" not in stderr, stderr
+    assert took < 5.0  # not four retries and their backoff (~9 s); the interpreter's start
+
+
+async def test_chat_404_on_a_base_url_without_v1_says_so(emulator: EmulatorFixture) -> None:
+    without_v1 = emulator.base_url.removesuffix("/v1")
+    args = ("chat", "hi", "--base-url", without_v1, "--model", "m")
+    result = await trio.to_thread.run_sync(lambda: run(*args))
+    stderr = result.stderr.decode()
+    assert result.returncode == 1, stderr
+    assert "404" in stderr and f"--base-url {without_v1}/v1" in stderr, stderr
 
 
 def test_serve_prints_its_address_first_and_answers() -> None:

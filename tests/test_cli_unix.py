@@ -150,6 +150,27 @@ async def test_ctrl_c_in_chat_mid_stream(emulator: EmulatorFixture) -> None:
     await trio.to_thread.run_sync(scenario)
 
 
+async def test_ctrl_c_mid_answer_in_an_interactive_chat_returns_to_the_prompt(
+    emulator: EmulatorFixture,
+) -> None:
+    """The first Ctrl-C ends the answer and the chat goes on; the second quits."""
+
+    def scenario() -> None:
+        args = ("chat", "--base-url", emulator.base_url, "--model", "m", "-H", slow_script())
+        with terminal(*args, env={"NO_COLOR": "1"}) as term:
+            term.read_until(lambda out: b"you> " in out)
+            os.write(term.master, b"tell me\n")
+            term.read_until(lambda out: out.count(b"word") >= 3)
+            os.killpg(term.process.pid, signal.SIGINT)
+            term.read_until(lambda out: out.rstrip().endswith(b"you>"))
+            assert term.process.poll() is None  # still running, at the prompt
+            assert b"word " * 400 not in term.output  # the answer was cut
+            assert b"Ctrl-C again quits" in term.output
+            assert_one_interrupted_line(*term.interrupt(), "chat")
+
+    await trio.to_thread.run_sync(scenario)
+
+
 def test_ctrl_c_in_demo() -> None:
     # On a terminal the demo is a live board (rich), which hides the cursor while it runs.
     with terminal("demo", env={"NO_COLOR": "1"}) as term:

@@ -162,7 +162,7 @@ async def test_the_route_that_served_is_a_span_attribute(
         ]
     )
     transport = ScriptedTransport(reply)
-    async with open_sampler(no_retry, routing=routing, transport=transport) as sampler:
+    async with open_sampler(routing=routing, transport=transport) as sampler:
         outcome = await run_turn_via_sampler(sampler, REQUEST, telemetry=otel.telemetry)
     assert isinstance(outcome, TurnResponse)
     attributes = dict(otel.span().attributes or {})
@@ -235,3 +235,99 @@ def test_the_package_never_imports_opentelemetry() -> None:
         "assert not [m for m in sys.modules if m.startswith('opentelemetry')], 'imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# -- the required attributes, whatever the bridge is given ----------------------------------
+
+REQUIRED = ("gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model")
+
+
+def two_routes() -> Any:
+    from trio_sampler.routing import Route, RoutingPolicy
+
+    no_retry = make_config(retry=RetryPolicy(max_retries=0))
+    return RoutingPolicy(
+        [
+            Route("primary", no_retry.evolve(base_url="http://primary.test:8443/v1")),
+            Route("fallback", no_retry.evolve(base_url="http://fallback.test/v1")),
+        ]
+    )
+
+
+def primary_fails(request: Any, _index: int) -> Reply:
+    if request.url.host == "primary.test":
+        return error_reply(503)
+    return Reply(chunks=chat_stream("ok"))
+
+
+@pytest.fixture
+def unnamed_otel() -> Iterator[Otel]:
+    """An exporter whose telemetry has no ``provider_name``: the config must say."""
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
+    telemetry = GenAITelemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
+    yield Otel(spans, reader, telemetry)
+    meter_provider.shutdown()
+    tracer_provider.shutdown()
+
+
+async def test_without_config_the_span_has_the_required_attributes(
+    unnamed_otel: Otel, autojump_clock: trio.testing.MockClock
+) -> None:
+    transport = ScriptedTransport([Reply(chunks=chat_stream("ok"))])
+    async with open_sampler(make_config(), transport=transport) as sampler:
+        outcome = await run_turn_via_sampler(sampler, REQUEST, telemetry=unnamed_otel.telemetry)
+    assert isinstance(outcome, TurnResponse)
+    attributes = dict(unnamed_otel.span().attributes or {})
+    for key in REQUIRED:
+        assert key in attributes, key
+    assert attributes["gen_ai.provider.name"] == "openai"  # the Chat Completions family
+    assert attributes["gen_ai.request.model"] == "test-model"
+    assert attributes["server.address"] == "fake.test"
+    assert attributes["server.port"] == 80
+
+
+async def test_under_routing_the_span_names_the_endpoint_that_answered(
+    unnamed_otel: Otel, autojump_clock: trio.testing.MockClock
+) -> None:
+    transport = ScriptedTransport(primary_fails)
+    async with open_sampler(routing=two_routes(), transport=transport) as sampler:
+        outcome = await run_turn_via_sampler(sampler, REQUEST, telemetry=unnamed_otel.telemetry)
+    assert isinstance(outcome, TurnResponse)
+    attributes = dict(unnamed_otel.span().attributes or {})
+    for key in REQUIRED:
+        assert key in attributes, key
+    assert attributes["server.address"] == "fallback.test"
+    assert attributes["server.port"] == 80
+    assert attributes["trio_sampler.route"] == "fallback"
+
+
+async def test_config_under_routing_does_not_bypass_the_routes(
+    unnamed_otel: Otel, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A fresh key for the primary: the primary fails, the fallback still answers."""
+    routing = two_routes()
+    fresh = routing.routes[0].config.evolve(api_key="sk-fresh-key-0123456789")
+    transport = ScriptedTransport(primary_fails)
+    async with open_sampler(routing=routing, transport=transport) as sampler:
+        outcome = await run_turn_via_sampler(
+            sampler, REQUEST, telemetry=unnamed_otel.telemetry, config=fresh
+        )
+    assert isinstance(outcome, TurnResponse), outcome
+    assert transport.requests[0].headers["authorization"] == "Bearer sk-fresh-key-0123456789"
+    attributes = dict(unnamed_otel.span().attributes or {})
+    for key in REQUIRED:
+        assert key in attributes, key
+    assert attributes["server.address"] == "fallback.test"
+
+
+async def test_a_config_at_no_route_is_refused_naming_the_routes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    transport = ScriptedTransport(primary_fails)
+    async with open_sampler(routing=two_routes(), transport=transport) as sampler:
+        with pytest.raises(ValueError, match=r"'primary' .*'fallback'"):
+            await run_turn_via_sampler(sampler, REQUEST, config=make_config())

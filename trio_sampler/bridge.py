@@ -49,8 +49,9 @@ from .types import (
 from .wire import ResponseFold
 
 if TYPE_CHECKING:
-    from .actor import SamplerHandle
+    from .actor import RequestStream, SamplerHandle
     from .config import SamplerConfig
+    from .routing import Route
     from .telemetry import GenAITelemetry, RequestTelemetry
 
 __all__ = [
@@ -240,8 +241,12 @@ async def run_turn_via_sampler(
             its presence turns an ``AUTH`` failure into :class:`TurnRefreshAuthAndResubmit`
             instead of :class:`TurnFatal`.
         config: a per-request configuration (e.g. fresh credentials), else the sampler's.
+            On a routed sampler the request still runs along the routing chain: ``config``
+            stands in for every route at its endpoint (same ``base_url`` and ``backend``),
+            and a config at no route's endpoint is a ``ValueError`` naming them.
         telemetry: records an OpenTelemetry span and GenAI metrics for the request
-            (:mod:`trio_sampler.telemetry`, needs the ``otel`` extra).
+            (:mod:`trio_sampler.telemetry`, needs the ``otel`` extra), with the provider,
+            model and server address of the endpoint that answered.
         request_id: the id to submit under (generated when ``None``).
 
     Returns:
@@ -251,10 +256,89 @@ async def run_turn_via_sampler(
     stream's context is left) and ``trio.Cancelled`` propagates; :class:`TurnCancelled` is
     only returned when the request was cancelled from elsewhere.
     """
-    stream = await handle.submit(request, config=config, request_id=request_id)
+    stream = await submit_turn(handle, request, config=config, request_id=request_id)
+    return await follow_turn(
+        handle,
+        stream,
+        request,
+        config=config,
+        on_event=on_event,
+        telemetry=telemetry,
+        can_refresh_auth=refresh_credentials is not None,
+    )
+
+
+async def submit_turn(
+    handle: SamplerHandle,
+    request: ConversationRequest,
+    *,
+    config: SamplerConfig | None = None,
+    request_id: str | None = None,
+) -> RequestStream:
+    """Submit ``request`` the way :func:`run_turn_via_sampler` does: along the sampler's
+    routing, with ``config`` standing in for the routes at its endpoint."""
+    routing = handle.routing
+    if config is None or routing is None:
+        return await handle.submit(request, config=config, request_id=request_id)
+    return await handle.submit(
+        request, chain=_chain_with(routing.routes, config), request_id=request_id
+    )
+
+
+def _same_endpoint(one: SamplerConfig, other: SamplerConfig) -> bool:
+    return one.base_url == other.base_url and one.backend is other.backend
+
+
+def _chain_with(routes: tuple[Route, ...], config: SamplerConfig) -> list[Route]:
+    """The routes, each at ``config``'s endpoint replaced by one with ``config``."""
+    chain = [
+        attrs.evolve(route, config=config) if _same_endpoint(route.config, config) else route
+        for route in routes
+    ]
+    if all(new is old for new, old in zip(chain, routes, strict=True)):
+        endpoints = ", ".join(f"{r.name!r} ({r.config.base_url})" for r in routes)
+        raise ValueError(
+            f"config= is for {config.base_url}, which no route of the sampler's routing "
+            f"serves (the routes are {endpoints}); on a routed sampler config= replaces the "
+            "config of the routes at its endpoint (e.g. fresh credentials for one of them)"
+        )
+    return chain
+
+
+def telemetry_config(
+    handle: SamplerHandle, config: SamplerConfig | None, route: str | None
+) -> SamplerConfig | None:
+    """The config of the endpoint a request went to, for its span: the route that served
+    it, else ``config``, else the sampler's first route or its own config."""
+    routing = handle.routing
+    if routing is not None:
+        by_name = {r.name: r.config for r in routing.routes}
+        if route is not None and route in by_name:
+            served = by_name[route]
+            return config if config is not None and _same_endpoint(served, config) else served
+        return config or routing.routes[0].config
+    return config or handle.config
+
+
+async def follow_turn(
+    handle: SamplerHandle,
+    stream: RequestStream,
+    request: ConversationRequest,
+    *,
+    config: SamplerConfig | None = None,
+    on_event: EventCallback | None = None,
+    telemetry: GenAITelemetry | None = None,
+    can_refresh_auth: bool = False,
+) -> SamplerTurnOutcome:
+    """Read ``stream`` to its terminal (forwarding events, recording telemetry) and return
+    the outcome; the second half of :func:`run_turn_via_sampler`."""
     recorder: RequestTelemetry | None = None
     if telemetry is not None:
-        recorder = telemetry.start_request(request, config=config, request_id=stream.request_id)
+        recorder = telemetry.start_request(
+            request,
+            config=telemetry_config(handle, config, None),
+            request_id=stream.request_id,
+        )
     accumulation = _TurnAccumulation()
     terminal: TerminalEvent | None = None
     try:
@@ -262,6 +346,8 @@ async def run_turn_via_sampler(
             async for event in stream:
                 if isinstance(event, Completed | Failed | Cancelled):
                     terminal = event
+                    if recorder is not None and event.metrics is not None:
+                        recorder.served_by(telemetry_config(handle, config, event.metrics.route))
                 else:
                     accumulation.add(event)
                 if recorder is not None:
@@ -280,7 +366,5 @@ async def run_turn_via_sampler(
     if terminal is None:  # pragma: no cover - contract 1 makes this unreachable
         raise RuntimeError(f"request {stream.request_id} ended without a terminal event")
     return outcome_for_terminal(
-        terminal,
-        can_refresh_auth=refresh_credentials is not None,
-        partial=accumulation.response(),
+        terminal, can_refresh_auth=can_refresh_auth, partial=accumulation.response()
     )

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .types import (
+    ApiBackend,
     Cancelled,
     Completed,
     ConversationRequest,
@@ -105,6 +106,14 @@ def _now() -> float:
         return time.monotonic()
 
 
+#: ``gen_ai.provider.name`` by protocol, for an endpoint without a provider profile.
+_PROTOCOL_FAMILY: dict[ApiBackend, str] = {
+    ApiBackend.CHAT_COMPLETIONS: "openai",
+    ApiBackend.RESPONSES: "openai",
+    ApiBackend.MESSAGES: "anthropic",
+}
+
+
 def _server(base_url: str) -> tuple[str | None, int | None]:
     parts = urllib.parse.urlsplit(base_url)
     port = parts.port or {"https": 443, "http": 80}.get(parts.scheme)
@@ -160,10 +169,16 @@ class GenAITelemetry:
         )
 
     def _provider_for(self, config: SamplerConfig | None) -> str | None:
+        """``gen_ai.provider.name``: the config's provider profile, else ``provider_name``,
+        else the family of the config's protocol (``openai`` for Chat Completions and
+        Responses, ``anthropic`` for Messages), so the required attribute is never absent
+        when a config is known."""
         if config is not None and config.provider is not None:
             profile = config.profile
             return profile.telemetry_name if profile is not None else config.provider
-        return self.provider_name
+        if self.provider_name is not None or config is None:
+            return self.provider_name
+        return _PROTOCOL_FAMILY[ApiBackend(config.backend)]
 
     def start_request(
         self,
@@ -234,23 +249,12 @@ class RequestTelemetry:
         self.finished = False
         #: Take the operation duration from the terminal's metrics, not from our clock.
         self.use_metrics_duration = False
-        model = request.model or (config.model if config is not None else None)
+        self._request = request
         self._base: dict[str, Any] = {"gen_ai.operation.name": _OPERATION}
-        provider = telemetry._provider_for(config)
-        if provider is not None:
-            self._base["gen_ai.provider.name"] = provider
-        if model is not None:
-            self._base["gen_ai.request.model"] = model
-        if config is not None:
-            address, port = _server(config.base_url)
-            if address is not None:
-                self._base["server.address"] = address
-            if port is not None:
-                self._base["server.port"] = port
+        self._base.update(self._endpoint(config))
+        model = self._base.get("gen_ai.request.model")
         self._response_model: str | None = None
-        attributes = dict(self._base)
-        if provider is not None:
-            attributes["gen_ai.system"] = provider  # the pre-1.37 name, still widely read
+        attributes = {**self._base, **self._legacy()}
         for key, value in (
             ("gen_ai.request.temperature", request.temperature),
             ("gen_ai.request.top_p", request.top_p),
@@ -268,6 +272,43 @@ class RequestTelemetry:
         self.span: Span = telemetry.tracer.start_span(
             name, kind=telemetry._trace.SpanKind.CLIENT, attributes=attributes
         )
+
+    def _endpoint(self, config: SamplerConfig | None) -> dict[str, Any]:
+        """The attributes that name where the request goes: provider, model, server."""
+        found: dict[str, Any] = {}
+        provider = self._telemetry._provider_for(config)
+        if provider is not None:
+            found["gen_ai.provider.name"] = provider
+        model = self._request.model or (config.model if config is not None else None)
+        if model is not None:
+            found["gen_ai.request.model"] = model
+        if config is not None:
+            address, port = _server(config.base_url)
+            if address is not None:
+                found["server.address"] = address
+            if port is not None:
+                found["server.port"] = port
+        return found
+
+    def _legacy(self) -> dict[str, Any]:
+        provider = self._base.get("gen_ai.provider.name")
+        # gen_ai.system: the pre-1.37 name of the provider, still widely read.
+        return {} if provider is None else {"gen_ai.system": provider}
+
+    def served_by(self, config: SamplerConfig | None) -> None:
+        """The request was answered at ``config``'s endpoint (a route other than the one
+        the span was opened for): its provider, model and server replace the span's."""
+        if self.finished or config is None:
+            return
+        endpoint = self._endpoint(config)
+        for key in ("server.address", "server.port"):
+            if key not in endpoint:
+                self._base.pop(key, None)
+        self._base.update(endpoint)
+        backend = {"trio_sampler.backend": backend_name(config.backend)}
+        self.span.set_attributes({**endpoint, **self._legacy(), **backend})
+        model = self._base.get("gen_ai.request.model")
+        self.span.update_name(f"{_OPERATION} {model}" if model else _OPERATION)
 
     def observe(self, event: SamplingEvent) -> None:
         """Record one event; a terminal event ends the span and records the metrics."""

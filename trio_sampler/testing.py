@@ -8,15 +8,26 @@ Enable it in your ``conftest.py``; nothing is loaded into pytest runs that do no
 the duration of the test: an :class:`EmulatorFixture` (``base_url``, ``url_for(backend)``,
 ``script(**kwargs)`` headers, ``requests(scenario)``).
 
+``cassette_server`` serves recorded exchanges (:mod:`trio_sampler.recording`, ``trio-sampler
+record``) on a free loopback port: ``server = await cassette_server("run.cassette")`` (its
+``base_url`` as the emulator's), with their original timing or ``timing="fast"``.
+
 The helpers that need no pytest live in :mod:`trio_sampler.emulator`:
 :func:`~trio_sampler.emulator.script_headers` and the in-process
 :class:`~trio_sampler.emulator.EmulatorTransport` (re-exported here).
+
+Importing :class:`EmulatorFixture` from here for a type hint works in any test module, even
+before pytest loads the plugin: the module holds no ``assert`` for pytest to rewrite, and says
+so to pytest with the marker PYTEST_DONT_REWRITE (without it, pytest warns that it cannot
+rewrite a module already imported, a collection error under ``-W error``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
+import functools
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, cast
 
 import attrs
 import pytest
@@ -30,9 +41,21 @@ from .emulator import (
     script_headers,
     serve,
 )
+from .recording import Cassette, CassetteApp, Timing
 from .types import ApiBackend
 
-__all__ = ["EmulatorFixture", "EmulatorTransport", "emulator", "script_headers"]
+__all__ = [
+    "CassetteServer",
+    "EmulatorFixture",
+    "EmulatorTransport",
+    "cassette_server",
+    "emulator",
+    "script_headers",
+]
+
+#: ``await cassette_server(cassette, timing=...)``: a cassette (or its path) served on a free
+#: loopback port until the test ends.
+CassetteServer = Callable[..., Awaitable[EmulatorServer]]
 
 
 @attrs.frozen
@@ -79,3 +102,22 @@ async def _serve_app(
     app: EmulatorApp, *, task_status: trio.TaskStatus[EmulatorServer] = trio.TASK_STATUS_IGNORED
 ) -> None:
     await serve(app=app, task_status=task_status)
+
+
+@pytest.fixture
+async def cassette_server() -> AsyncIterator[CassetteServer]:
+    """Serves cassettes on free loopback ports until the test ends:
+    ``server = await cassette_server("run.cassette", timing="fast")``."""
+    async with trio.open_nursery() as nursery:
+
+        async def start(
+            cassette: Cassette | str | os.PathLike[str], *, timing: Timing | str = Timing.ORIGINAL
+        ) -> EmulatorServer:
+            app = CassetteApp(cassette, timing=timing)
+            server: EmulatorServer = await nursery.start(
+                functools.partial(serve, app=cast(Any, app))
+            )
+            return server
+
+        yield start
+        nursery.cancel_scope.cancel()

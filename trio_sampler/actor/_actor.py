@@ -173,20 +173,32 @@ class SamplerHandle:
 
     _actor: _SamplerActor
 
+    @property
+    def config(self) -> SamplerConfig:
+        """The default configuration of later submits (see :meth:`update_config`)."""
+        return self._actor.config
+
+    @property
+    def routing(self) -> RoutingPolicy | None:
+        """The sampler's routing policy (``None`` without routing)."""
+        return self._actor.routing
+
     async def submit(
         self,
         request: ConversationRequest,
         *,
         config: SamplerConfig | None = None,
         request_id: str | None = None,
-        chain: Sequence[str] | None = None,
+        chain: Sequence[str | Route] | None = None,
     ) -> RequestStream:
         """Start a request; returns its event stream at once (the request runs meanwhile).
 
         ``config`` overrides the sampler's configuration for this request only (it then
         goes to that endpoint alone, without routing). ``chain`` names the routes of the
         sampler's :class:`~trio_sampler.routing.RoutingPolicy` this request runs along, in
-        order (default: the policy's chain); an unknown name raises ``ValueError``.
+        order (default: the policy's chain); an unknown name raises ``ValueError``. A
+        :class:`~trio_sampler.routing.Route` in ``chain`` stands, for this request, in place
+        of the policy's route of that name (e.g. the same route with fresh credentials).
         Raises :class:`DuplicateRequestError` if ``request_id`` is still running, and
         :class:`SamplerClosedError` once the sampler is shutting down.
 
@@ -212,7 +224,7 @@ class SamplerHandle:
         )
 
     def _chain(
-        self, chain: Sequence[str] | None, config: SamplerConfig | None
+        self, chain: Sequence[str | Route] | None, config: SamplerConfig | None
     ) -> tuple[Route, ...] | None:
         if chain is None:
             return None
@@ -227,7 +239,11 @@ class SamplerHandle:
                 "pass either config= (one endpoint, no routing) or chain= (routes of the "
                 "sampler's routing policy), not both"
             )
-        return routing.chain(chain)
+        if isinstance(chain, str):
+            return routing.chain(chain)  # refused there, with what to write
+        names = [link.name if isinstance(link, Route) else link for link in chain]
+        standing_in = {link.name: link for link in chain if isinstance(link, Route)}
+        return tuple(standing_in.get(route.name, route) for route in routing.chain(names))
 
     async def route_stats(self) -> dict[str, RouteSnapshot]:
         """Per route of the sampler's routing policy: its circuit's state and counters
@@ -240,7 +256,7 @@ class SamplerHandle:
         request: ConversationRequest,
         *,
         config: SamplerConfig | None = None,
-        chain: Sequence[str] | None = None,
+        chain: Sequence[str | Route] | None = None,
     ) -> ConversationResponse:
         """Run a request to its end and return the response.
 
@@ -283,7 +299,7 @@ class SamplerHandle:
 
 
 def open_sampler(
-    config: SamplerConfig,
+    config: SamplerConfig | None = None,
     *,
     retry_policy: RetryPolicy | None = None,
     doom_loop: DoomLoopPolicy | None = None,
@@ -307,8 +323,11 @@ def open_sampler(
     Bad arguments raise here, at the call, not when the block is entered.
 
     Args:
-        config: the default configuration (see :class:`SamplerConfig`).
-        retry_policy: overrides ``config.retry`` for every request.
+        config: the default configuration (see :class:`SamplerConfig`). Optional with
+            ``routing``: the sampler then has no endpoint of its own (its default is the
+            first route's config without a ``Timeouts.total``; ``docs/routing.md``).
+        retry_policy: replaces ``config.retry`` for every request; on a routed sampler,
+            every route's (allowed only when no route sets its own).
         doom_loop: doom-loop detection and resampling (on by default).
         max_concurrency: at most this many requests talk to the server at once; the rest
             wait their turn (cancellable, inside ``Timeouts.total``). ``None``: no limit.
@@ -323,16 +342,22 @@ def open_sampler(
             (:class:`trio_sampler.fleet.FleetAdmission`); opened and closed with the sampler.
         routing: run requests along a chain of routes, with fail-over, circuit breakers
             and optional hedging (:class:`~trio_sampler.routing.RoutingPolicy`,
-            ``docs/routing.md``). ``config`` still bounds every request end to end with
-            its ``Timeouts.total``, and is what ``submit(config=...)`` overrides.
+            ``docs/routing.md``). A ``config`` given beside it bounds every request end to
+            end with its ``Timeouts.total``, and is what ``submit(config=...)`` overrides.
         max_buffered_response_bytes: response text all in-flight requests may hold
             together (1 GiB by default; ``None``: no sampler-wide limit). Past it the
             largest streams end in ``Failed`` (``error_code="sampler_memory_cap"``, not
             retried) until the total is back under it. One stream alone never holds more
             than its ``max_response_bytes``.
     """
-    _check_type("config", config, SamplerConfig, "SamplerConfig(base_url=..., model=...)")
     _check_type("retry_policy", retry_policy, RetryPolicy | None, "RetryPolicy(max_retries=2)")
+    _check_type(
+        "routing",
+        routing,
+        RoutingPolicy | None,
+        'RoutingPolicy([Route("primary", config), Route("fallback", other)])',
+    )
+    config = sampler_config(config, routing, retry_policy)
     _check_type("doom_loop", doom_loop, DoomLoopPolicy | None, "DoomLoopPolicy()")
     _check_count("max_buffered_batches", max_buffered_batches, "16")
     if max_concurrency is not None:
@@ -354,12 +379,6 @@ def open_sampler(
             "admission must be an Admission such as trio_sampler.fleet.FleetAdmission(...), "
             f"not a {type(admission).__name__}"
         )
-    _check_type(
-        "routing",
-        routing,
-        RoutingPolicy | None,
-        'RoutingPolicy([Route("primary", config), Route("fallback", other)])',
-    )
     routed: object = admission  # any admission; one with limits per route checks their names
     if isinstance(routed, RoutedAdmission):
         routed.check_routes(None if routing is None else routing.names)
@@ -376,6 +395,51 @@ def open_sampler(
         routing=routing,
         max_buffered_response_bytes=max_buffered_response_bytes,
     )
+
+
+def sampler_config(
+    config: SamplerConfig | None, routing: RoutingPolicy | None, retry_policy: RetryPolicy | None
+) -> SamplerConfig:
+    """The sampler's own config, and the precedence of sampler-level over route-level
+    policies, checked (``docs/routing.md``, "What applies where"):
+
+    * without ``config``, a routed sampler's default is its first route's config with no
+      ``Timeouts.total`` of its own: each route's bounds the attempts made on it;
+    * ``retry_policy=`` replaces every route's ``config.retry``, so a route that sets its
+      own is refused (which one would win is not for us to guess);
+    * a base ``config`` at no route's endpoint whose ``retry`` is not the default is
+      refused: routed requests would never use it.
+    """
+    if config is None:
+        if routing is None:
+            raise TypeError(
+                "open_sampler needs an endpoint: open_sampler(config) or open_sampler(routing="
+                'RoutingPolicy([Route("primary", config), ...]))'
+            )
+        first = routing.routes[0].config
+        config = first.evolve(timeouts=attrs.evolve(first.timeouts, total=None))
+    _check_type("config", config, SamplerConfig, "SamplerConfig(base_url=..., model=...)")
+    if routing is None:
+        return config
+    default = RetryPolicy()
+    own = [route.name for route in routing.routes if route.config.retry != default]
+    if retry_policy is not None and own:
+        raise ValueError(
+            f"retry_policy= would replace the retry policy route {own[0]!r} sets its own; "
+            f"set it on each route instead (Route({own[0]!r}, config.evolve(retry="
+            "RetryPolicy(...)))), or leave every route's at the default"
+        )
+    at_a_route = any(
+        (route.config.base_url, route.config.backend) == (config.base_url, config.backend)
+        for route in routing.routes
+    )
+    if not at_a_route and config.retry != default:
+        raise ValueError(
+            "the sampler's config.retry applies to no routed request (each route's "
+            "config.retry does); set it on the routes, or pass retry_policy= to apply one "
+            "policy to every route"
+        )
+    return config
 
 
 def _check_type(name: str, value: object, expected: Any, example: str) -> None:

@@ -23,13 +23,13 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from .. import __version__
-from . import _bench, _chat, _demo, _loadtest, _replay, _serve
+from . import _bench, _chat, _demo, _loadtest, _record, _replay, _serve
 from ._errors import UsageError
 
 __all__ = ["COMMANDS", "UsageError", "build_parser", "main"]
 
 #: The subcommands, in the order ``--help`` lists them.
-COMMANDS: tuple[Any, ...] = (_demo, _chat, _replay, _serve, _bench, _loadtest)
+COMMANDS: tuple[Any, ...] = (_demo, _chat, _record, _replay, _serve, _bench, _loadtest)
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT

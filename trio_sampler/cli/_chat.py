@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 import trio
@@ -25,6 +26,7 @@ from ..types import (
     Failed,
     Retrying,
     SamplingChannel,
+    SamplingErrorKind,
     System,
     User,
     to_jsonable,
@@ -33,7 +35,10 @@ from ..wire._request import validate_headers
 from ._console import Console
 from ._errors import UsageError, api_key_or_fail, backend_choice, run_interruptibly, url
 
-__all__ = ["add_parser", "config_from_args"]
+__all__ = ["add_endpoint_arguments", "add_parser", "config_from_args", "headers_from_args"]
+
+#: How long the check that a refused connection is really refused may take.
+_PROBE_S = 2.0
 
 
 def add_parser(commands: Any) -> None:
@@ -46,6 +51,13 @@ def add_parser(commands: Any) -> None:
         ),
     )
     parser.add_argument("prompt", nargs="?", help="the prompt (omit for an interactive chat)")
+    add_endpoint_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print events as JSON lines")
+    parser.set_defaults(run=run)
+
+
+def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that say where to send a chat and how (``chat`` and ``record``)."""
     parser.add_argument("--provider", help="a provider profile (default: openai_compatible)")
     parser.add_argument("--base-url", type=url, help="the endpoint (e.g. http://127.0.0.1:8080/v1)")
     parser.add_argument("--backend", type=backend_choice, choices=[b.value for b in ApiBackend])
@@ -59,8 +71,6 @@ def add_parser(commands: Any) -> None:
         metavar="'NAME: VALUE'",
         help="an extra request header (repeatable), e.g. for a gateway or the emulator's script",
     )
-    parser.add_argument("--json", action="store_true", help="print events as JSON lines")
-    parser.set_defaults(run=run)
 
 
 def headers_from_args(args: argparse.Namespace) -> dict[str, str]:
@@ -108,7 +118,70 @@ def config_from_args(args: argparse.Namespace) -> SamplerConfig:
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     headers = headers_from_args(args)
-    return run_interruptibly(_chat, config, args, headers)
+    answer = _Answer()
+    return run_interruptibly(_chat, config, args, headers, answer, on_interrupt=answer.interrupt)
+
+
+class _Answer:
+    """The answer being streamed in an interactive chat, which Ctrl-C ends.
+
+    A Ctrl-C while an answer streams cancels it and the chat goes back to its prompt; a
+    Ctrl-C at the prompt (the second one, say) quits, as everywhere else.
+    """
+
+    def __init__(self) -> None:
+        self.scope: trio.CancelScope | None = None
+
+    def interrupt(self) -> bool:
+        """Whether this Ctrl-C was taken (an answer was streaming: it is cancelled)."""
+        scope = self.scope
+        if scope is None or scope.cancel_called:
+            return False
+        scope.cancel()
+        return True
+
+
+def _address(base_url: str) -> str:
+    """``host:port`` of ``base_url``, for a connect failure's message."""
+    parts = urlsplit(base_url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.hostname}:{port}"
+
+
+async def _connection_refused(base_url: str) -> bool:
+    """Whether nothing listens at ``base_url``'s address (the connection is refused): a
+    stopped server or a wrong port, which waiting will not fix."""
+    parts = urlsplit(base_url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with trio.fail_after(_PROBE_S):
+            stream = await trio.open_tcp_stream(parts.hostname or "", port)
+    except OSError as exc:
+        return _is_refused(exc)
+    except trio.TooSlowError:
+        return False
+    await stream.aclose()
+    return False
+
+
+def _is_refused(exc: BaseException) -> bool:
+    if isinstance(exc, ConnectionRefusedError):
+        return True
+    causes = [exc.__cause__, exc.__context__, *getattr(exc, "exceptions", ())]
+    return any(c is not None and _is_refused(c) for c in causes)
+
+
+def _failure_hint(config: SamplerConfig, terminal: Failed) -> str:
+    """What to try, for a failure whose usual cause is the base URL."""
+    if terminal.error.status_code == 404:
+        path = urlsplit(config.base_url).path.rstrip("/")
+        if not path.endswith("/v1"):
+            fixed = config.base_url.rstrip("/") + "/v1"
+            return (
+                f"; the base URL has no /v1, under which most servers serve the API: "
+                f"try --base-url {fixed}"
+            )
+    return ""
 
 
 class _Transcript:
@@ -163,11 +236,14 @@ async def _turn(
     as_json: bool,
     headers: dict[str, str],
 ) -> Completed | Failed | None:
+    config = handle.config
     stream = await handle.submit(ConversationRequest(items=items, extra_headers=headers))
     terminal: Completed | Failed | None = None
     transcript = _Transcript(console)
     async with stream:
         async for event in stream:
+            if isinstance(event, Retrying) and await _refused(event, config):
+                return None  # leaving the stream cancels the request
             if as_json:
                 sys.stdout.buffer.write(orjson.dumps(to_jsonable(event)) + b"\n")
                 sys.stdout.flush()
@@ -185,11 +261,32 @@ async def _turn(
     if not as_json:
         transcript.end()
     if isinstance(terminal, Failed):
-        print(f"trio-sampler chat: {terminal.error}", file=sys.stderr)
+        hint = _failure_hint(config, terminal)
+        print(f"trio-sampler chat: {terminal.error}{hint}", file=sys.stderr)
     return terminal
 
 
-async def _chat(config: SamplerConfig, args: argparse.Namespace, headers: dict[str, str]) -> int:
+async def _refused(retrying: Retrying, config: SamplerConfig) -> bool:
+    """Whether the first attempt could not connect because nothing listens there (then
+    said on stderr): retrying a stopped server or a wrong port only makes the user wait."""
+    could_not_connect = retrying.kind is SamplingErrorKind.TRANSPORT and (
+        retrying.reason.startswith("could not connect")
+    )
+    if retrying.attempt != 1 or not could_not_connect:
+        return False
+    if not await _connection_refused(config.base_url):
+        return False
+    print(
+        f"trio-sampler chat: nothing listens at {_address(config.base_url)} (connection "
+        f"refused): is the server running, and is --base-url {config.base_url} right?",
+        file=sys.stderr,
+    )
+    return True
+
+
+async def _chat(
+    config: SamplerConfig, args: argparse.Namespace, headers: dict[str, str], answer: _Answer
+) -> int:
     console = Console()
     items: list[ConversationItem] = [System(args.system)] if args.system else []
     async with open_sampler(config) as handle:
@@ -210,7 +307,20 @@ async def _chat(config: SamplerConfig, args: argparse.Namespace, headers: dict[s
             if not line.strip():
                 continue
             items.append(User(line.rstrip("\n")))
-            terminal = await _turn(handle, items, console, args.json, headers)
+            terminal = None
+            # At a terminal, Ctrl-C while the answer streams ends only the answer.
+            with trio.CancelScope() as scope:
+                answer.scope = scope if interactive else None
+                terminal = await _turn(handle, items, console, args.json, headers)
+            answer.scope = None
+            if scope.cancelled_caught:
+                console.out.write("\n")
+                console.out.flush()
+                print(
+                    "trio-sampler chat: answer interrupted (Ctrl-C again quits)",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if isinstance(terminal, Completed):
                 items.extend(terminal.response.items)
             else:

@@ -69,9 +69,16 @@ def api_key_or_fail(env_var: str | None, *, needed: bool) -> None:
         raise UsageError(f"no API key: set the environment variable {env_var}")
 
 
-def run_interruptibly(async_fn: Callable[..., Awaitable[int]], *args: Any) -> int:
+def run_interruptibly(
+    async_fn: Callable[..., Awaitable[int]],
+    *args: Any,
+    on_interrupt: Callable[[], bool] | None = None,
+) -> int:
     """``trio.run(async_fn, *args)`` where Ctrl-C cancels everything, then raises
     ``KeyboardInterrupt`` from here (the command line turns it into one line and 130).
+
+    ``on_interrupt`` is asked first at each Ctrl-C: when it returns ``True`` it has dealt
+    with it (``chat`` ends the answer being streamed and goes back to its prompt).
 
     While it runs, SIGINT goes to a signal receiver instead of raising ``KeyboardInterrupt``
     inside whichever task happens to be running: a library task could swallow it (Hypercorn
@@ -92,6 +99,8 @@ def run_interruptibly(async_fn: Callable[..., Awaitable[int]], *args: Any) -> in
 
                 nursery.start_soon(body)
                 async for _ in signals:
+                    if on_interrupt is not None and on_interrupt():
+                        continue
                     interrupted = True
                     nursery.cancel_scope.cancel()
                     break

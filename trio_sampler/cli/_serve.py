@@ -6,7 +6,10 @@ import argparse
 import functools
 import json
 import math
+import sys
 from typing import Any
+
+import trio
 
 from ._errors import UsageError, port, positive_int, run_interruptibly
 
@@ -73,12 +76,29 @@ def add_parser(commands: Any) -> None:
             "find next to nothing); 'python' for the interpreter's own"
         ),
     )
+    parser.add_argument(
+        "--cassette",
+        metavar="FILE",
+        help=(
+            "serve a cassette (trio-sampler record) instead of the emulator: each request "
+            "gets the next exchange recorded for its method and path"
+        ),
+    )
+    parser.add_argument(
+        "--timing",
+        choices=("original", "fast"),
+        default="original",
+        help="with --cassette: each read at its recorded time (default) or at once",
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..emulator._cli import serve_and_report
     from ..emulator._gc import DEFAULT_GROWTH
+
+    if args.cassette is not None:
+        return run_interruptibly(_serve_cassette, args.host, args.port, _cassette(args))
 
     models = _models(args.models) if args.models else None
     return run_interruptibly(
@@ -125,3 +145,26 @@ def _models(path: str) -> dict[str, Any]:
     except (ScriptError, ValueError, TypeError) as exc:
         raise UsageError(f"--models: {exc}") from None
     return table
+
+
+def _cassette(args: argparse.Namespace) -> Any:
+    from ..recording import Cassette, CassetteApp, CassetteError
+
+    try:
+        return CassetteApp(Cassette.load(args.cassette), timing=args.timing)
+    except CassetteError as exc:
+        raise UsageError(f"--cassette: {exc}") from None
+
+
+async def _serve_cassette(host: str, port: int, app: Any) -> int:
+    """Serve ``app`` until cancelled, printing the ``listening on`` line first."""
+    from ..emulator import serve
+
+    async with trio.open_nursery() as nursery:
+        try:
+            server = await nursery.start(functools.partial(serve, host=host, port=port, app=app))
+        except (OSError, ValueError) as failure:
+            print(f"trio-sampler serve: cannot listen on {host}:{port}: {failure}", file=sys.stderr)
+            return 1
+        print(f"listening on {server.origin}", flush=True)
+    return 0
