@@ -9,6 +9,11 @@ from ._backend import backends as backends
 from ._backend import get_backend as get_backend
 from ._backend import register_backend as register_backend
 from ._fold import ResponseFold as ResponseFold
+from ._partial_json import JSONChange as JSONChange
+from ._partial_json import JSONChangeKind as JSONChangeKind
+from ._partial_json import JSONPath as JSONPath
+from ._partial_json import PartialJSON as PartialJSON
+from ._partial_json import PartialJSONError as PartialJSONError
 from ._ratelimit import parse_duration as parse_duration
 from ._ratelimit import parse_rate_limits as parse_rate_limits
 from ._registry import build_request as build_request
@@ -36,6 +41,11 @@ __all__ = [
     "ConversionError",
     "ConversionNote",
     "ConversionReport",
+    "JSONChange",
+    "JSONChangeKind",
+    "JSONPath",
+    "PartialJSON",
+    "PartialJSONError",
     "ResponseFold",
     "SSEDecodeError",
     "SSEDecoder",
