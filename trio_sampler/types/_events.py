@@ -7,6 +7,8 @@ Per attempt, in order::
     FirstToken?              first text, refusal or reasoning of the attempt
     ChannelToken*            channel = TEXT | REASONING | REFUSAL
     ToolCallDelta*           tool_index, id?, name?, arguments_delta
+    ToolArgumentsDelta*      after a ToolCallDelta: what it changed in the arguments (JSON)
+    OutputDelta*             after answer text of a request with ``output=``: what it changed
     ReasoningCompleted?      a reasoning block is complete (signature / encrypted state known)
     BackendToolCallStarted/Completed*
     ToolCallCompleted*       each local tool call, whole, just before ``Completed``
@@ -32,6 +34,7 @@ from typing import Any, TypeAlias
 import attrs
 
 from ._conversation import BackendToolCall, ConversationResponse, Reasoning, ToolCall, Usage
+from ._partial import JSONChange
 from ._ratelimit import RateLimitSnapshot
 
 __all__ = [
@@ -46,6 +49,7 @@ __all__ = [
     "FirstToken",
     "ImagesStripped",
     "ModelMetadata",
+    "OutputDelta",
     "ReasoningCompleted",
     "RequestMetrics",
     "Retrying",
@@ -57,6 +61,7 @@ __all__ = [
     "StreamStarted",
     "StripReason",
     "TerminalEvent",
+    "ToolArgumentsDelta",
     "ToolCallCompleted",
     "ToolCallDelta",
 ]
@@ -306,6 +311,33 @@ class ToolCallDelta:
     arguments_delta: str = ""
 
 
+@attrs.define
+class ToolArgumentsDelta:
+    """What a :class:`ToolCallDelta` changed in the call's arguments, read as JSON.
+
+    Sent right after the ``ToolCallDelta`` it reads (by a sampler's request stream, for a
+    request with tools). ``changes`` says what changed, never the whole document: a value
+    set at a path, text appended to the string at a path, a string or container closed.
+    The arguments so far are ``RequestStream.partial_arguments(tool_index)``.
+    """
+
+    request_id: str
+    tool_index: int
+    changes: tuple[JSONChange, ...]
+
+
+@attrs.define
+class OutputDelta:
+    """What a piece of answer text changed in the structured answer, read as JSON.
+
+    Sent right after the ``ChannelToken`` it reads, for a request with ``output=``; the
+    answer so far is ``RequestStream.partial_output()``.
+    """
+
+    request_id: str
+    changes: tuple[JSONChange, ...]
+
+
 @attrs.frozen
 class ToolCallCompleted:
     """A local tool call is whole (sent for each call just before ``Completed``).
@@ -425,6 +457,8 @@ SamplingEvent: TypeAlias = (
     | FirstToken
     | ChannelToken
     | ToolCallDelta
+    | ToolArgumentsDelta
+    | OutputDelta
     | ToolCallCompleted
     | ReasoningCompleted
     | BackendToolCallStarted

@@ -14,6 +14,8 @@ from ._partial_json import JSONChangeKind as JSONChangeKind
 from ._partial_json import JSONPath as JSONPath
 from ._partial_json import PartialJSON as PartialJSON
 from ._partial_json import PartialJSONError as PartialJSONError
+from ._partial_output import PartialOutputs as PartialOutputs
+from ._partial_output import read_output as read_output
 from ._ratelimit import parse_duration as parse_duration
 from ._ratelimit import parse_rate_limits as parse_rate_limits
 from ._registry import build_request as build_request
@@ -46,6 +48,7 @@ __all__ = [
     "JSONPath",
     "PartialJSON",
     "PartialJSONError",
+    "PartialOutputs",
     "ResponseFold",
     "SSEDecodeError",
     "SSEDecoder",
@@ -64,6 +67,7 @@ __all__ = [
     "parse_duration",
     "parse_rate_limits",
     "parse_request",
+    "read_output",
     "register_backend",
     "replay",
 ]

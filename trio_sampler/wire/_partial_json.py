@@ -44,36 +44,14 @@ was, and later fragments are counted but ignored, so the stream carrying them go
 from __future__ import annotations
 
 import codecs
-import enum
 import json
 import re
 from collections.abc import Callable
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any
+
+from ..types import JSONChange, JSONChangeKind, JSONPath
 
 __all__ = ["JSONChange", "JSONChangeKind", "JSONPath", "PartialJSON", "PartialJSONError"]
-
-#: Where a value sits in the document: object keys and array indexes from the root.
-JSONPath: TypeAlias = tuple[str | int, ...]
-
-
-class JSONChangeKind(enum.Enum):
-    """What a :class:`JSONChange` did."""
-
-    #: A value appeared at ``path``: a complete number, ``true``/``false``/``null``, an
-    #: empty string that will grow (``APPEND``), or an empty object or array that will fill.
-    SET = "set"
-    #: ``value`` (text) was appended to the string at ``path``.
-    APPEND = "append"
-    #: The string, object or array at ``path`` is complete; ``value`` is it, final.
-    CLOSE = "close"
-
-
-class JSONChange(NamedTuple):
-    """One change to the partial document, in the order of the text."""
-
-    kind: JSONChangeKind
-    path: JSONPath
-    value: Any
 
 
 class PartialJSONError(ValueError):

@@ -1,0 +1,206 @@
+"""Structured output and tool arguments as they stream, through a sampler and the emulator:
+``OutputDelta`` / ``ToolArgumentsDelta`` after their sources, the partial values readable
+at any time, the answer read into ``output_parsed`` (or a typed ``output_error``), and
+``output=`` accepting a JSON Schema or a Python type, strict rules checked at once.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from typing import Any, Literal
+
+import attrs
+import pydantic
+import pytest
+from typing_extensions import TypedDict  # pydantic reads typing's only from 3.12
+
+from trio_sampler import ApiBackend, SamplerConfig, open_sampler
+from trio_sampler.testing import EmulatorFixture
+from trio_sampler.types import (
+    Assistant,
+    ChannelToken,
+    Completed,
+    ConversationRequest,
+    ConversationResponse,
+    JSONChange,
+    JSONChangeKind,
+    OutputDelta,
+    OutputErrorKind,
+    ResponseSchema,
+    SamplingChannel,
+    ToolArgumentsDelta,
+    ToolCallDelta,
+    ToolSpec,
+    User,
+    structured_output,
+)
+from trio_sampler.wire import read_output
+
+BACKENDS = [pytest.param(b, id=b.value) for b in ApiBackend]
+
+
+class City(pydantic.BaseModel):
+    name: str
+    population: int
+    districts: list[str]
+    kind: Literal["capital", "town"]
+
+
+PARIS = City(name="Paris", population=2102650, districts=["Louvre", "Bourse"], kind="capital")
+
+
+def config(emulator: EmulatorFixture, backend: ApiBackend) -> SamplerConfig:
+    return SamplerConfig(
+        base_url=emulator.base_url, backend=backend, model="emulator-1", api_key="sk-struct-1"
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_the_answer_streams_as_changes_and_ends_validated(
+    emulator: EmulatorFixture, backend: ApiBackend
+) -> None:
+    text = json.dumps(PARIS.model_dump())
+    headers = emulator.script(text=text)
+    request = ConversationRequest([User("a city")], output=City, extra_headers=headers)
+    seen: list[Any] = []
+    deltas: list[OutputDelta] = []
+    async with open_sampler(config(emulator, backend)) as sampler:
+        stream = await sampler.submit(request)
+        async for event in stream:
+            if isinstance(event, OutputDelta):
+                deltas.append(event)
+                seen.append(copy.deepcopy(stream.partial_output()))
+            if isinstance(event, Completed):
+                response = event.response
+    assert response.output_parsed == PARIS and response.output_error is None
+    assert len(deltas) > 1  # the answer arrived in pieces, each read once
+    assert seen[-1] == json.loads(text)
+    # Never a whole copy: every change is one value, one appended piece or one close.
+    appended = [c.value for d in deltas for c in d.changes if c.kind is JSONChangeKind.APPEND]
+    assert all(len(piece) < len(text) for piece in appended)
+    for partial in seen:  # a view that never contradicts the answer
+        assert partial.get("name", "") in ("", *(PARIS.name[:n] for n in range(1, 6)))
+        assert set(partial) <= set(json.loads(text))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_tool_arguments_stream_as_changes_beside_the_raw_fragments(
+    emulator: EmulatorFixture, backend: ApiBackend
+) -> None:
+    arguments = {"path": "notes.md", "content": 'line one\nline two "quoted"\n' * 20}
+    headers = emulator.script(tool_calls=[{"name": "write_file", "arguments": arguments}])
+    request = ConversationRequest(
+        [User("write it")], tools=[ToolSpec("write_file")], extra_headers=headers
+    )
+    raw: list[str] = []
+    changes: list[JSONChange] = []
+    async with open_sampler(config(emulator, backend)) as sampler:
+        stream = await sampler.submit(request)
+        async for event in stream:
+            if isinstance(event, ToolCallDelta):
+                raw.append(event.arguments_delta)  # the raw text still streams as before
+            elif isinstance(event, ToolArgumentsDelta):
+                assert event.tool_index == 0
+                changes += event.changes
+        assert stream.partial_arguments(0) == arguments
+    assert json.loads("".join(raw)) == arguments
+    assert changes[-1].kind is JSONChangeKind.CLOSE and changes[-1].path == ()
+
+
+def test_not_json_invalid_and_refused_answers_are_typed_with_the_text_kept() -> None:
+    output = structured_output(City)
+    assert output is not None
+    not_json = read_output(output, ConversationResponse(items=[], stop_reason=None))
+    assert not_json.output_error is not None
+    assert not_json.output_error.kind is OutputErrorKind.NOT_JSON
+
+    invalid = read_output(output, ConversationResponse(items=[Assistant('{"name": 1}')]))
+    assert invalid.output_error is not None
+    assert invalid.output_error.kind is OutputErrorKind.INVALID
+    assert invalid.output_error.text == '{"name": 1}'
+
+    refused = read_output(output, ConversationResponse(items=[Assistant(refusal="I can't")]))
+    assert refused.output_error is not None
+    assert refused.output_error.kind is OutputErrorKind.REFUSED
+    assert refused.output_error.refusal == "I can't"
+    anthropic = read_output(
+        output,
+        ConversationResponse(items=[Assistant("I won't help")], raw_stop_reason="refusal"),
+    )
+    assert anthropic.output_error is not None
+    assert anthropic.output_error.kind is OutputErrorKind.REFUSED
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
+@attrs.define
+class Box:
+    label: str
+    size: float = 1.0
+
+
+class Movie(TypedDict):
+    title: str
+    year: int
+
+
+@pytest.mark.parametrize(
+    ("target", "answer", "expected"),
+    [
+        (Point, {"x": 1, "y": 2}, Point(1, 2)),
+        (Box, {"label": "a", "size": 2.5}, Box("a", 2.5)),
+        (Movie, {"title": "M", "year": 1931}, {"title": "M", "year": 1931}),
+        (City, PARIS.model_dump(), PARIS),
+    ],
+)
+def test_output_accepts_python_types_lowered_to_the_strict_subset(
+    target: Any, answer: Any, expected: Any
+) -> None:
+    request = ConversationRequest([User("x")], output=target)
+    assert request.output is not None and request.response_schema is not None
+    schema = request.response_schema.schema
+    assert schema["additionalProperties"] is False
+    assert set(schema["required"]) == set(schema["properties"])
+    assert request.output.parse(json.dumps(answer)) == expected
+
+
+def test_a_json_schema_output_is_checked_against_the_schema() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"tags": {"type": "array", "items": {"type": "string"}}},
+        "required": ["tags"],
+        "additionalProperties": False,
+    }
+    output = structured_output(schema)
+    assert output is not None
+    assert output.parse('{"tags": ["a"]}') == {"tags": ["a"]}
+    with pytest.raises(ValueError, match=r"\$\.tags\[1\]: expected string, got integer"):
+        output.parse('{"tags": ["a", 2]}')
+
+
+def test_a_strict_schema_a_strict_mode_would_reject_fails_at_construction() -> None:
+    loose = {"type": "object", "properties": {"a": {"type": "string"}}}
+    with pytest.raises(ValueError, match=r"additionalProperties.*add \['a'\] to 'required'"):
+        ConversationRequest([User("x")], output=loose)
+    # Not strict: sent as it is.
+    request = ConversationRequest([User("x")], output=ResponseSchema("loose", loose, strict=False))
+    assert request.response_schema is not None and not request.response_schema.strict
+
+
+def test_a_text_channel_without_output_gets_no_output_events() -> None:
+    from trio_sampler.wire import PartialOutputs
+
+    request = ConversationRequest([User("x")])
+    assert PartialOutputs.for_request("r", request) is None
+    partials = PartialOutputs.for_request("r", ConversationRequest([User("x")], output=Point))
+    assert partials is not None
+    token = ChannelToken("r", SamplingChannel.TEXT, '{"x": 1', 1)
+    batch = partials.batch([token])
+    assert batch[0] is token and isinstance(batch[1], OutputDelta)
+    assert partials.output() == {}  # 1 may go on

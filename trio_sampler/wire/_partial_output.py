@@ -1,0 +1,125 @@
+"""A request's structured answer and tool arguments, read as JSON while they stream. Pure.
+
+:class:`PartialOutputs` follows one request's events: each piece of answer text (for a
+request with ``output=``) and each tool-call fragment is fed once to a
+:class:`~trio_sampler.wire.PartialJSON`, and what it changed follows its source event as
+an :class:`~trio_sampler.types.OutputDelta` or :class:`~trio_sampler.types.ToolArgumentsDelta`.
+The values so far are :meth:`PartialOutputs.output` and :meth:`PartialOutputs.arguments`,
+never re-parsed. At the end, :meth:`PartialOutputs.finish` reads the response's answer
+into ``output_parsed`` (or ``output_error``). A sampler's request stream runs one per
+request with tools or ``output=``; anything that has a request's events can run one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from ..types import (
+    ChannelToken,
+    Completed,
+    ConversationRequest,
+    ConversationResponse,
+    OutputDelta,
+    Retrying,
+    SamplingChannel,
+    SamplingEvent,
+    StructuredOutput,
+    TerminalEvent,
+    ToolArgumentsDelta,
+    ToolCallDelta,
+)
+from ._partial_json import PartialJSON
+
+__all__ = ["PartialOutputs", "read_output"]
+
+_TEXT = SamplingChannel.TEXT
+
+
+def read_output(output: StructuredOutput, response: ConversationResponse) -> ConversationResponse:
+    """``response`` with its answer read by ``output``: ``output_parsed`` set, or
+    ``output_error`` (a refusal, text that is not JSON, JSON that does not validate)."""
+    refusal = response.refusal
+    if refusal is None and response.raw_stop_reason == "refusal":
+        refusal = response.text  # Anthropic: a refusal stop, its text the explanation
+    value, error = output.read(response.text, refusal)
+    return attrs.evolve(response, output_parsed=value, output_error=error)
+
+
+class PartialOutputs:
+    """The partial structured answer and tool arguments of one request (see the module)."""
+
+    def __init__(self, request_id: str, output: StructuredOutput | None) -> None:
+        self.request_id = request_id
+        self.structured = output
+        self._answer: PartialJSON | None = None
+        self._arguments: dict[int, PartialJSON] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget what was read (a retry that discards the attempt's output)."""
+        self._answer = PartialJSON() if self.structured is not None else None
+        self._arguments = {}
+
+    @classmethod
+    def for_request(cls, request_id: str, request: ConversationRequest) -> PartialOutputs | None:
+        """One for ``request``, or ``None`` when it has neither tools nor ``output``."""
+        if request.output is None and not request.tools:
+            return None
+        return cls(request_id, request.output)
+
+    def output(self) -> Any:
+        """The structured answer so far (``None`` before its first value, or without
+        ``output=``). The live value: copy it to keep it."""
+        return None if self._answer is None else self._answer.value
+
+    def arguments(self, tool_index: int) -> Any:
+        """Tool call ``tool_index``'s arguments so far (``None`` before any)."""
+        reader = self._arguments.get(tool_index)
+        return None if reader is None else reader.value
+
+    def batch(self, events: list[SamplingEvent]) -> list[SamplingEvent]:
+        """``events`` with what each answer or argument fragment changed after it (the
+        same list when nothing did)."""
+        out: list[SamplingEvent] | None = None
+        for position, event in enumerate(events):
+            if out is not None:
+                out.append(event)
+            derived = self._derive(event)
+            if derived is not None:
+                if out is None:
+                    out = events[: position + 1]
+                out.append(derived)
+        return events if out is None else out
+
+    def _derive(self, event: SamplingEvent) -> SamplingEvent | None:
+        kind = type(event)
+        if kind is ChannelToken:
+            assert isinstance(event, ChannelToken)
+            if event.channel is _TEXT and self._answer is not None:
+                changes = self._answer.feed(event.text)
+                if changes:
+                    return OutputDelta(self.request_id, tuple(changes))
+        elif kind is ToolCallDelta:
+            assert isinstance(event, ToolCallDelta)
+            if event.arguments_delta:
+                reader = self._arguments.get(event.tool_index)
+                if reader is None:
+                    reader = self._arguments[event.tool_index] = PartialJSON()
+                changes = reader.feed(event.arguments_delta)
+                if changes:
+                    return ToolArgumentsDelta(self.request_id, event.tool_index, tuple(changes))
+        elif kind is Retrying:
+            assert isinstance(event, Retrying)
+            if event.discard_partial:
+                self.reset()
+        return None
+
+    def finish(self, terminal: TerminalEvent) -> TerminalEvent:
+        """The terminal, its response's answer read (a ``Completed`` of a request with
+        ``output=``; any other terminal as it is)."""
+        if self.structured is None or type(terminal) is not Completed:
+            return terminal
+        assert isinstance(terminal, Completed)
+        return attrs.evolve(terminal, response=read_output(self.structured, terminal.response))
