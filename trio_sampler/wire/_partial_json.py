@@ -77,6 +77,7 @@ _CUT = re.compile(r"(?:\\u[dD][89abAB][0-9a-fA-F]{2})?(?:\\(?:u[0-9a-fA-F]{0,3})
 # (not allowed raw in JSON).
 _STRING_STOP = re.compile(r'["\\\x00-\x1f]')
 _SPACE = re.compile(r"[ \t\n\r]*")
+_SPACES = " \t\n\r"
 _NUMBER_CHARS = re.compile(r"[-+0-9.eE]*")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?\Z")
 _OPENERS = '"{['
@@ -275,10 +276,12 @@ class PartialJSON:
                 continue
             if state == _STOPPED:
                 return
-            i = _SPACE.match(text, i).end()  # type: ignore[union-attr]  # matches ""
-            if i == end:
-                return
             char = text[i]
+            if char in _SPACES:
+                i = _SPACE.match(text, i).end()  # type: ignore[union-attr]  # matches ""
+                if i == end:
+                    return
+                char = text[i]
             if state <= _FIRST_VALUE:
                 if state == _FIRST_VALUE and char == "]":
                     i = self._close(i + 1)
