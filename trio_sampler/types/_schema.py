@@ -44,20 +44,26 @@ def _pydantic() -> Any:
     return pydantic
 
 
+def attrs_model(cls: type) -> Any:
+    """A pydantic model with the fields of attrs class ``cls`` (pydantic does not read
+    attrs classes): the schema is the model's, and a validated model becomes ``cls``."""
+    pydantic = _pydantic()
+    fields: dict[str, Any] = {}
+    for field in attrs.fields(cls):
+        annotation = field.type if field.type is not None else Any
+        default: Any = ... if field.default is attrs.NOTHING else field.default
+        if isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
+            default = pydantic.Field(default_factory=field.default.factory)
+        fields[field.alias or field.name] = (annotation, default)
+    return pydantic.create_model(cls.__name__, __doc__=cls.__doc__, **fields)
+
+
 def _adapter(target: Any) -> Any:
-    """A pydantic ``TypeAdapter`` for ``target`` (an attrs class through an equivalent
-    pydantic model, since pydantic does not read attrs classes)."""
+    """A pydantic ``TypeAdapter`` for ``target`` (an attrs class through
+    :func:`attrs_model`)."""
     pydantic = _pydantic()
     if isinstance(target, type) and attrs.has(target):
-        fields: dict[str, Any] = {}
-        for field in attrs.fields(target):
-            annotation = field.type if field.type is not None else Any
-            default: Any = ... if field.default is attrs.NOTHING else field.default
-            if isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
-                default = pydantic.Field(default_factory=field.default.factory)
-            fields[field.alias or field.name] = (annotation, default)
-        model = pydantic.create_model(target.__name__, __doc__=target.__doc__, **fields)
-        return pydantic.TypeAdapter(model)
+        return pydantic.TypeAdapter(attrs_model(target))
     return pydantic.TypeAdapter(target)
 
 
