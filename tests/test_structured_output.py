@@ -12,6 +12,8 @@ import json
 from typing import Any, Literal
 
 import attrs
+import httpx2
+import openai
 import pydantic
 import pytest
 from typing_extensions import TypedDict  # pydantic reads typing's only from 3.12
@@ -30,6 +32,8 @@ from trio_sampler.types import (
     OutputErrorKind,
     ResponseSchema,
     SamplingChannel,
+    SamplingError,
+    SamplingErrorKind,
     ToolArgumentsDelta,
     ToolCallDelta,
     ToolSpec,
@@ -204,3 +208,93 @@ def test_a_text_channel_without_output_gets_no_output_events() -> None:
     batch = partials.batch([token])
     assert batch[0] is token and isinstance(batch[1], OutputDelta)
     assert partials.output() == {}  # 1 may go on
+
+
+# -- the emulator's structured answers ---------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_pydantic_model_round_trips_on_every_backend(
+    emulator: EmulatorFixture, backend: ApiBackend
+) -> None:
+    """Nothing scripted: the emulator answers with JSON matching the schema it was sent."""
+    request = ConversationRequest([User("a city")], output=City)
+    async with open_sampler(config(emulator, backend)) as sampler:
+        stream = await sampler.submit(request)
+        deltas = [e async for e in stream if isinstance(e, OutputDelta)]
+        response = (await stream.result()).unwrap()
+    assert isinstance(response.output_parsed, City), response.output_error
+    assert response.output_parsed.kind == "capital"  # the first of the Literal's values
+    assert len(deltas) > 3  # streamed in small pieces
+    assert City.model_validate(stream.partial_output()) == response.output_parsed
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_scripted_malformed_output_is_a_typed_error_with_the_text_kept(
+    emulator: EmulatorFixture, backend: ApiBackend
+) -> None:
+    headers = emulator.script(text='{"name": "Paris", "population": "many"')
+    request = ConversationRequest([User("a city")], output=City, extra_headers=headers)
+    async with open_sampler(config(emulator, backend)) as sampler:
+        response = (await (await sampler.submit(request)).result()).unwrap()
+    assert response.output_parsed is None and response.output_error is not None
+    assert response.output_error.kind is OutputErrorKind.NOT_JSON
+    assert response.output_error.text == '{"name": "Paris", "population": "many"'
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_the_emulator_rejects_a_schema_strict_mode_rejects(
+    emulator: EmulatorFixture, backend: ApiBackend
+) -> None:
+    loose = {"type": "object", "properties": {"a": {"type": "string"}}}
+    strict = backend is ApiBackend.MESSAGES  # Anthropic's structured output is always strict
+    schema = ResponseSchema("loose", loose, strict=False)
+    # Sent as strict (bypassing the request's own check) to see the server's answer.
+    request = attrs.evolve(
+        ConversationRequest([User("x")], output=schema),
+        response_schema=attrs.evolve(schema, strict=True),
+    )
+    async with open_sampler(config(emulator, backend)) as sampler:
+        outcome = await (await sampler.submit(request)).result()
+        relaxed = await (
+            await sampler.submit(ConversationRequest([User("x")], output=schema))
+        ).result()
+    with pytest.raises(SamplingError) as caught:
+        outcome.unwrap()
+    assert caught.value.kind is SamplingErrorKind.INVALID_REQUEST
+    assert "additionalProperties" in str(caught.value)
+    if strict:
+        with pytest.raises(SamplingError):
+            relaxed.unwrap()
+    else:
+        assert relaxed.unwrap().output_parsed == {}
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+async def test_the_openai_sdk_parse_and_output_parsed_agree(emulator: EmulatorFixture) -> None:
+    """The official SDK's ``.parse()`` (its own strict schema, its own parser) and ours,
+    on the emulator's answers: each valid unscripted, and equal on the same text."""
+    async with httpx2.AsyncClient() as http:
+        client = openai.AsyncOpenAI(
+            base_url=emulator.base_url, api_key="sk-struct-1", http_client=http, max_retries=0
+        )
+        messages: Any = [{"role": "user", "content": "a city"}]
+        chat = await client.chat.completions.parse(
+            model="emulator-1", messages=messages, response_format=City
+        )
+        responses = await client.responses.parse(
+            model="emulator-1", input="a city", text_format=City
+        )
+        text = chat.choices[0].message.content or ""
+        headers = emulator.script(text=text)
+        scripted = await client.chat.completions.parse(
+            model="emulator-1", messages=messages, response_format=City, extra_headers=headers
+        )
+    assert isinstance(chat.choices[0].message.parsed, City)
+    assert isinstance(responses.output_parsed, City)
+    for backend in (ApiBackend.CHAT_COMPLETIONS, ApiBackend.RESPONSES):
+        request = ConversationRequest([User("a city")], output=City, extra_headers=headers)
+        async with open_sampler(config(emulator, backend)) as sampler:
+            ours = (await (await sampler.submit(request)).result()).unwrap()
+        assert ours.output_parsed == scripted.choices[0].message.parsed
+        assert ours.text == text

@@ -18,6 +18,7 @@ import orjson
 
 from ._cache import CHARS_PER_TOKEN, CacheResult, count_tokens
 from ._script import HostedToolScript, Script
+from ._structured import OutputRequest, answer_for
 
 __all__ = [
     "PlannedToolCall",
@@ -92,6 +93,8 @@ class RequestView:
     #: The last message is the assistant's (a prefill the reply would continue).
     prefill: bool = False
     tool_result: str | None = None
+    #: The schema the answer must match (structured output), if any.
+    output: OutputRequest | None = None
     prompt: CacheResult = attrs.field(factory=lambda: CacheResult(0))
     echo: Mapping[str, Any] = attrs.field(factory=dict)
 
@@ -271,6 +274,8 @@ def plan_reply(view: RequestView, script: Script, body: bytes) -> Reply:
         text = script.text
     elif tool_calls:
         text = ""
+    elif view.output is not None:
+        text = answer_for(view.output, rng)
     elif view.tool_result is not None:
         result = view.tool_result.strip() or "(empty)"
         text = f"The tool returned {result[:400]}. " + _sentences(rng, rng.randint(6, 16))

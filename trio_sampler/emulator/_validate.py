@@ -16,6 +16,7 @@ import orjson
 
 from ._cache import PromptCache
 from ._reply import RequestView, ToolOffer
+from ._structured import output_request
 
 __all__ = ["ApiError", "view_chat", "view_messages", "view_responses"]
 
@@ -186,6 +187,7 @@ def view_chat(body: Mapping[str, Any], cache: PromptCache) -> RequestView:
         prefill=last.get("role") == "assistant" and not last.get("tool_calls"),
         tool_result=_text_of(last.get("content")) if last.get("role") == "tool" else None,
         prompt=cache.automatic(f"openai\0{model}", blocks),
+        output=output_request("chat_completions", body),
     )
 
 
@@ -323,6 +325,7 @@ def view_responses(body: Mapping[str, Any], cache: PromptCache) -> RequestView:
         prefill=last_kind == "message" and last.get("role") == "assistant",
         tool_result=tool_result,
         prompt=cache.automatic(f"openai\0{model}", blocks),
+        output=output_request("responses", body),
         echo={key: body[key] for key in _ECHOED if key in body}
         | {"tools": body.get("tools") or []},
     )
@@ -401,6 +404,7 @@ def view_messages(body: Mapping[str, Any], cache: PromptCache) -> RequestView:
         prefill=last.get("role") == "assistant",
         tool_result=" ".join(_text_of(b.get("content")) for b in results) if results else None,
         prompt=cache.breakpoints(f"anthropic\0{model}", blocks),
+        output=output_request("messages", body),
     )
 
 

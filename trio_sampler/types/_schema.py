@@ -114,8 +114,11 @@ def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     return lowered
 
 
-def strict_problems(schema: Any, path: str = "schema") -> list[str]:
-    """What ``schema`` must change for a strict mode to accept it (empty when nothing)."""
+def strict_problems(schema: Any, path: str = "schema", *, all_required: bool = True) -> list[str]:
+    """What ``schema`` must change for a strict mode to accept it (empty when nothing).
+
+    ``all_required=False`` leaves out the rule that every property is required (OpenAI's;
+    Anthropic's structured output asks only for closed objects)."""
     problems: list[str] = []
     if not isinstance(schema, Mapping):
         return problems
@@ -128,14 +131,14 @@ def strict_problems(schema: Any, path: str = "schema") -> list[str]:
             problems.append(f'{path} is an object: add "additionalProperties": false')
         names = list(properties) if isinstance(properties, Mapping) else []
         missing = [n for n in names if n not in schema.get("required", ())]
-        if missing:
+        if missing and all_required:
             problems.append(
                 f"{path}: every property must be required in strict mode; add "
                 f"{missing} to 'required' (make a property optional with a null type: "
                 '"type": ["string", "null"])'
             )
     for key, child in _children(schema, path):
-        problems += strict_problems(child, key)
+        problems += strict_problems(child, key, all_required=all_required)
     return problems
 
 
