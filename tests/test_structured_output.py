@@ -40,7 +40,7 @@ from trio_sampler.types import (
     User,
     structured_output,
 )
-from trio_sampler.wire import read_output
+from trio_sampler.wire import BuildOptions, ConversionAction, build_request, read_output
 
 BACKENDS = [pytest.param(b, id=b.value) for b in ApiBackend]
 
@@ -298,3 +298,38 @@ async def test_the_openai_sdk_parse_and_output_parsed_agree(emulator: EmulatorFi
             ours = (await (await sampler.submit(request)).result()).unwrap()
         assert ours.output_parsed == scripted.choices[0].message.parsed
         assert ours.text == text
+
+
+# -- the tool-forcing strategy -----------------------------------------------------------
+
+
+def test_a_provider_without_native_structured_output_gets_a_forced_tool_reported() -> None:
+    request = ConversationRequest([User("a city")], output=City)
+    native = build_request("responses", request, BuildOptions(model="m", provider="openai"))
+    assert "text" in json.loads(native.body) and not native.report.notes
+    options = BuildOptions(model="m", provider="deepseek")
+    forced = build_request("chat_completions", request, options)
+    body = json.loads(forced.body)
+    assert "response_format" not in body
+    assert body["tool_choice"] == {"type": "function", "function": {"name": "City"}}
+    (tool_body,) = body["tools"]
+    assert tool_body["function"]["parameters"] == request.response_schema.schema  # type: ignore[union-attr]
+    (note,) = forced.report.notes
+    assert note.what == "response_schema" and note.action is ConversionAction.ADJUSTED
+    assert "forced with tool_choice" in note.detail
+
+
+async def test_the_forced_tool_call_is_read_as_the_answer(emulator: EmulatorFixture) -> None:
+    config_ = SamplerConfig(
+        base_url=emulator.base_url, provider="deepseek", model="emulator-1", api_key="sk-ds-1"
+    )
+    request = ConversationRequest([User("a city")], output=City)
+    async with open_sampler(config_) as sampler:
+        stream = await sampler.submit(request)
+        events = [e async for e in stream]
+        response = (await stream.result()).unwrap()
+    assert isinstance(response.output_parsed, City), response.output_error
+    assert [c.name for c in response.tool_calls] == ["City"]
+    assert any(isinstance(e, OutputDelta) for e in events)
+    assert not any(isinstance(e, ToolArgumentsDelta) for e in events)
+    assert City.model_validate(stream.partial_output()) == response.output_parsed

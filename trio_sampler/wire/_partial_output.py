@@ -6,8 +6,10 @@ request with ``output=``) and each tool-call fragment is fed once to a
 an :class:`~trio_sampler.types.OutputDelta` or :class:`~trio_sampler.types.ToolArgumentsDelta`.
 The values so far are :meth:`PartialOutputs.output` and :meth:`PartialOutputs.arguments`,
 never re-parsed. At the end, :meth:`PartialOutputs.finish` reads the response's answer
-into ``output_parsed`` (or ``output_error``). A sampler's request stream runs one per
-request with tools or ``output=``; anything that has a request's events can run one.
+into ``output_parsed`` (or ``output_error``). Where the answer is a forced tool call
+(the tool-forcing strategy of ``trio_sampler.wire._structured``), the call named after
+the schema is the answer. A sampler's request stream runs one per request with tools or
+``output=``; anything that has a request's events can run one.
 """
 
 from __future__ import annotations
@@ -41,9 +43,13 @@ def read_output(output: StructuredOutput, response: ConversationResponse) -> Con
     """``response`` with its answer read by ``output``: ``output_parsed`` set, or
     ``output_error`` (a refusal, text that is not JSON, JSON that does not validate)."""
     refusal = response.refusal
+    text = response.text
     if refusal is None and response.raw_stop_reason == "refusal":
-        refusal = response.text  # Anthropic: a refusal stop, its text the explanation
-    value, error = output.read(response.text, refusal)
+        refusal = text  # Anthropic: a refusal stop, its text the explanation
+    if not text.strip():  # the tool-forcing strategy: the answer is the forced call
+        name = output.schema.name
+        text = next((c.arguments for c in response.tool_calls if c.name == name), text)
+    value, error = output.read(text, refusal)
     return attrs.evolve(response, output_parsed=value, output_error=error)
 
 
@@ -55,12 +61,14 @@ class PartialOutputs:
         self.structured = output
         self._answer: PartialJSON | None = None
         self._arguments: dict[int, PartialJSON] = {}
+        self._answer_call = -1  # the forced tool call that carries the answer (-1: none)
         self.reset()
 
     def reset(self) -> None:
         """Forget what was read (a retry that discards the attempt's output)."""
         self._answer = PartialJSON() if self.structured is not None else None
         self._arguments = {}
+        self._answer_call = -1
 
     @classmethod
     def for_request(cls, request_id: str, request: ConversationRequest) -> PartialOutputs | None:
@@ -103,7 +111,13 @@ class PartialOutputs:
                     return OutputDelta(self.request_id, tuple(changes))
         elif kind is ToolCallDelta:
             assert isinstance(event, ToolCallDelta)
-            if event.arguments_delta:
+            if self.structured is not None and event.name == self.structured.schema.name:
+                self._answer_call = event.tool_index
+            if event.tool_index == self._answer_call and self._answer is not None:
+                changes = self._answer.feed(event.arguments_delta)
+                if changes:
+                    return OutputDelta(self.request_id, tuple(changes))
+            elif event.arguments_delta:
                 reader = self._arguments.get(event.tool_index)
                 if reader is None:
                     reader = self._arguments[event.tool_index] = PartialJSON()
