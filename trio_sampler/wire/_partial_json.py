@@ -204,23 +204,30 @@ class PartialJSON:
     def feed(self, fragment: str | bytes) -> list[JSONChange]:
         """Read the next fragment now; returns what it changed, in order (after the
         changes of fragments pushed before it, not yet taken)."""
-        if not isinstance(fragment, str):
-            self.push_bytes(bytes(fragment))
-        elif (
-            self._state == _STRING
-            and not self._pending
-            and not self._carry
-            and not self._out
-            and _STRING_STOP.search(fragment) is None
-        ):
-            # The usual fragment of a long string: its text, appended.
-            self._parts.append(fragment)
-            self._dirty = True
-            self._offset += len(fragment)
-            return [JSONChange(_APPEND, self._string_path, fragment)]
-        else:
-            self._pending.append(fragment)
-        return self.changes()
+        if not isinstance(fragment, str) or self._pending or self._out:
+            if isinstance(fragment, str):
+                self._pending.append(fragment)
+            else:
+                self.push_bytes(bytes(fragment))
+            return self.changes()
+        if not fragment:
+            return []
+        if self._carry or self._state != _STRING or _STRING_STOP.search(fragment):
+            # Read here rather than through ``changes()``: one call less per fragment.
+            if self._state != _STOPPED:
+                start = self._offset - len(self._carry)
+                text = self._carry + fragment if self._carry else fragment
+                self._carry = ""
+                self._offset += len(fragment)
+                self._scan(text, start)
+            out = self._out
+            self._out = []
+            return out
+        # The usual fragment of a long string: its text, appended.
+        self._parts.append(fragment)
+        self._dirty = True
+        self._offset += len(fragment)
+        return [JSONChange(_APPEND, self._string_path, fragment)]
 
     def changes(self) -> list[JSONChange]:
         """What the fragments received changed since the last call, in order."""
