@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks import corpus
-from trio_sampler.types import ApiBackend, ToolCallCompleted, ToolCallDelta
+from trio_sampler.types import ApiBackend, ToolCall, ToolCallCompleted, ToolCallDelta
 from trio_sampler.wire import JSONChange, JSONChangeKind, PartialJSON, PartialJSONError, replay
 
 # -- values and splits ---------------------------------------------------------------
@@ -258,3 +258,12 @@ def test_every_corpus_tool_call_reads_as_json_loads_reads_it(
             continue
         assert reader.error is None, reader.error
         assert value == expected
+
+
+def test_a_tool_call_cut_short_shows_what_arrived_and_no_cut_number() -> None:
+    cut = ToolCall("1", "write", '{"path": "a.py", "size": 12', arguments_complete=False)
+    assert cut.partial_arguments == {"path": "a.py"}  # 12 may have been 120
+    text = ToolCall("2", "write", '{"path": "a.py", "content": "def f', arguments_complete=False)
+    assert text.partial_arguments == {"path": "a.py", "content": "def f"}
+    assert ToolCall("3", "noop", "").partial_arguments is None
+    assert ToolCall("4", "add", '{"a": 1, "b": 2}').partial_arguments == {"a": 1, "b": 2}

@@ -254,6 +254,19 @@ class ToolCall:
 
         return orjson.loads(self.arguments or "{}")
 
+    @property
+    def partial_arguments(self) -> Any:
+        """The arguments read as far as they are JSON: the whole value when complete, what
+        arrived when cut short (``arguments_complete`` false: an open string as far as
+        it goes, a number only if complete), ``None`` when nothing is readable. Never
+        raises; while the call streams, ``RequestStream.partial_arguments`` is the same
+        view kept current."""
+        from ._partial_json import PartialJSON
+
+        reader = PartialJSON()
+        reader.push(self.arguments)
+        return reader.finish()
+
 
 @attrs.frozen
 class Assistant:

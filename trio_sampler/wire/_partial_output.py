@@ -32,7 +32,7 @@ from ..types import (
     ToolArgumentsDelta,
     ToolCallDelta,
 )
-from ._partial_json import PartialJSON
+from ..types._partial_json import PartialJSON
 
 __all__ = ["PartialOutputs", "read_output"]
 

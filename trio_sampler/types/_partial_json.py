@@ -1,5 +1,8 @@
 """An incremental JSON reader for text that is JSON by contract. Pure.
 
+Public as :class:`trio_sampler.wire.PartialJSON`; it lives with the types so that
+:attr:`~trio_sampler.types.ToolCall.partial_arguments` can read with it.
+
 Structured output and tool-call arguments arrive as fragments of one JSON document.
 :class:`PartialJSON` reads each fragment once, where it stops, and keeps the document
 read so far as a live Python value::
@@ -49,7 +52,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ..types import JSONChange, JSONChangeKind, JSONPath
+from ._partial import JSONChange, JSONChangeKind, JSONPath
 
 __all__ = ["JSONChange", "JSONChangeKind", "JSONPath", "PartialJSON", "PartialJSONError"]
 
@@ -238,7 +241,7 @@ class PartialJSON:
         return out
 
     def finish(self) -> Any:
-        """End of the text: complete a trailing number and return the whole value.
+        """End of the text: complete a top-level number and return the whole value.
 
         When the text is not one whole JSON document, :attr:`error` says why (and the
         partial value is returned). The changes it makes are left for :meth:`changes`.
@@ -247,7 +250,9 @@ class PartialJSON:
             self.push_bytes(b"", final=True)
         if self._pending:
             self._read_pending()
-        if self._carry and self._state not in (_STOPPED, _STRING, _KEY_STRING):
+        # A number (or literal) at the end is whole only if it is the whole document: in
+        # an open container the text was cut, and the number with it, perhaps.
+        if self._carry and not self._stack and self._state not in (_STOPPED, _STRING):
             carry, self._carry = self._carry, ""
             self._token(carry, self._offset - len(carry))
         if self._state not in (_END, _STOPPED):
