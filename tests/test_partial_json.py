@@ -106,10 +106,11 @@ def test_changes_replayed_build_the_value(value: Any, cuts: list[int]) -> None:
         changes += reader.feed(fragment)
     reader.finish()
     changes += reader.changes()
-    assert _apply(changes) == json.loads(text)
+    assert apply_changes(changes) == json.loads(text)
 
 
-def _apply(changes: list[JSONChange]) -> Any:
+def apply_changes(changes: list[JSONChange]) -> Any:
+    """The document the changes build (as a consumer keeping its own copy would)."""
     root: list[Any] = [None]
 
     for kind, path, value in changes:

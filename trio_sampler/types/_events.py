@@ -7,8 +7,8 @@ Per attempt, in order::
     FirstToken?              first text, refusal or reasoning of the attempt
     ChannelToken*            channel = TEXT | REASONING | REFUSAL
     ToolCallDelta*           tool_index, id?, name?, arguments_delta
-    ToolArgumentsDelta*      after a ToolCallDelta: what it changed in the arguments (JSON)
-    OutputDelta*             after answer text of a request with ``output=``: what it changed
+    ToolArgumentsDelta*      after a run of ToolCallDelta: what it changed in the arguments
+    OutputDelta*             after a run of answer text (a request with ``output=``): the same
     ReasoningCompleted?      a reasoning block is complete (signature / encrypted state known)
     BackendToolCallStarted/Completed*
     ToolCallCompleted*       each local tool call, whole, just before ``Completed``
@@ -313,11 +313,12 @@ class ToolCallDelta:
 
 @attrs.define
 class ToolArgumentsDelta:
-    """What a :class:`ToolCallDelta` changed in the call's arguments, read as JSON.
+    """What a run of :class:`ToolCallDelta` changed in the call's arguments, read as JSON.
 
-    Sent right after the ``ToolCallDelta`` it reads (by a sampler's request stream, for a
-    request with tools). ``changes`` says what changed, never the whole document: a value
-    set at a path, text appended to the string at a path, a string or container closed.
+    Sent right after the run it reads (the consecutive fragments of one call that one
+    network read brought), by a sampler's request stream, for a request with tools.
+    ``changes`` says what changed, never the whole document: a value set at a path, text
+    appended to the string at a path, a string or container closed.
     The arguments so far are ``RequestStream.partial_arguments(tool_index)``.
     """
 
@@ -328,9 +329,9 @@ class ToolArgumentsDelta:
 
 @attrs.define
 class OutputDelta:
-    """What a piece of answer text changed in the structured answer, read as JSON.
+    """What a run of answer text changed in the structured answer, read as JSON.
 
-    Sent right after the ``ChannelToken`` it reads, for a request with ``output=``; the
+    Sent right after the run of ``ChannelToken`` it reads, for a request with ``output=``; the
     answer so far is ``RequestStream.partial_output()``.
     """
 

@@ -14,8 +14,9 @@ JSONPath: TypeAlias = tuple[str | int, ...]
 class JSONChangeKind(enum.Enum):
     """What a :class:`JSONChange` did."""
 
-    #: A value appeared at ``path``: a complete number, ``true``/``false``/``null``, an
-    #: empty string that will grow (``APPEND``), or an empty object or array that will fill.
+    #: A value appeared at ``path``: a complete number or ``true``/``false``/``null``; a
+    #: string, object or array read whole at once (its ``CLOSE`` follows); or an open
+    #: one, ``""``, ``{}`` or ``[]``, that later changes fill.
     SET = "set"
     #: ``value`` (text) was appended to the string at ``path``.
     APPEND = "append"

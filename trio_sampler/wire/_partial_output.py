@@ -1,9 +1,10 @@
 """A request's structured answer and tool arguments, read as JSON while they stream. Pure.
 
 :class:`PartialOutputs` follows one request's events: each piece of answer text (for a
-request with ``output=``) and each tool-call fragment is fed once to a
-:class:`~trio_sampler.wire.PartialJSON`, and what it changed follows its source event as
-an :class:`~trio_sampler.types.OutputDelta` or :class:`~trio_sampler.types.ToolArgumentsDelta`.
+request with ``output=``) and each tool-call fragment is pushed once to a
+:class:`~trio_sampler.wire.PartialJSON`, and what a run of them changed (the fragments of
+one document in a row, within a batch: one network read) follows the run as an
+:class:`~trio_sampler.types.OutputDelta` or :class:`~trio_sampler.types.ToolArgumentsDelta`.
 The values so far are :meth:`PartialOutputs.output` and :meth:`PartialOutputs.arguments`,
 never re-parsed. At the end, :meth:`PartialOutputs.finish` reads the response's answer
 into ``output_parsed`` (or ``output_error``). Where the answer is a forced tool call
@@ -37,6 +38,8 @@ from ..types._partial_json import PartialJSON
 __all__ = ["PartialOutputs", "read_output"]
 
 _TEXT = SamplingChannel.TEXT
+#: The document of the answer (tool calls are numbered from 0).
+_ANSWER = -1
 
 
 def read_output(output: StructuredOutput, response: ConversationResponse) -> ConversationResponse:
@@ -88,47 +91,71 @@ class PartialOutputs:
         return None if reader is None else reader.value
 
     def batch(self, events: list[SamplingEvent]) -> list[SamplingEvent]:
-        """``events`` with what each answer or argument fragment changed after it (the
-        same list when nothing did)."""
+        """``events`` with what each run of answer or argument fragments changed after the
+        run (the same list when nothing did). A run is read once, at its end: a batch of
+        events (one network read) costs one scan per document it touches."""
         out: list[SamplingEvent] | None = None
+        run: int | None = None  # the document of the run in progress (_ANSWER or a call)
         for position, event in enumerate(events):
+            document, text = self._source(event)
+            if run is not None and document != run:
+                out = self._end_run(run, events, position, out)
+                run = None
+            if type(event) is Retrying and event.discard_partial:
+                self.reset()
+            if document is not None:
+                self._reader(document).push(text)
+                run = document
             if out is not None:
                 out.append(event)
-            derived = self._derive(event)
-            if derived is not None:
-                if out is None:
-                    out = events[: position + 1]
-                out.append(derived)
+        if run is not None:
+            out = self._end_run(run, events, len(events), out)
         return events if out is None else out
 
-    def _derive(self, event: SamplingEvent) -> SamplingEvent | None:
+    def _source(self, event: SamplingEvent) -> tuple[int | None, str]:
+        """The document ``event`` adds text to (``_ANSWER`` or a tool index), and the text."""
         kind = type(event)
         if kind is ChannelToken:
             assert isinstance(event, ChannelToken)
-            if event.channel is _TEXT and self._answer is not None:
-                changes = self._answer.feed(event.text)
-                if changes:
-                    return OutputDelta(self.request_id, tuple(changes))
+            if event.channel is _TEXT and self._answer is not None and event.text:
+                return _ANSWER, event.text
         elif kind is ToolCallDelta:
             assert isinstance(event, ToolCallDelta)
             if self.structured is not None and event.name == self.structured.schema.name:
                 self._answer_call = event.tool_index
-            if event.tool_index == self._answer_call and self._answer is not None:
-                changes = self._answer.feed(event.arguments_delta)
-                if changes:
-                    return OutputDelta(self.request_id, tuple(changes))
-            elif event.arguments_delta:
-                reader = self._arguments.get(event.tool_index)
-                if reader is None:
-                    reader = self._arguments[event.tool_index] = PartialJSON()
-                changes = reader.feed(event.arguments_delta)
-                if changes:
-                    return ToolArgumentsDelta(self.request_id, event.tool_index, tuple(changes))
-        elif kind is Retrying:
-            assert isinstance(event, Retrying)
-            if event.discard_partial:
-                self.reset()
-        return None
+            if event.arguments_delta:
+                if event.tool_index == self._answer_call:
+                    return _ANSWER, event.arguments_delta
+                return event.tool_index, event.arguments_delta
+        return None, ""
+
+    def _reader(self, document: int) -> PartialJSON:
+        if document == _ANSWER:
+            assert self._answer is not None
+            return self._answer
+        reader = self._arguments.get(document)
+        if reader is None:
+            reader = self._arguments[document] = PartialJSON()
+        return reader
+
+    def _end_run(
+        self,
+        document: int,
+        events: list[SamplingEvent],
+        position: int,
+        out: list[SamplingEvent] | None,
+    ) -> list[SamplingEvent] | None:
+        """Read the run that ended before ``events[position]``; its changes follow it."""
+        changes = self._reader(document).changes()
+        if not changes:
+            return out
+        if out is None:
+            out = events[:position]
+        if document == _ANSWER:
+            out.append(OutputDelta(self.request_id, tuple(changes)))
+        else:
+            out.append(ToolArgumentsDelta(self.request_id, document, tuple(changes)))
+        return out
 
     def finish(self, terminal: TerminalEvent) -> TerminalEvent:
         """The terminal, its response's answer read (a ``Completed`` of a request with
