@@ -79,6 +79,19 @@ class _ToolOptions:
 _OPTIONS = "__trio_sampler_tool__"
 
 
+def _merged(given: _ToolOptions, marked: _ToolOptions | None, thread_unset: bool) -> _ToolOptions:
+    """The options of ``register`` with those of ``@tool`` as defaults."""
+    if marked is None:
+        return given
+    return _ToolOptions(
+        name=given.name or marked.name,
+        description=given.description if given.description is not None else marked.description,
+        parameters=given.parameters if given.parameters is not None else marked.parameters,
+        run_in_thread=marked.run_in_thread if thread_unset else given.run_in_thread,
+        strict=given.strict if given.strict is not None else marked.strict,
+    )
+
+
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -164,13 +177,9 @@ class ToolRegistry:
         one already registered, ``TypeError`` for a function with parameters and no schema
         to derive (a parameter without annotation, ``**kwargs``): pass ``parameters=``.
         """
-        marked: _ToolOptions | None = getattr(function, _OPTIONS, None)
-        if marked is not None:
-            name = name or marked.name
-            description = description if description is not None else marked.description
-            parameters = parameters if parameters is not None else marked.parameters
-            run_in_thread = marked.run_in_thread if run_in_thread is None else run_in_thread
-            strict = marked.strict if strict is None else strict
+        given = _ToolOptions(name, description, parameters, bool(run_in_thread), strict)
+        options = _merged(given, getattr(function, _OPTIONS, None), run_in_thread is None)
+        name, description, parameters = options.name, options.description, options.parameters
         tool_name: str = name or str(getattr(function, "__name__", ""))
         if not _TOOL_NAME.match(tool_name):
             raise ValueError(
@@ -188,8 +197,10 @@ class ToolRegistry:
             signature: inspect.Signature | None = inspect.signature(function)
         except (TypeError, ValueError):  # some builtins have none: skip the binding check
             signature = None
-        spec = ToolSpec(name=tool_name, description=description, parameters=schema, strict=strict)
-        self._tools[tool_name] = _Tool(spec, function, signature, bool(run_in_thread), derived)
+        spec = ToolSpec(
+            name=tool_name, description=description, parameters=schema, strict=options.strict
+        )
+        self._tools[tool_name] = _Tool(spec, function, signature, options.run_in_thread, derived)
         return spec
 
     def __contains__(self, name: object) -> bool:

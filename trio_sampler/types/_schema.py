@@ -194,21 +194,15 @@ def _check(value: Any, node: Any, root: Mapping[str, Any], at: str, errors: list
     if not isinstance(node, Mapping):
         return
     node = _resolve(node, root)
-    if "anyOf" in node or "oneOf" in node:
-        options = node.get("anyOf") or node.get("oneOf") or ()
-        if not any(schema_errors_at(value, o, root) == [] for o in options):
+    options = node.get("anyOf") or node.get("oneOf")
+    if options:
+        if not any(_matches(value, option, root) for option in options):
             errors.append(f"{at}: {value!r:.60} matches none of the allowed shapes")
         return
-    kinds = node.get("type")
-    if kinds is not None:
-        allowed = kinds if isinstance(kinds, list) else [kinds]
-        if not any(_TYPES.get(k, lambda v: True)(value) for k in allowed):
-            errors.append(f"{at}: expected {' or '.join(allowed)}, got {_json_type(value)}")
-            return
-    if "enum" in node and value not in node["enum"]:
-        errors.append(f"{at}: {value!r:.60} is not one of {list(node['enum'])!r:.120}")
-    if "const" in node and value != node["const"]:
-        errors.append(f"{at}: expected {node['const']!r:.60}")
+    problem = _kind_problem(value, node)
+    if problem is not None:
+        errors.append(f"{at}: {problem}")
+        return
     if isinstance(value, dict):
         _check_object(value, node, root, at, errors)
     elif isinstance(value, list) and isinstance(node.get("items"), Mapping):
@@ -216,10 +210,24 @@ def _check(value: Any, node: Any, root: Mapping[str, Any], at: str, errors: list
             _check(item, node["items"], root, f"{at}[{n}]", errors)
 
 
-def schema_errors_at(value: Any, node: Any, root: Mapping[str, Any]) -> list[str]:
+def _kind_problem(value: Any, node: Mapping[str, Any]) -> str | None:
+    """What is wrong with ``value``'s type, enum or const under ``node`` (``None``: nothing)."""
+    kinds = node.get("type")
+    if kinds is not None:
+        allowed = kinds if isinstance(kinds, list) else [kinds]
+        if not any(_TYPES.get(k, lambda v: True)(value) for k in allowed):
+            return f"expected {' or '.join(allowed)}, got {_json_type(value)}"
+    if "enum" in node and value not in node["enum"]:
+        return f"{value!r:.60} is not one of {list(node['enum'])!r:.120}"
+    if "const" in node and value != node["const"]:
+        return f"expected {node['const']!r:.60}"
+    return None
+
+
+def _matches(value: Any, node: Any, root: Mapping[str, Any]) -> bool:
     errors: list[str] = []
     _check(value, node, root, "$", errors)
-    return errors
+    return not errors
 
 
 def _check_object(
