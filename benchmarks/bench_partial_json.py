@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import statistics
 import sys
@@ -220,7 +221,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write JSON")
     parser.add_argument("--no-json", action="store_true", help="print the table only")
     args = parser.parse_args(argv)
+    load_before = os.getloadavg()[0]
     rows = bench(1 if args.quick else 3, args.budget)
+    load_after = os.getloadavg()[0]
     ours = [r for r in rows if r["contender"].startswith("ours") and r["kib"] == 64]
     for row in ours:
         print(f"target: {row['shape']} {row['contender']} 64 KiB {row['cpu_ms']} ms", end=" ")
@@ -230,6 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.json,
             {
                 "delta_bytes": DELTA,
+                # The machine may be shared: the 1-minute load average, before and after.
+                "load_average": [round(load_before, 2), round(load_after, 2)],
                 "targets": {"cpu_ms_64kib": TARGET_MS_64K, "growth": TARGET_GROWTH},
                 "versions": {
                     "python": sys.version.split()[0],
