@@ -382,3 +382,20 @@ def test_a_run_of_fragments_is_read_once_and_its_changes_follow_it() -> None:
     # A batch with nothing to read is handed back as it is.
     quiet: list[SamplingEvent] = [first]
     assert partials.batch(quiet) is quiet
+
+
+def test_a_closed_subtree_that_breaks_the_schema_is_reported_as_it_closes() -> None:
+    partials = PartialOutputs.for_request("r", ConversationRequest([User("x")], output=City))
+    assert partials is not None
+
+    def text(piece: str) -> ChannelToken:
+        return ChannelToken("r", SamplingChannel.TEXT, piece, 1)
+
+    good = partials.batch([text('{"name": "Paris", "population": 2102650, ')])
+    bad = partials.batch([text('"districts": ["Louvre", 2], "kind"')])
+    deltas = [e for e in good + bad if isinstance(e, OutputDelta)]
+    assert deltas[0].problems == ()
+    # Reported when the array closes, long before the answer ends (and only once).
+    assert deltas[1].problems == ("$.districts[1]: expected string, got integer",)
+    end = partials.batch([text(': "capital"}')])
+    assert [e.problems for e in end if isinstance(e, OutputDelta)] == [()]

@@ -332,11 +332,15 @@ class OutputDelta:
     """What a run of answer text changed in the structured answer, read as JSON.
 
     Sent right after the run of ``ChannelToken`` it reads, for a request with ``output=``; the
-    answer so far is ``RequestStream.partial_output()``.
+    answer so far is ``RequestStream.partial_output()``. ``problems`` says what in the
+    strings, objects and arrays this run closed does not match the schema (checked as they
+    close, each problem reported once: a consumer may stop the request at the first),
+    empty when all do. The whole answer is checked at the end (``output_parsed``).
     """
 
     request_id: str
     changes: tuple[JSONChange, ...]
+    problems: tuple[str, ...] = ()
 
 
 @attrs.frozen

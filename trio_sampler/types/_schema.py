@@ -19,7 +19,14 @@ from typing import Any
 
 import attrs
 
-__all__ = ["schema_errors", "schema_for", "strict_problems", "strict_schema", "to_python"]
+__all__ = [
+    "schema_errors",
+    "schema_for",
+    "strict_problems",
+    "strict_schema",
+    "subtree_errors",
+    "to_python",
+]
 
 #: Keywords a strict schema may not use (the providers reject them in strict mode).
 _STRICT_UNSUPPORTED = (
@@ -176,6 +183,27 @@ def schema_errors(value: Any, schema: Mapping[str, Any]) -> list[str]:
     it matches). ``$ref`` is followed within the schema's ``$defs`` / ``definitions``."""
     errors: list[str] = []
     _check(value, schema, schema, "$", errors)
+    return errors
+
+
+def subtree_errors(value: Any, schema: Mapping[str, Any], path: tuple[str | int, ...]) -> list[str]:
+    """What in ``value``, the value at ``path`` of a document, does not match the part of
+    ``schema`` that describes it (empty when it matches, or when no single part does: a
+    path under an ``anyOf`` is left to the whole document's check)."""
+    node: Any = schema
+    at = "$"
+    for step in path:
+        node = _resolve(node, schema) if isinstance(node, Mapping) else None
+        if not isinstance(node, Mapping):
+            return []
+        if isinstance(step, int):
+            node = node.get("items")
+            at += f"[{step}]"
+        else:
+            node = (node.get("properties") or {}).get(step)
+            at += f".{step}"
+    errors: list[str] = []
+    _check(value, node, schema, at, errors)
     return errors
 
 

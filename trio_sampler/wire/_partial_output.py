@@ -24,6 +24,8 @@ from ..types import (
     Completed,
     ConversationRequest,
     ConversationResponse,
+    JSONChange,
+    JSONChangeKind,
     OutputDelta,
     Retrying,
     SamplingChannel,
@@ -34,10 +36,12 @@ from ..types import (
     ToolCallDelta,
 )
 from ..types._partial_json import PartialJSON
+from ..types._schema import subtree_errors
 
 __all__ = ["PartialOutputs", "read_output"]
 
 _TEXT = SamplingChannel.TEXT
+_CLOSE = JSONChangeKind.CLOSE
 #: The document of the answer (tool calls are numbered from 0).
 _ANSWER = -1
 
@@ -65,6 +69,7 @@ class PartialOutputs:
         self._answer: PartialJSON | None = None
         self._arguments: dict[int, PartialJSON] = {}
         self._answer_call = -1  # the forced tool call that carries the answer (-1: none)
+        self._reported: set[str] = set()  # the schema problems reported so far
         self.reset()
 
     def reset(self) -> None:
@@ -72,6 +77,7 @@ class PartialOutputs:
         self._answer = PartialJSON() if self.structured is not None else None
         self._arguments = {}
         self._answer_call = -1
+        self._reported = set()
 
     @classmethod
     def for_request(cls, request_id: str, request: ConversationRequest) -> PartialOutputs | None:
@@ -152,10 +158,24 @@ class PartialOutputs:
         if out is None:
             out = events[:position]
         if document == _ANSWER:
-            out.append(OutputDelta(self.request_id, tuple(changes)))
+            out.append(OutputDelta(self.request_id, tuple(changes), self._problems(changes)))
         else:
             out.append(ToolArgumentsDelta(self.request_id, document, tuple(changes)))
         return out
+
+    def _problems(self, changes: list[JSONChange]) -> tuple[str, ...]:
+        """What the subtrees these changes closed break of the answer's schema (the
+        document itself is checked in full at the end, by ``output_parsed``)."""
+        assert self.structured is not None
+        schema = self.structured.schema.schema
+        found: list[str] = []
+        for kind, path, value in changes:
+            if kind is _CLOSE and path:
+                for problem in subtree_errors(value, schema, path):
+                    if problem not in self._reported:  # an enclosing subtree repeats it
+                        self._reported.add(problem)
+                        found.append(problem)
+        return tuple(found)
 
     def finish(self, terminal: TerminalEvent) -> TerminalEvent:
         """The terminal, its response's answer read (a ``Completed`` of a request with
