@@ -102,20 +102,22 @@ class PartialOutputs:
         events (one network read) costs one scan per document it touches."""
         out: list[SamplingEvent] | None = None
         run: int | None = None  # the document of the run in progress (_ANSWER or a call)
+        pieces: list[str] = []  # the run's text
         for position, event in enumerate(events):
             document, text = self._source(event)
             if run is not None and document != run:
-                out = self._end_run(run, events, position, out)
+                out = self._end_run(run, pieces, events, position, out)
                 run = None
+                pieces = []
             if type(event) is Retrying and event.discard_partial:
                 self.reset()
             if document is not None:
-                self._reader(document).push(text)
+                pieces.append(text)
                 run = document
             if out is not None:
                 out.append(event)
         if run is not None:
-            out = self._end_run(run, events, len(events), out)
+            out = self._end_run(run, pieces, events, len(events), out)
         return events if out is None else out
 
     def _source(self, event: SamplingEvent) -> tuple[int | None, str]:
@@ -147,12 +149,14 @@ class PartialOutputs:
     def _end_run(
         self,
         document: int,
+        pieces: list[str],
         events: list[SamplingEvent],
         position: int,
         out: list[SamplingEvent] | None,
     ) -> list[SamplingEvent] | None:
         """Read the run that ended before ``events[position]``; its changes follow it."""
-        changes = self._reader(document).changes()
+        text = pieces[0] if len(pieces) == 1 else "".join(pieces)
+        changes = self._reader(document).feed(text)
         if not changes:
             return out
         if out is None:
