@@ -295,15 +295,20 @@ async def test_registry_runs_sync_async_and_threaded_tools() -> None:
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        ('{"a": 1}', "missing a required argument: 'b'"),
-        ('{"a": 1, "b": 2, "c": 3}', "unexpected keyword argument 'c'"),
+        ('{"a": 1}', "b: Field required"),
+        ('{"a": 1, "b": 2, "c": 3}', "c: Extra inputs are not permitted"),
+        ('{"a": "one", "b": 2}', "a: Input should be a valid integer"),
         ("[1, 2]", "must be a JSON object"),
         ('{"a": 1, "b"', "not valid JSON"),
     ],
 )
 async def test_registry_bad_arguments(arguments: str, message: str) -> None:
     registry = ToolRegistry()
-    registry.register(lambda a, b: a + b, name="add")
+
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    registry.register(add)
     result = await registry.execute(ToolCall("x", "add", arguments))
     assert result.is_error and result.call_id == "x"
     assert message in result.content

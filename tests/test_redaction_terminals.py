@@ -38,6 +38,8 @@ from trio_sampler.types import (
     Completed,
     ConversationResponse,
     Failed,
+    OutputError,
+    OutputErrorKind,
     RateLimitBudget,
     RateLimitSnapshot,
     Reasoning,
@@ -84,6 +86,11 @@ PASSES = {
     "BackendToolCall.status",
     "BackendToolCall.result",
     "BackendToolCall.raw",
+    # The structured answer and why it could not be read: the model's output.
+    "ConversationResponse.output_parsed",
+    "OutputError.message",
+    "OutputError.text",
+    "OutputError.refusal",
 }
 
 
@@ -131,6 +138,10 @@ def _response(where: str) -> ConversationResponse:
         response_id=p("response_id"),
         stop_sequence=p("stop_sequence"),
         doom_loop_signals=[p("signal")],
+        output_parsed={p("output.key"): p("output.value")},
+        output_error=OutputError(
+            OutputErrorKind.INVALID, p("output.message"), p("output.text"), p("output.refusal")
+        ),
     )
 
 

@@ -110,6 +110,10 @@ class ProviderProfile:
     cost_fields: tuple[CostField, ...] = (COST_IN_TICKS, COST_IN_USD)
     #: The OpenTelemetry GenAI ``gen_ai.provider.name`` (``None``: the profile's name).
     otel_name: str | None = None
+    #: The server takes a JSON Schema for the answer (``response_format`` / ``text.format``
+    #: / ``output_config``). Without it a request's ``output=`` is sent as a forced tool
+    #: (``trio_sampler.wire`` reports the conversion).
+    native_structured_output: bool = True
 
     @property
     def telemetry_name(self) -> str:
@@ -177,6 +181,8 @@ PROFILES: dict[str, ProviderProfile] = {
             max_tokens_field="max_tokens",
             developer_role=False,
             reasoning_content_replay=True,
+            # JSON mode (json_object) only: no schema for the answer.
+            native_structured_output=False,
         ),
         ProviderProfile(
             name="groq",

@@ -15,18 +15,20 @@ import re
 import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import attrs
 import orjson
 import trio
 
+from ._tool_signature import Signature, signature_of
 from .types import (
     ToolCall,
     ToolResult,
     ToolSpec,
     TrioSamplerError,
 )
+from .types._schema import schema_errors
 
 if TYPE_CHECKING:
     pass
@@ -38,6 +40,7 @@ __all__ = [
     "ToolRegistry",
     "builtin_tools",
     "calculate",
+    "tool",
 ]
 
 #: A tool's result is cut to this many characters (the model's context is finite).
@@ -61,6 +64,84 @@ class _Tool:
     function: Callable[..., Any]
     signature: inspect.Signature | None
     run_in_thread: bool
+    #: The schema derived from the function (``None``: a schema given by hand).
+    derived: Signature | None = None
+
+
+@attrs.frozen
+class _ToolOptions:
+    name: str | None
+    description: str | None
+    parameters: Mapping[str, Any] | None
+    run_in_thread: bool
+    strict: bool | None
+
+
+_OPTIONS = "__trio_sampler_tool__"
+
+
+def _merged(given: _ToolOptions, marked: _ToolOptions | None, thread_unset: bool) -> _ToolOptions:
+    """The options of ``register`` with those of ``@tool`` as defaults."""
+    if marked is None:
+        return given
+    return _ToolOptions(
+        name=given.name or marked.name,
+        description=given.description if given.description is not None else marked.description,
+        parameters=given.parameters if given.parameters is not None else marked.parameters,
+        run_in_thread=marked.run_in_thread if thread_unset else given.run_in_thread,
+        strict=given.strict if given.strict is not None else marked.strict,
+    )
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+@overload
+def tool(
+    function: _F,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    parameters: Mapping[str, Any] | None = None,
+    run_in_thread: bool = False,
+    strict: bool | None = None,
+) -> _F: ...
+
+
+@overload
+def tool(
+    function: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    parameters: Mapping[str, Any] | None = None,
+    run_in_thread: bool = False,
+    strict: bool | None = None,
+) -> Callable[[_F], _F]: ...
+
+
+def tool(
+    function: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    parameters: Mapping[str, Any] | None = None,
+    run_in_thread: bool = False,
+    strict: bool | None = None,
+) -> Any:
+    """Mark a function as a tool (``@tool`` or ``@tool(name=..., ...)``), its schema
+    derived from its signature now, so a function the schema cannot be derived from fails
+    where it is defined. :meth:`ToolRegistry.register` takes the options given here; the
+    function itself is returned unchanged."""
+
+    def mark(target: Callable[..., Any]) -> Callable[..., Any]:
+        if parameters is None:
+            signature_of(target, name)  # fails here, saying what to write
+        options = _ToolOptions(name, description, parameters, run_in_thread, strict)
+        setattr(target, _OPTIONS, options)
+        return target
+
+    return mark if function is None else mark(function)
 
 
 class ToolRegistry:
@@ -86,14 +167,20 @@ class ToolRegistry:
         name: str | None = None,
         description: str | None = None,
         parameters: Mapping[str, Any] | None = None,
-        run_in_thread: bool = False,
+        run_in_thread: bool | None = None,
+        strict: bool | None = None,
     ) -> ToolSpec:
         """Add a tool. ``name`` defaults to the function's name, ``description`` to its
-        docstring's first paragraph, ``parameters`` (a JSON Schema object) to no arguments.
+        docstring's first paragraph, ``parameters`` (a JSON Schema object) to the schema
+        derived from the signature (see :func:`tool`; options given there are defaults here).
 
         Raises ``ValueError`` for a name the providers reject (``[A-Za-z0-9_-]{1,64}``) or
-        one already registered.
+        one already registered, ``TypeError`` for a function with parameters and no schema
+        to derive (a parameter without annotation, ``**kwargs``): pass ``parameters=``.
         """
+        given = _ToolOptions(name, description, parameters, bool(run_in_thread), strict)
+        options = _merged(given, getattr(function, _OPTIONS, None), run_in_thread is None)
+        name, description, parameters = options.name, options.description, options.parameters
         tool_name: str = name or str(getattr(function, "__name__", ""))
         if not _TOOL_NAME.match(tool_name):
             raise ValueError(
@@ -105,15 +192,16 @@ class ToolRegistry:
         if description is None:
             doc = inspect.getdoc(function) or ""
             description = doc.split("\n\n", 1)[0].strip() or None
-        schema = (
-            dict(parameters) if parameters is not None else {"type": "object", "properties": {}}
-        )
+        derived = signature_of(function, tool_name) if parameters is None else None
+        schema = dict(derived.schema) if derived is not None else dict(parameters or {})
         try:
             signature: inspect.Signature | None = inspect.signature(function)
         except (TypeError, ValueError):  # some builtins have none: skip the binding check
             signature = None
-        spec = ToolSpec(name=tool_name, description=description, parameters=schema)
-        self._tools[tool_name] = _Tool(spec, function, signature, run_in_thread)
+        spec = ToolSpec(
+            name=tool_name, description=description, parameters=schema, strict=options.strict
+        )
+        self._tools[tool_name] = _Tool(spec, function, signature, options.run_in_thread, derived)
         return spec
 
     def __contains__(self, name: object) -> bool:
@@ -152,6 +240,11 @@ class ToolRegistry:
                 call, f"the arguments of {call.name!r} must be a JSON object, not {arguments!r:.80}"
             )
         problem = _check_arguments(tool, arguments)
+        if problem is None and tool.derived is not None:
+            try:
+                arguments = tool.derived.arguments(arguments)
+            except ValueError as exc:
+                problem = str(exc)
         if problem is not None:
             return self._error(call, f"bad arguments for {call.name!r}: {problem}")
         try:
@@ -191,10 +284,15 @@ class ToolRegistry:
 
 def _check_arguments(tool: _Tool, arguments: dict[str, Any]) -> str | None:
     """A message if the arguments cannot be passed (missing required, unexpected names)."""
+    if tool.derived is not None:
+        return None  # validated by the model the schema was derived from
     required = tool.spec.parameters.get("required", ())
     missing = [key for key in required if key not in arguments]
     if missing:
         return f"missing required argument(s): {', '.join(map(str, missing))}"
+    errors = schema_errors(arguments, tool.spec.parameters)
+    if errors:
+        return "; ".join(errors[:5])
     if tool.signature is not None:
         try:
             tool.signature.bind(**arguments)

@@ -29,7 +29,7 @@ import collections
 import math
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
@@ -51,6 +51,7 @@ from ..types import (
     ToolCallDelta,
     TrioSamplerError,
 )
+from ..wire._partial_output import PartialOutputs
 from ._metrics import MetricsRecorder
 
 if TYPE_CHECKING:
@@ -179,6 +180,16 @@ class RequestState:
     #: ``(batch number of a Retrying, the transform it discarded)``: until the consumer
     #: has read that ``Retrying``, the attempt it is looking at is the discarded one.
     discards: list[tuple[int, StreamTransform | None]] = attrs.field(factory=list, repr=False)
+    #: The structured answer and tool arguments read as they stream (``None`` for a
+    #: request with neither ``output=`` nor tools): it adds ``OutputDelta`` /
+    #: ``ToolArgumentsDelta`` after their sources and reads the answer at the end.
+    partials: PartialOutputs | None = attrs.field(
+        default=attrs.Factory(
+            lambda self: PartialOutputs.for_request(self.request_id, self.request),
+            takes_self=True,
+        ),
+        repr=False,
+    )
 
     def cancel(self, reason: str) -> None:
         """Cancel the request and record its ``Cancelled`` terminal now (a no-op once it
@@ -214,6 +225,8 @@ class RequestState:
             self.credits.acquire_nowait()
         except trio.WouldBlock:
             await self.credits.acquire()
+        if self.partials is not None:
+            batch = self.partials.batch(batch)
         try:
             self.send.send_nowait(self.redactor.events(batch))
             self.arrivals.append(received_at)
@@ -241,6 +254,8 @@ class RequestState:
         Synchronous: never awaits, so it works from a cancelled context."""
         if self.terminal is not None:
             return
+        if self.partials is not None:
+            terminal = self.partials.finish(terminal)
         terminal = self.redactor.event(terminal)
         self.terminal = terminal
         self.transform = None
@@ -319,6 +334,21 @@ class RequestStream:
     def terminal(self) -> TerminalEvent | None:
         """The terminal event, once the request has ended (``None`` before)."""
         return self._state.terminal
+
+    def partial_output(self) -> Any:
+        """The structured answer so far, read as JSON (a request with ``output=``; else
+        ``None``): objects and arrays as they fill, strings as they grow, numbers once
+        complete. Never re-parsed: reading it costs nothing. It is the live value, and
+        may be ahead of the events read by the batches still buffered. The validated
+        answer is the response's ``output_parsed``."""
+        partials = self._state.partials
+        return None if partials is None else partials.output()
+
+    def partial_arguments(self, tool_index: int) -> Any:
+        """Tool call ``tool_index``'s arguments so far, read as JSON (``None`` before its
+        first value); see :meth:`partial_output`."""
+        partials = self._state.partials
+        return None if partials is None else partials.arguments(tool_index)
 
     def cancel(self, reason: str = "cancelled by the caller") -> None:
         """Cancel the request now; a no-op once it has ended."""

@@ -18,6 +18,8 @@ import orjson
 
 from ._cache import CHARS_PER_TOKEN, CacheResult, count_tokens
 from ._script import HostedToolScript, Script
+from ._structured import OutputRequest, answer_for, minimal_value
+from ._words import WORDS
 
 __all__ = [
     "PlannedToolCall",
@@ -31,40 +33,6 @@ __all__ = [
     "plan_reply",
     "random_id",
 ]
-
-_WORDS = (
-    "the",
-    "model",
-    "considers",
-    "your",
-    "request",
-    "carefully",
-    "and",
-    "answers",
-    "with",
-    "a",
-    "short",
-    "plausible",
-    "reply",
-    "about",
-    "trio",
-    "structured",
-    "concurrency",
-    "nurseries",
-    "cancel",
-    "scopes",
-    "channels",
-    "streams",
-    "tokens",
-    "events",
-    "retries",
-    "backoff",
-    "deadlines",
-    "tasks",
-    "checkpoints",
-    "emulated",
-    "sampling",
-)
 
 
 @attrs.frozen
@@ -92,6 +60,8 @@ class RequestView:
     #: The last message is the assistant's (a prefill the reply would continue).
     prefill: bool = False
     tool_result: str | None = None
+    #: The schema the answer must match (structured output), if any.
+    output: OutputRequest | None = None
     prompt: CacheResult = attrs.field(factory=lambda: CacheResult(0))
     echo: Mapping[str, Any] = attrs.field(factory=dict)
 
@@ -155,56 +125,11 @@ def chunk_text(text: str, chunk_chars: int | None) -> list[str]:
     return pieces
 
 
-def minimal_value(schema: Any, rng: random.Random, depth: int = 0) -> Any:
-    """A minimal JSON value valid for ``schema``: required properties, types, enums."""
-    if not isinstance(schema, Mapping) or depth > 8:
-        return {}
-    if "const" in schema:
-        return schema["const"]
-    enum = schema.get("enum")
-    if isinstance(enum, list) and enum:
-        return enum[0]
-    for key in ("anyOf", "oneOf", "allOf"):
-        options = schema.get(key)
-        if isinstance(options, list) and options:
-            return minimal_value(options[0], rng, depth + 1)
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "null")
-    if kind is None:
-        kind = "object" if "properties" in schema else "string"
-    if kind == "object":
-        properties = schema.get("properties")
-        properties = properties if isinstance(properties, Mapping) else {}
-        required = schema.get("required")
-        names = [n for n in required if isinstance(n, str)] if isinstance(required, list) else []
-        return {name: minimal_value(properties.get(name, {}), rng, depth + 1) for name in names}
-    if kind == "array":
-        count = schema.get("minItems", 0)
-        count = count if isinstance(count, int) and 0 <= count <= 16 else 0
-        return [minimal_value(schema.get("items", {}), rng, depth + 1) for _ in range(count)]
-    if kind == "integer":
-        low = schema.get("minimum", 1)
-        return low if isinstance(low, int) and not isinstance(low, bool) else 1
-    if kind == "number":
-        low = schema.get("minimum", 1.5)
-        return low if isinstance(low, int | float) and not isinstance(low, bool) else 1.5
-    if kind == "boolean":
-        return True
-    if kind == "null":
-        return None
-    length = schema.get("minLength", 0)
-    word = rng.choice(_WORDS)
-    if isinstance(length, int) and length > len(word):
-        word = (word * (length // len(word) + 1))[:length]
-    return word
-
-
 def _sentences(rng: random.Random, tokens: int) -> str:
     words: list[str] = []
     chars = 0
     while chars < tokens * CHARS_PER_TOKEN:
-        word = rng.choice(_WORDS)
+        word = rng.choice(WORDS)
         if not words or words[-1].endswith("."):
             word = word.capitalize()
         if rng.random() < 0.12:
@@ -271,6 +196,8 @@ def plan_reply(view: RequestView, script: Script, body: bytes) -> Reply:
         text = script.text
     elif tool_calls:
         text = ""
+    elif view.output is not None:
+        text = answer_for(view.output, rng)
     elif view.tool_result is not None:
         result = view.tool_result.strip() or "(empty)"
         text = f"The tool returned {result[:400]}. " + _sentences(rng, rng.randint(6, 16))

@@ -14,31 +14,12 @@ from typing import Any
 
 import orjson
 
-from ..types import TrioSamplerError
+from ._api_error import ApiError
 from ._cache import PromptCache
 from ._reply import RequestView, ToolOffer
+from ._structured import output_request
 
 __all__ = ["ApiError", "view_chat", "view_messages", "view_responses"]
-
-
-class ApiError(TrioSamplerError):
-    """A request the API rejects: rendered as that backend's error body."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int = 400,
-        param: str | None = None,
-        code: str | None = None,
-        error_type: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.param = param
-        self.code = code
-        self.error_type = error_type
 
 
 def _canonical(value: Any) -> str:
@@ -187,6 +168,7 @@ def view_chat(body: Mapping[str, Any], cache: PromptCache) -> RequestView:
         prefill=last.get("role") == "assistant" and not last.get("tool_calls"),
         tool_result=_text_of(last.get("content")) if last.get("role") == "tool" else None,
         prompt=cache.automatic(f"openai\0{model}", blocks),
+        output=output_request("chat_completions", body),
     )
 
 
@@ -324,6 +306,7 @@ def view_responses(body: Mapping[str, Any], cache: PromptCache) -> RequestView:
         prefill=last_kind == "message" and last.get("role") == "assistant",
         tool_result=tool_result,
         prompt=cache.automatic(f"openai\0{model}", blocks),
+        output=output_request("responses", body),
         echo={key: body[key] for key in _ECHOED if key in body}
         | {"tools": body.get("tools") or []},
     )
@@ -402,6 +385,7 @@ def view_messages(body: Mapping[str, Any], cache: PromptCache) -> RequestView:
         prefill=last.get("role") == "assistant",
         tool_result=" ".join(_text_of(b.get("content")) for b in results) if results else None,
         prompt=cache.breakpoints(f"anthropic\0{model}", blocks),
+        output=output_request("messages", body),
     )
 
 

@@ -17,7 +17,6 @@ from ._conversation import NamedToolChoice as NamedToolChoice
 from ._conversation import ProviderTool as ProviderTool
 from ._conversation import Reasoning as Reasoning
 from ._conversation import ReasoningEffort as ReasoningEffort
-from ._conversation import ResponseSchema as ResponseSchema
 from ._conversation import StopReason as StopReason
 from ._conversation import SyntheticReason as SyntheticReason
 from ._conversation import System as System
@@ -44,6 +43,7 @@ from ._events import Failed as Failed
 from ._events import FirstToken as FirstToken
 from ._events import ImagesStripped as ImagesStripped
 from ._events import ModelMetadata as ModelMetadata
+from ._events import OutputDelta as OutputDelta
 from ._events import ReasoningCompleted as ReasoningCompleted
 from ._events import RequestMetrics as RequestMetrics
 from ._events import Retrying as Retrying
@@ -55,11 +55,20 @@ from ._events import SamplingEvent as SamplingEvent
 from ._events import StreamStarted as StreamStarted
 from ._events import StripReason as StripReason
 from ._events import TerminalEvent as TerminalEvent
+from ._events import ToolArgumentsDelta as ToolArgumentsDelta
 from ._events import ToolCallCompleted as ToolCallCompleted
 from ._events import ToolCallDelta as ToolCallDelta
 from ._json import to_jsonable as to_jsonable
+from ._partial import JSONChange as JSONChange
+from ._partial import JSONChangeKind as JSONChangeKind
+from ._partial import JSONPath as JSONPath
 from ._ratelimit import RateLimitBudget as RateLimitBudget
 from ._ratelimit import RateLimitSnapshot as RateLimitSnapshot
+from ._structured import OutputError as OutputError
+from ._structured import OutputErrorKind as OutputErrorKind
+from ._structured import ResponseSchema as ResponseSchema
+from ._structured import StructuredOutput as StructuredOutput
+from ._structured import structured_output as structured_output
 
 __all__ = [
     "IMAGE_STRIP_PLACEHOLDER",
@@ -84,9 +93,15 @@ __all__ = [
     "HostedTool",
     "ImagePart",
     "ImagesStripped",
+    "JSONChange",
+    "JSONChangeKind",
+    "JSONPath",
     "MCPServer",
     "ModelMetadata",
     "NamedToolChoice",
+    "OutputDelta",
+    "OutputError",
+    "OutputErrorKind",
     "ProviderTool",
     "RateLimitBudget",
     "RateLimitSnapshot",
@@ -104,10 +119,12 @@ __all__ = [
     "StopReason",
     "StreamStarted",
     "StripReason",
+    "StructuredOutput",
     "SyntheticReason",
     "System",
     "TerminalEvent",
     "TextPart",
+    "ToolArgumentsDelta",
     "ToolCall",
     "ToolCallCompleted",
     "ToolCallDelta",
@@ -121,5 +138,6 @@ __all__ = [
     "User",
     "WebFetch",
     "WebSearch",
+    "structured_output",
     "to_jsonable",
 ]

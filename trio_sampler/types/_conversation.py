@@ -13,6 +13,8 @@ from typing import Any, TypeAlias, TypeVar
 
 import attrs
 
+from ._structured import OutputError, ResponseSchema, StructuredOutput, structured_output
+
 __all__ = [
     "IMAGE_STRIP_PLACEHOLDER",
     "ApiBackend",
@@ -251,6 +253,19 @@ class ToolCall:
         import orjson
 
         return orjson.loads(self.arguments or "{}")
+
+    @property
+    def partial_arguments(self) -> Any:
+        """The arguments read as far as they are JSON: the whole value when complete, what
+        arrived when cut short (``arguments_complete`` false: an open string as far as
+        it goes, a number only if complete), ``None`` when nothing is readable. Never
+        raises; while the call streams, ``RequestStream.partial_arguments`` is the same
+        view kept current."""
+        from ._partial_json import PartialJSON
+
+        reader = PartialJSON()
+        reader.push(self.arguments)
+        return reader.finish()
 
 
 @attrs.frozen
@@ -516,16 +531,6 @@ class NamedToolChoice:
 ToolChoiceSpec: TypeAlias = ToolChoice | NamedToolChoice
 
 
-@attrs.frozen
-class ResponseSchema:
-    """Ask for a JSON answer matching ``schema``."""
-
-    name: str
-    schema: Mapping[str, Any]
-    strict: bool = True
-    description: str | None = None
-
-
 _ITEM_TYPES = (System, User, Assistant, ToolResult, BackendToolCall, Reasoning)
 #: What to write instead of an OpenAI-style ``{"role": ..., "content": ...}`` dict.
 _ROLE_HINTS = {
@@ -659,6 +664,17 @@ class ConversationRequest:
     #: Tracing metadata sent where the backend accepts it (string values only).
     metadata: Mapping[str, str] = attrs.field(factory=dict)
     extra_headers: Mapping[str, str] = attrs.field(factory=dict)
+    #: Structured output: a JSON Schema, a :class:`ResponseSchema` or a Python type (a
+    #: pydantic model, a dataclass, an attrs class, a ``TypedDict``), held as a
+    #: :class:`~trio_sampler.types.StructuredOutput`. It sets ``response_schema`` when that
+    #: is not given, and the response's answer is read into ``output_parsed``.
+    output: StructuredOutput | None = attrs.field(
+        default=None, converter=structured_output, kw_only=True
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.output is not None and self.response_schema is None:
+            object.__setattr__(self, "response_schema", self.output.schema)
 
     def strip_images(self) -> tuple[ConversationRequest, tuple[str, ...]]:
         """Replace user images by placeholder text and drop tool-result images.
@@ -768,6 +784,11 @@ class ConversationResponse:
     stop_sequence: str | None = None
     #: Doom-loop signals attached by the server or the local detector.
     doom_loop_signals: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+    #: The structured answer, parsed and validated (a request with ``output=``; ``None``
+    #: otherwise, or when it could not be read: see :attr:`output_error`).
+    output_parsed: Any = attrs.field(default=None, kw_only=True)
+    #: Why a structured answer has no ``output_parsed`` (the raw text kept in it).
+    output_error: OutputError | None = attrs.field(default=None, kw_only=True)
 
     @property
     def assistant(self) -> Assistant:

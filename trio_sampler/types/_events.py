@@ -7,6 +7,8 @@ Per attempt, in order::
     FirstToken?              first text, refusal or reasoning of the attempt
     ChannelToken*            channel = TEXT | REASONING | REFUSAL
     ToolCallDelta*           tool_index, id?, name?, arguments_delta
+    ToolArgumentsDelta*      after a run of ToolCallDelta: what it changed in the arguments
+    OutputDelta*             after a run of answer text (a request with ``output=``): the same
     ReasoningCompleted?      a reasoning block is complete (signature / encrypted state known)
     BackendToolCallStarted/Completed*
     ToolCallCompleted*       each local tool call, whole, just before ``Completed``
@@ -33,6 +35,7 @@ import attrs
 
 from ._conversation import BackendToolCall, ConversationResponse, Reasoning, ToolCall, Usage
 from ._errors import TrioSamplerError
+from ._partial import JSONChange
 from ._ratelimit import RateLimitSnapshot
 
 __all__ = [
@@ -47,6 +50,7 @@ __all__ = [
     "FirstToken",
     "ImagesStripped",
     "ModelMetadata",
+    "OutputDelta",
     "ReasoningCompleted",
     "RequestMetrics",
     "Retrying",
@@ -58,6 +62,7 @@ __all__ = [
     "StreamStarted",
     "StripReason",
     "TerminalEvent",
+    "ToolArgumentsDelta",
     "ToolCallCompleted",
     "ToolCallDelta",
 ]
@@ -307,6 +312,38 @@ class ToolCallDelta:
     arguments_delta: str = ""
 
 
+@attrs.define
+class ToolArgumentsDelta:
+    """What a run of :class:`ToolCallDelta` changed in the call's arguments, read as JSON.
+
+    Sent right after the run it reads (the consecutive fragments of one call that one
+    network read brought), by a sampler's request stream, for a request with tools.
+    ``changes`` says what changed, never the whole document: a value set at a path, text
+    appended to the string at a path, a string or container closed.
+    The arguments so far are ``RequestStream.partial_arguments(tool_index)``.
+    """
+
+    request_id: str
+    tool_index: int
+    changes: tuple[JSONChange, ...]
+
+
+@attrs.define
+class OutputDelta:
+    """What a run of answer text changed in the structured answer, read as JSON.
+
+    Sent right after the run of ``ChannelToken`` it reads, for a request with ``output=``; the
+    answer so far is ``RequestStream.partial_output()``. ``problems`` says what in the
+    strings, objects and arrays this run closed does not match the schema (checked as they
+    close, each problem reported once: a consumer may stop the request at the first),
+    empty when all do. The whole answer is checked at the end (``output_parsed``).
+    """
+
+    request_id: str
+    changes: tuple[JSONChange, ...]
+    problems: tuple[str, ...] = ()
+
+
 @attrs.frozen
 class ToolCallCompleted:
     """A local tool call is whole (sent for each call just before ``Completed``).
@@ -426,6 +463,8 @@ SamplingEvent: TypeAlias = (
     | FirstToken
     | ChannelToken
     | ToolCallDelta
+    | ToolArgumentsDelta
+    | OutputDelta
     | ToolCallCompleted
     | ReasoningCompleted
     | BackendToolCallStarted

@@ -2,6 +2,11 @@
 ``collect`` and error classification. No awaits, no sockets, no clocks.
 """
 
+from ..types import JSONChange as JSONChange
+from ..types import JSONChangeKind as JSONChangeKind
+from ..types import JSONPath as JSONPath
+from ..types._partial_json import PartialJSON as PartialJSON
+from ..types._partial_json import PartialJSONError as PartialJSONError
 from ._backend import Backend as Backend
 from ._backend import WireBackend as WireBackend
 from ._backend import backend_name as backend_name
@@ -9,6 +14,8 @@ from ._backend import backends as backends
 from ._backend import get_backend as get_backend
 from ._backend import register_backend as register_backend
 from ._fold import ResponseFold as ResponseFold
+from ._partial_output import PartialOutputs as PartialOutputs
+from ._partial_output import read_output as read_output
 from ._ratelimit import parse_duration as parse_duration
 from ._ratelimit import parse_rate_limits as parse_rate_limits
 from ._registry import build_request as build_request
@@ -36,6 +43,12 @@ __all__ = [
     "ConversionError",
     "ConversionNote",
     "ConversionReport",
+    "JSONChange",
+    "JSONChangeKind",
+    "JSONPath",
+    "PartialJSON",
+    "PartialJSONError",
+    "PartialOutputs",
     "ResponseFold",
     "SSEDecodeError",
     "SSEDecoder",
@@ -54,6 +67,7 @@ __all__ = [
     "parse_duration",
     "parse_rate_limits",
     "parse_request",
+    "read_output",
     "register_backend",
     "replay",
 ]

@@ -55,6 +55,7 @@ from .._render import (
     unmodeled_fields,
 )
 from .._request import BuildOptions, ConversionAction, WireRequest
+from .._structured import lower_structured_output
 
 __all__ = ["KNOWN_FIELDS", "PATH", "build_request", "parse_request", "unmodeled_request_fields"]
 
@@ -100,6 +101,7 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
     (``options.strict`` raises :class:`ConversionError` instead).
     """
     report = ReportCollector(options.strict)
+    request = lower_structured_output(request, options, report)
     data: JsonObject = {
         "model": resolve_model(request, options),
         "messages": _messages(request.items, options, report),

@@ -42,6 +42,7 @@ from .._render import (
     split_data_uri,
 )
 from .._request import BuildOptions, ConversionAction, WireRequest
+from .._structured import lower_structured_output
 from ._fields import BACKEND, KNOWN_FIELDS
 from ._parse import parse_request as parse_request
 from ._parse import unmodeled_request_fields as unmodeled_request_fields
@@ -94,6 +95,7 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
     previous request; these markers move as the conversation grows.
     """
     report = ReportCollector(options.strict)
+    request = lower_structured_output(request, options, report)
     items = list(enumerate(request.items))
     system: list[JsonObject] = []
     while items and isinstance(items[0][1], System):

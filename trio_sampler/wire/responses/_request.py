@@ -56,6 +56,7 @@ from .._render import (
     unmodeled_fields,
 )
 from .._request import BuildOptions, ConversionAction, WireRequest
+from .._structured import lower_structured_output
 from ._tools import parse_hosted_tool, render_hosted_tool
 
 __all__ = ["KNOWN_FIELDS", "PATH", "build_request", "parse_request", "unmodeled_request_fields"]
@@ -104,6 +105,7 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
     reasoning is requested or replayed.
     """
     report = ReportCollector(options.strict)
+    request = lower_structured_output(request, options, report)
     data: JsonObject = {"model": resolve_model(request, options)}
     items = list(enumerate(request.items))
     if items and isinstance(items[0][1], System) and not items[0][1].developer:

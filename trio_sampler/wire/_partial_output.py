@@ -1,0 +1,190 @@
+"""A request's structured answer and tool arguments, read as JSON while they stream. Pure.
+
+:class:`PartialOutputs` follows one request's events: each piece of answer text (for a
+request with ``output=``) and each tool-call fragment is pushed once to a
+:class:`~trio_sampler.wire.PartialJSON`, and what a run of them changed (the fragments of
+one document in a row, within a batch: one network read) follows the run as an
+:class:`~trio_sampler.types.OutputDelta` or :class:`~trio_sampler.types.ToolArgumentsDelta`.
+The values so far are :meth:`PartialOutputs.output` and :meth:`PartialOutputs.arguments`,
+never re-parsed. At the end, :meth:`PartialOutputs.finish` reads the response's answer
+into ``output_parsed`` (or ``output_error``). Where the answer is a forced tool call
+(the tool-forcing strategy of ``trio_sampler.wire._structured``), the call named after
+the schema is the answer. A sampler's request stream runs one per request with tools or
+``output=``; anything that has a request's events can run one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from ..types import (
+    ChannelToken,
+    Completed,
+    ConversationRequest,
+    ConversationResponse,
+    JSONChange,
+    JSONChangeKind,
+    OutputDelta,
+    Retrying,
+    SamplingChannel,
+    SamplingEvent,
+    StructuredOutput,
+    TerminalEvent,
+    ToolArgumentsDelta,
+    ToolCallDelta,
+)
+from ..types._partial_json import PartialJSON
+from ..types._schema import subtree_errors
+
+__all__ = ["PartialOutputs", "read_output"]
+
+_TEXT = SamplingChannel.TEXT
+_CLOSE = JSONChangeKind.CLOSE
+#: The document of the answer (tool calls are numbered from 0).
+_ANSWER = -1
+
+
+def read_output(output: StructuredOutput, response: ConversationResponse) -> ConversationResponse:
+    """``response`` with its answer read by ``output``: ``output_parsed`` set, or
+    ``output_error`` (a refusal, text that is not JSON, JSON that does not validate)."""
+    refusal = response.refusal
+    text = response.text
+    if refusal is None and response.raw_stop_reason == "refusal":
+        refusal = text  # Anthropic: a refusal stop, its text the explanation
+    if not text.strip():  # the tool-forcing strategy: the answer is the forced call
+        name = output.schema.name
+        text = next((c.arguments for c in response.tool_calls if c.name == name), text)
+    value, error = output.read(text, refusal)
+    return attrs.evolve(response, output_parsed=value, output_error=error)
+
+
+class PartialOutputs:
+    """The partial structured answer and tool arguments of one request (see the module)."""
+
+    def __init__(self, request_id: str, output: StructuredOutput | None) -> None:
+        self.request_id = request_id
+        self.structured = output
+        self._answer: PartialJSON | None = None
+        self._arguments: dict[int, PartialJSON] = {}
+        self._answer_call = -1  # the forced tool call that carries the answer (-1: none)
+        self._reported: set[str] = set()  # the schema problems reported so far
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget what was read (a retry that discards the attempt's output)."""
+        self._answer = PartialJSON() if self.structured is not None else None
+        self._arguments = {}
+        self._answer_call = -1
+        self._reported = set()
+
+    @classmethod
+    def for_request(cls, request_id: str, request: ConversationRequest) -> PartialOutputs | None:
+        """One for ``request``, or ``None`` when it has neither tools nor ``output``."""
+        if request.output is None and not request.tools:
+            return None
+        return cls(request_id, request.output)
+
+    def output(self) -> Any:
+        """The structured answer so far (``None`` before its first value, or without
+        ``output=``). The live value: copy it to keep it."""
+        return None if self._answer is None else self._answer.value
+
+    def arguments(self, tool_index: int) -> Any:
+        """Tool call ``tool_index``'s arguments so far (``None`` before any)."""
+        reader = self._arguments.get(tool_index)
+        return None if reader is None else reader.value
+
+    def batch(self, events: list[SamplingEvent]) -> list[SamplingEvent]:
+        """``events`` with what each run of answer or argument fragments changed after the
+        run (the same list when nothing did). A run is read once, at its end: a batch of
+        events (one network read) costs one scan per document it touches."""
+        out: list[SamplingEvent] | None = None
+        run: int | None = None  # the document of the run in progress (_ANSWER or a call)
+        pieces: list[str] = []  # the run's text
+        for position, event in enumerate(events):
+            document, text = self._source(event)
+            if run is not None and document != run:
+                out = self._end_run(run, pieces, events, position, out)
+                run = None
+                pieces = []
+            if type(event) is Retrying and event.discard_partial:
+                self.reset()
+            if document is not None:
+                pieces.append(text)
+                run = document
+            if out is not None:
+                out.append(event)
+        if run is not None:
+            out = self._end_run(run, pieces, events, len(events), out)
+        return events if out is None else out
+
+    def _source(self, event: SamplingEvent) -> tuple[int | None, str]:
+        """The document ``event`` adds text to (``_ANSWER`` or a tool index), and the text."""
+        kind = type(event)
+        if kind is ChannelToken:
+            assert isinstance(event, ChannelToken)
+            if event.channel is _TEXT and self._answer is not None and event.text:
+                return _ANSWER, event.text
+        elif kind is ToolCallDelta:
+            assert isinstance(event, ToolCallDelta)
+            if self.structured is not None and event.name == self.structured.schema.name:
+                self._answer_call = event.tool_index
+            if event.arguments_delta:
+                if event.tool_index == self._answer_call:
+                    return _ANSWER, event.arguments_delta
+                return event.tool_index, event.arguments_delta
+        return None, ""
+
+    def _reader(self, document: int) -> PartialJSON:
+        if document == _ANSWER:
+            assert self._answer is not None
+            return self._answer
+        reader = self._arguments.get(document)
+        if reader is None:
+            reader = self._arguments[document] = PartialJSON()
+        return reader
+
+    def _end_run(
+        self,
+        document: int,
+        pieces: list[str],
+        events: list[SamplingEvent],
+        position: int,
+        out: list[SamplingEvent] | None,
+    ) -> list[SamplingEvent] | None:
+        """Read the run that ended before ``events[position]``; its changes follow it."""
+        text = pieces[0] if len(pieces) == 1 else "".join(pieces)
+        changes = self._reader(document).feed(text)
+        if not changes:
+            return out
+        if out is None:
+            out = events[:position]
+        if document == _ANSWER:
+            out.append(OutputDelta(self.request_id, tuple(changes), self._problems(changes)))
+        else:
+            out.append(ToolArgumentsDelta(self.request_id, document, tuple(changes)))
+        return out
+
+    def _problems(self, changes: list[JSONChange]) -> tuple[str, ...]:
+        """What the subtrees these changes closed break of the answer's schema (the
+        document itself is checked in full at the end, by ``output_parsed``)."""
+        assert self.structured is not None
+        schema = self.structured.schema.schema
+        found: list[str] = []
+        for kind, path, value in changes:
+            if kind is _CLOSE and path:
+                for problem in subtree_errors(value, schema, path):
+                    if problem not in self._reported:  # an enclosing subtree repeats it
+                        self._reported.add(problem)
+                        found.append(problem)
+        return tuple(found)
+
+    def finish(self, terminal: TerminalEvent) -> TerminalEvent:
+        """The terminal, its response's answer read (a ``Completed`` of a request with
+        ``output=``; any other terminal as it is)."""
+        if self.structured is None or type(terminal) is not Completed:
+            return terminal
+        assert isinstance(terminal, Completed)
+        return attrs.evolve(terminal, response=read_output(self.structured, terminal.response))
