@@ -41,7 +41,7 @@ from ..models import ModelCatalog
 from ..routing import Route, RouteSnapshot, RoutingPolicy
 from ..types import ConversationRequest, ConversationResponse
 from ._memory import DEFAULT_MAX_BUFFERED_RESPONSE_BYTES, ResponseMemory
-from ._request_task import RequestRunner
+from ._request import RequestRunner
 from ._stream import RequestState, RequestStream, open_request_channel
 
 __all__ = [
