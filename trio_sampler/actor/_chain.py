@@ -59,7 +59,6 @@ class RouteState:
 
     def snapshot(self) -> RouteSnapshot:
         breaker = self.breaker
-        name = getattr(self.admission, "name", None)
         return RouteSnapshot(
             route=self.route.name,
             state=None if breaker is None else breaker.state,
@@ -67,7 +66,7 @@ class RouteState:
             failures=self.failures,
             completions=self.completions,
             opened=getattr(breaker, "opened", 0),
-            admission=name if isinstance(name, str) else None,
+            admission=None if self.admission is None else self.admission.name,
             passed_over_rate_limit=self.passed_over_rate_limit,
             passed_over_admission=self.passed_over_admission,
         )

@@ -23,13 +23,7 @@ from types import TracebackType
 import attrs
 import trio
 
-from ..admission import (
-    AdmissionBusyError,
-    AdmissionGate,
-    AdmissionRefusedError,
-    RateLimitObserver,
-    RouteChoosingGate,
-)
+from ..admission import AdmissionBusyError, AdmissionRefusedError, Ticket
 from ..config import SamplerConfig
 from ..types import RateLimitSnapshot, SamplingErrorInfo, SamplingErrorKind, Usage
 from ..wire import WireRequest
@@ -38,7 +32,7 @@ from ._chain import Leg, Skipped
 from ._metrics import AttemptMetrics
 from ._pacing import PacedAttempt, Pacers
 
-__all__ = ["Gates", "Prepared", "Ticket"]
+__all__ = ["Gates", "Hold", "Prepared"]
 
 
 @attrs.define(eq=False)
@@ -49,8 +43,7 @@ class Prepared:
 
     wire: WireRequest
     paced: PacedAttempt | None
-    gate: AdmissionGate | None
-    ticket: object
+    ticket: Ticket | None
     #: When the preparation began (the attempt's start) and what the pacer held it.
     started_at: float
     paced_s: float
@@ -58,7 +51,7 @@ class Prepared:
     taken: bool = False
 
 
-class Ticket:
+class Hold:
     """One attempt's hold on its gates (see the module docs)."""
 
     def __init__(
@@ -80,20 +73,19 @@ class Ticket:
         self._deadline = deadline
         self._prepared = prepared
         self._paced: PacedAttempt | None = None
-        self._gate: AdmissionGate | None = None
-        self._ticket: object = None
+        self._ticket: Ticket | None = None
         #: Why the attempt may not go (``None``: it may).
         self.refused: SamplingErrorInfo | None = None
         #: How the attempt ended (``None``: cancelled); its usage settles the ticket.
         self.result: AttemptResult | None = None
 
-    async def __aenter__(self) -> Ticket:
+    async def __aenter__(self) -> Hold:
         prepared = self._prepared
         if prepared is not None:  # taken over before any checkpoint
             prepared.taken = True
             self._metrics.started_at = prepared.started_at
             self._metrics.paced_s = prepared.paced_s
-            self._paced, self._gate, self._ticket = prepared.paced, prepared.gate, prepared.ticket
+            self._paced, self._ticket = prepared.paced, prepared.ticket
             self.refused = prepared.error
             return self
         config = self._leg.config
@@ -117,8 +109,6 @@ class Ticket:
         except BaseException:
             self._release_pacer()
             raise
-        else:
-            self._gate = gate
         return self
 
     async def __aexit__(
@@ -128,8 +118,8 @@ class Ticket:
         tb: TracebackType | None,
     ) -> None:
         self._release_pacer()
-        gate = self._gate
-        if gate is None:
+        ticket = self._ticket
+        if ticket is None:
             return
         result = self.result
         output = None if result is None else result.output
@@ -138,8 +128,8 @@ class Ticket:
         else:
             transform = self._sink.transform
             usage = None if transform is None else transform.usage
-        with trio.CancelScope(shield=True):  # the admission bounds its own time
-            await gate.settle(self._ticket, usage)
+        ticket.usage = usage
+        await ticket.__aexit__(exc_type, exc, tb)  # settles, shielded
 
     def _release_pacer(self) -> None:
         paced, self._paced = self._paced, None
@@ -167,10 +157,9 @@ class Ticket:
         self._observe(error.rate_limit_snapshot)
 
     def _observe(self, snapshot: RateLimitSnapshot | None) -> None:
-        """Pass the provider's rate-limit report to an admission that wants it."""
-        gate: object = self._gate
-        if snapshot is not None and isinstance(gate, RateLimitObserver):
-            gate.observe_rate_limit(self._ticket, snapshot, trio.current_time())
+        """Pass the provider's rate-limit report to the admission's ticket."""
+        if snapshot is not None and self._ticket is not None:
+            self._ticket.observe(snapshot, trio.current_time())
 
 
 class Gates:
@@ -190,9 +179,9 @@ class Gates:
         *,
         deadline: float,
         prepared: Prepared | None = None,
-    ) -> Ticket:
+    ) -> Hold:
         """The attempt's hold on its gates (an async context manager)."""
-        return Ticket(self.pacers, sink, leg, wire, metrics, deadline=deadline, prepared=prepared)
+        return Hold(self.pacers, sink, leg, wire, metrics, deadline=deadline, prepared=prepared)
 
     def pacing_delay(self, config: SamplerConfig, now: float) -> float:
         """How long ``config``'s pacer would hold an attempt now."""
@@ -217,15 +206,15 @@ class Gates:
         ``within`` seconds (one round trip). A route whose admission has no room in time
         is :class:`Skipped` (nothing reserved); ``None``: nothing to ask (the attempt
         holds its gates itself)."""
-        gate: object = leg.admission  # any gate; only choosing ones are asked here
-        if not isinstance(gate, RouteChoosingGate):
+        gate = leg.admission
+        if gate is None or not gate.chooses_routes:
             return None
         config = leg.config
         started_at = trio.current_time()
         scratch = AttemptMetrics(0, started_at, leg.name, None)
         paced = await self.pacers.admit(config, wire, scratch, deadline=deadline)
         if isinstance(paced, SamplingErrorInfo):
-            return Prepared(wire, None, None, None, started_at, scratch.paced_s, error=paced)
+            return Prepared(wire, None, None, started_at, scratch.paced_s, error=paced)
         try:
             ticket = await gate.try_admit(
                 wire, config, within=within, deadline=deadline, first_attempt=first_attempt
@@ -240,8 +229,8 @@ class Gates:
             if exc.info.kind is SamplingErrorKind.FLEET_UNAVAILABLE:
                 # This route's limiter fails closed; a later route's may not.
                 return Skipped(f"fleet unavailable ({exc.info.message})", by_admission=True)
-            return Prepared(wire, None, None, None, started_at, scratch.paced_s, error=exc.info)
-        return Prepared(wire, paced, leg.admission, ticket, started_at, scratch.paced_s)
+            return Prepared(wire, None, None, started_at, scratch.paced_s, error=exc.info)
+        return Prepared(wire, paced, ticket, started_at, scratch.paced_s)
 
     @staticmethod
     async def discard(prepared: Prepared) -> None:
@@ -251,7 +240,6 @@ class Gates:
         prepared.taken = True
         if prepared.paced is not None:
             prepared.paced.withdraw()
-        gate: object = prepared.gate
-        if isinstance(gate, RouteChoosingGate):
+        if prepared.ticket is not None:
             with trio.CancelScope(shield=True):
-                await gate.withdraw(prepared.ticket)
+                await prepared.ticket.withdraw()

@@ -16,7 +16,7 @@ import random
 import attrs
 import trio
 
-from ..admission import AdmissionGate, BreakerSharing, RoutedGate
+from ..admission import AdmissionGate
 from ..client import SamplingClient
 from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy
@@ -83,10 +83,6 @@ class RequestRunner:
         #: Per route name: the state every request of the sampler shares.
         self._routes: dict[str, RouteState] = {}
         self._admission = admission
-        gate: object = admission  # any gate; only routed ones have a gate per route
-        #: The admission's gate per route, when it has one (asked once: a check against a
-        #: runtime protocol is dozens of calls, and the admission does not change).
-        self._routed = gate if isinstance(gate, RoutedGate) else None
         if routing is not None:
             for route in routing.routes:
                 self._route_state(route)
@@ -207,9 +203,7 @@ class RequestRunner:
     def _gate_for(self, route: str | None) -> AdmissionGate | None:
         """The gate ``route``'s attempts go through: the route's own, when the admission
         has one per route (``None``: a request without routing)."""
-        if self._routed is not None:
-            return self._routed.for_route(route)
-        return self._admission
+        return None if self._admission is None else self._admission.for_route(route)
 
     def _route_state(self, route: Route) -> RouteState:
         found = self._routes.get(route.name)
@@ -218,9 +212,8 @@ class RequestRunner:
             routing = self._routing
             if routing is not None and routing.breaker is not None:
                 breaker = RouteBreaker(route.name, routing.breaker, routing.on_breaker_change)
-                gate: object = self._admission  # a gate may share the breaker (a fleet's)
-                if isinstance(gate, BreakerSharing):
-                    breaker = gate.share_breaker(route.name, breaker)
+                if self._admission is not None:  # it may share the breaker (a fleet does)
+                    breaker = self._admission.share_breaker(route.name, breaker)
             found = self._routes[route.name] = RouteState(
                 route, breaker, admission=self._gate_for(route.name)
             )
