@@ -374,19 +374,22 @@ class RequestRunner:
                 context_window,
                 has_next,
             )
-            step = decide(
-                facts,
-                history,
-                policies,
-                uniform=self._rng.random,
-                circuit_open=lambda: leg.blocked(trio.current_time()) is not None,
-            )
+            step = self._decide(leg, facts, history, policies)
             if prefix is not None:  # a failed continuation is not tried again
                 prefix, request = None, state.request
             followed = await self._follow(state, leg, step, facts, request, budget)
             if not isinstance(followed, tuple):
                 return followed
             request, history = followed
+
+    def _decide(self, leg: Leg, facts: Facts, history: History, policies: Policies) -> Step:
+        """The plan's next step (``_plan.RULES``), with the sampler's jitter and the
+        route's breaker."""
+
+        def circuit_open() -> bool:
+            return leg.blocked(trio.current_time()) is not None
+
+        return decide(facts, history, policies, uniform=self._rng.random, circuit_open=circuit_open)
 
     async def _open_route(
         self,
