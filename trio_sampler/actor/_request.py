@@ -639,15 +639,15 @@ class RequestRunner:
                 return AttemptResult(error=built)
             wire = built
         deadline = self._deadline(state, leg.config)
-        ticket = self.gates.hold(sink, leg, wire, metrics, deadline=deadline, prepared=prepared)
-        async with ticket:
-            if ticket.refused is not None:
-                ticket.result = AttemptResult(error=ticket.refused)
+        hold = self.gates.hold(sink, leg, wire, metrics, deadline=deadline, prepared=prepared)
+        async with hold:
+            if hold.refused is not None:
+                hold.result = AttemptResult(error=hold.refused)
             else:
-                ticket.result = await self.attempts.run(
-                    sink, wire, leg.config, metrics, ticket, armed=armed
+                hold.result = await self.attempts.run(
+                    sink, wire, leg.config, metrics, hold, armed=armed
                 )
-            return ticket.result
+            return hold.result
 
     @staticmethod
     def _deadline(state: RequestState, config: SamplerConfig) -> float:
