@@ -128,8 +128,8 @@ class Hold:
         else:
             transform = self._sink.transform
             usage = None if transform is None else transform.usage
-        ticket.usage = usage
-        await ticket.__aexit__(exc_type, exc, tb)  # settles, shielded
+        with trio.CancelScope(shield=True):  # the admission bounds its own time
+            await ticket.settle(usage)
 
     def _release_pacer(self) -> None:
         paced, self._paced = self._paced, None
