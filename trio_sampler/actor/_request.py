@@ -343,13 +343,14 @@ class RequestRunner:
         if prefix is not None:
             request = attrs.evolve(request, items=(*request.items, Assistant(prefix)))
         budget = self._budget(policies.retry)
+        continuing = prefix is not None
         opened = await self._open_route(
-            state, leg, request, failure, policies, budget, steer=steer, continuing=bool(prefix)
+            state, leg, request, failure, policies, budget, steer=steer, continuing=continuing
         )
         if isinstance(opened, Skipped):
             return opened
         prepared = opened
-        history = History(continuing=prefix is not None)
+        history = History(continuing=continuing)
         context_window = None if leg.route is None else leg.route.capabilities.context_window
         while True:
             armed = history.resamples < policies.max_resamples
