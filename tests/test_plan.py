@@ -102,6 +102,25 @@ def test_decide_is_a_function_of_its_inputs(
     assert first == again
 
 
+_RULES_OF: dict[type, set[str]] = {
+    Retry: {"continuation refused", "retry"},
+    Resample: {"doom resample"},
+    StripImages: {"image strip"},
+    FailOver: {"routing table"},
+    Finish: {"mid-stream", "fail"},
+}
+
+
+@settings(max_examples=400)
+@given(facts, histories, policies, st.booleans())
+def test_every_step_names_the_one_rule_that_made_it(
+    f: Facts, h: History, p: Policies, circuit_open: bool
+) -> None:
+    step = _decide(f, h, p, circuit_open=circuit_open)
+    assert step.rule in _RULES_OF[type(step)]
+    assert step.rule in {rule.name for rule in RULES}
+
+
 @settings(max_examples=400)
 @given(facts, histories, policies)
 def test_every_next_attempt_starts_over_rather_than_continuing(
@@ -125,6 +144,7 @@ def test_a_refused_continuation_restarts_at_once_uncharged(
         p.retry.max_retries,
         attrs.evolve(h, continuing=False),
         charged=False,
+        rule="continuation refused",
     )
 
 
@@ -152,7 +172,7 @@ def test_output_already_seen_ends_the_request_without_mid_stream_retries(
     f = attrs.evolve(f, emitted=True, armed=False)
     if h.continuing and f.error.kind is SamplingErrorKind.INVALID_REQUEST:
         return  # the continuation rule comes first
-    assert _decide(f, h, p) == Finish(f.error)
+    assert _decide(f, h, p) == Finish(f.error, rule="mid-stream")
 
 
 @settings(max_examples=400)

@@ -93,6 +93,8 @@ class Retry:
     max_retries: int
     history: History
     charged: bool = True
+    #: The name of the rule (``RULES``) that decided it.
+    rule: str = ""
 
 
 @attrs.frozen
@@ -105,6 +107,7 @@ class Resample:
     max_retries: int
     triggers: tuple[str, ...]
     history: History
+    rule: str = ""
 
 
 @attrs.frozen
@@ -115,6 +118,7 @@ class StripImages:
     attempt: int
     max_retries: int
     history: History
+    rule: str = ""
 
 
 @attrs.frozen
@@ -128,6 +132,7 @@ class FailOver:
     action: RouteAction
     #: After a context-length error: only a route with a larger window may follow.
     min_window: int | None = None
+    rule: str = ""
 
 
 @attrs.frozen
@@ -135,6 +140,7 @@ class Finish:
     """The request ends with ``error`` (``Failed``, with the attempt's partial)."""
 
     error: SamplingErrorInfo
+    rule: str = ""
 
 
 Step = Retry | Resample | StripImages | FailOver | Finish
@@ -329,12 +335,12 @@ def decide(
     circuit_open: Callable[[], bool] = lambda: False,
 ) -> Step:
     """The next step after the failed attempt ``facts`` (the first rule of
-    :data:`RULES` that applies). ``uniform`` draws jitter in [0, 1);
-    ``circuit_open`` says whether the route's breaker now refuses it."""
+    :data:`RULES` that applies; its name is the step's ``rule``). ``uniform`` draws
+    jitter in [0, 1); ``circuit_open`` says whether the route's breaker now refuses it."""
     for rule in RULES[:_BEFORE_CLASSIFY]:
         step = rule.apply(facts, history, policies, None, uniform, circuit_open)
         if step is not None:
-            return step
+            return attrs.evolve(step, rule=rule.name)
     decision = classify(
         facts.error,
         history.retries,
@@ -346,5 +352,5 @@ def decide(
     for rule in RULES[_BEFORE_CLASSIFY:]:
         step = rule.apply(facts, history, policies, decision, uniform, circuit_open)
         if step is not None:
-            return step
+            return attrs.evolve(step, rule=rule.name)
     raise AssertionError("the last rule always applies")  # pragma: no cover

@@ -10,6 +10,7 @@ builds a terminal event.
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 
@@ -60,6 +61,9 @@ from ._race import Race
 from ._stream import RequestState, partial_output
 
 __all__ = ["ConnectionDrains", "RequestRunner"]
+
+#: Each step of the plan, at debug level: the request, the step, the error and the rule.
+_log = logging.getLogger("trio_sampler.actor")
 
 
 class RequestRunner:
@@ -463,6 +467,13 @@ class RequestRunner:
         """Carry out the plan's ``step``: the request and history the next attempt runs
         with, or how the route ends (a terminal, or a fail-over)."""
         error, partial = facts.error, facts.partial
+        _log.debug(
+            "%s: %s after %s (rule: %s)",
+            state.request_id,
+            type(step).__name__,
+            error.kind.value,
+            step.rule,
+        )
         if isinstance(step, FailOver):
             return step
         if isinstance(step, Finish):
