@@ -153,12 +153,12 @@ async def test_the_actor_never_retries_an_internal_error(
 async def test_a_bug_outside_the_transform_is_an_internal_error_too(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from trio_sampler.actor import _request_task
+    from trio_sampler.actor import _attempt
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise TypeError("a bug in a builder")
 
-    monkeypatch.setattr(_request_task, "build_request", broken)
+    monkeypatch.setattr(_attempt, "build_request", broken)
     transport = ScriptedTransport([Reply(chunks=chat_stream("Hello"))])
     with caplog.at_level(logging.ERROR, logger="trio_sampler"):
         async with open_sampler(make_config(), transport=transport) as sampler:

@@ -20,7 +20,7 @@ import enum
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 import attrs
 
@@ -28,14 +28,12 @@ from ._percentile import percentile
 from .config import SamplerConfig
 from .types import Assistant, ConversationRequest, SamplingErrorInfo, SamplingErrorKind, User
 
-if TYPE_CHECKING:
-    from .admission import AdmissionGate
-
 __all__ = [
     "ROUTING",
     "BreakerPolicy",
     "BreakerState",
     "BreakerTransition",
+    "BreakerVerdict",
     "CircuitBreaker",
     "HedgePolicy",
     "Route",
@@ -43,9 +41,9 @@ __all__ = [
     "RouteBreaker",
     "RouteCapabilities",
     "RouteSnapshot",
-    "RouteState",
     "RoutingPolicy",
     "RoutingRow",
+    "breaker_verdict",
     "ends_in_prefill",
     "hedge_delay",
     "route_action",
@@ -258,6 +256,38 @@ def route_action(error: SamplingErrorInfo) -> RouteAction:
 BREAKER_COUNTS: Final[frozenset[RouteAction]] = frozenset(
     {RouteAction.RETRY_THEN_NEXT, RouteAction.NEXT}
 )
+
+#: Failures that say nothing about the route's health either way.
+NOT_THE_ROUTES_FAULT: Final[frozenset[SamplingErrorKind]] = frozenset(
+    {
+        SamplingErrorKind.INTERNAL,
+        SamplingErrorKind.FLEET_UNAVAILABLE,
+        SamplingErrorKind.DOOM_LOOP_DETECTED,
+    }
+)
+
+
+class BreakerVerdict(enum.Enum):
+    """What an attempt's end tells its route's breaker (:func:`breaker_verdict`)."""
+
+    SUCCESS = "success"
+    FAILURE = "failure"
+    #: Neither: a half-open circuit's probe slot is freed, nothing is counted.
+    ABANDONED = "abandoned"
+
+
+def breaker_verdict(error: SamplingErrorInfo | None) -> BreakerVerdict:
+    """The one breaker rule: an attempt that completed, or whose route answered (an
+    invalid request, a content filter...), is a success; a failure the routing table
+    routes around (:data:`BREAKER_COUNTS`) is a failure; one that says nothing of the
+    route (:data:`NOT_THE_ROUTES_FAULT`) is neither."""
+    if error is None:
+        return BreakerVerdict.SUCCESS
+    if error.kind in NOT_THE_ROUTES_FAULT:
+        return BreakerVerdict.ABANDONED
+    if route_action(error) in BREAKER_COUNTS:
+        return BreakerVerdict.FAILURE
+    return BreakerVerdict.SUCCESS
 
 
 # -- the circuit breaker ---------------------------------------------------------------
@@ -634,43 +664,7 @@ class RoutingPolicy:
         return tuple(picked)
 
 
-# -- per-route state ---------------------------------------------------------------------
-
-
-@attrs.define(eq=False)
-class RouteState:
-    """What a sampler keeps per route, shared by all its requests: the circuit breaker,
-    the route's admission gate (its fleet limiter, say), recent times to first token (for
-    hedging), and counters for metrics."""
-
-    route: Route
-    breaker: CircuitBreaker | None = None
-    #: The gate the route's attempts are admitted by (``None``: none).
-    admission: AdmissionGate | None = None
-    #: Seconds from an attempt's start to its first content, most recent last.
-    ttft_s: collections.deque[float] = attrs.field(factory=lambda: collections.deque(maxlen=200))
-    attempts: int = 0
-    failures: int = 0
-    completions: int = 0
-    #: Requests the chain passed the route over for: its provider rate limit (the pacer),
-    #: and its shared admission (the fleet limiter).
-    passed_over_rate_limit: int = 0
-    passed_over_admission: int = 0
-
-    def snapshot(self) -> RouteSnapshot:
-        breaker = self.breaker
-        name = getattr(self.admission, "name", None)
-        return RouteSnapshot(
-            route=self.route.name,
-            state=None if breaker is None else breaker.state,
-            attempts=self.attempts,
-            failures=self.failures,
-            completions=self.completions,
-            opened=getattr(breaker, "opened", 0),
-            admission=name if isinstance(name, str) else None,
-            passed_over_rate_limit=self.passed_over_rate_limit,
-            passed_over_admission=self.passed_over_admission,
-        )
+# -- what a sampler reports per route ----------------------------------------------
 
 
 @attrs.frozen

@@ -33,7 +33,7 @@ import trio
 
 from .._by_identity import ByIdentity
 from .._redact import Redactor, redactor_for
-from ..admission import Admission, AdmissionGate, RoutedAdmission
+from ..admission import Admission, AdmissionGate
 from ..client import SamplingClient
 from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy
@@ -41,7 +41,7 @@ from ..models import ModelCatalog
 from ..routing import Route, RouteSnapshot, RoutingPolicy
 from ..types import ConversationRequest, ConversationResponse, TrioSamplerError
 from ._memory import DEFAULT_MAX_BUFFERED_RESPONSE_BYTES, ResponseMemory
-from ._request_task import RequestRunner
+from ._request import RequestRunner
 from ._stream import RequestState, RequestStream, open_request_channel
 
 __all__ = [
@@ -374,14 +374,13 @@ def open_sampler(
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise TypeError(f"seed must be an int or None, not {seed!r}")
     _check_type("models", models, ModelCatalog | None, "ModelCatalog.load()")
-    if admission is not None and not callable(getattr(admission, "open", None)):
+    if admission is not None and not isinstance(admission, Admission):
         raise TypeError(
             "admission must be an Admission such as trio_sampler.fleet.FleetAdmission(...), "
             f"not a {type(admission).__name__}"
         )
-    routed: object = admission  # any admission; one with limits per route checks their names
-    if isinstance(routed, RoutedAdmission):
-        routed.check_routes(None if routing is None else routing.names)
+    if admission is not None:  # one with limits per route checks their names
+        admission.check_routes(None if routing is None else routing.names)
     return _open_sampler(
         config,
         retry_policy=retry_policy,

@@ -1,64 +1,75 @@
-"""A request's chain of routes, as the request task runs it: its legs (one per route),
-what moves it from one to the next, and the two lanes of a hedged attempt.
+"""A request's chain of routes: what a sampler keeps per route (:class:`RouteState`), a
+route as one request runs it (:class:`Leg`), and the rules that pass a route over.
 
-The runner (``_request_task.py``) drives these; they hold the per-request decisions and
-the bookkeeping, so the retry loop reads as the routing table says.
+The request (``_request.py``) walks the legs; what happens after a failed attempt is the
+plan's (``_plan.py``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+import collections
 
 import attrs
 import trio
 
 from ..admission import AdmissionGate
 from ..config import SamplerConfig
-from ..routing import BREAKER_COUNTS, BreakerState, Route, RouteAction, RouteState, route_action
+from ..routing import (
+    BreakerState,
+    BreakerVerdict,
+    CircuitBreaker,
+    Route,
+    RouteSnapshot,
+    breaker_verdict,
+    ends_in_prefill,
+    unsupported_by,
+)
 from ..types import (
     Assistant,
+    AttemptOutcome,
+    ConversationRequest,
     ConversationResponse,
     SamplingErrorInfo,
-    SamplingErrorKind,
-    SamplingEvent,
 )
-from ._metrics import AttemptMetrics
-from ._stream import CONTENT_EVENTS, RequestState, partial_output
+from ._metrics import AttemptMetrics, MetricsRecorder
+from ._plan import FailOver
 
-if TYPE_CHECKING:
-    from ..types import SamplingErrorInfo as _Error
-    from ..wire import StreamTransform, WireRequest
-    from ._pacing import PacedAttempt
-    from ._request_task import _AttemptResult
-
-#: An admitted attempt's ticket, with the gate that issued it (and settles it).
-Admitted = tuple[AdmissionGate, object]
-
-__all__ = [
-    "NOT_THE_ROUTES_FAULT",
-    "Admitted",
-    "AttemptSink",
-    "FailOver",
-    "Lane",
-    "Leg",
-    "Prepared",
-    "Race",
-    "Skipped",
-    "continued",
-]
+__all__ = ["Leg", "RouteState", "Skipped", "continuation", "continued", "unsuitable"]
 
 
-@attrs.frozen
-class FailOver:
-    """A route gave up on the request and the routing table sends it on."""
+@attrs.define(eq=False)
+class RouteState:
+    """What a sampler keeps per route, shared by all its requests: the circuit breaker,
+    the route's admission gate (its fleet limiter, say), recent times to first token (for
+    hedging), and counters for metrics."""
 
-    error: SamplingErrorInfo
-    partial: ConversationResponse | None
-    #: The failed attempt had streamed output (the next route's ``Retrying`` discards it).
-    emitted: bool
-    action: RouteAction
-    #: After a context-length error: only a route with a larger window may follow.
-    min_window: int | None = None
+    route: Route
+    breaker: CircuitBreaker | None = None
+    #: The gate the route's attempts are admitted by (``None``: none).
+    admission: AdmissionGate | None = None
+    #: Seconds from an attempt's start to its first content, most recent last.
+    ttft_s: collections.deque[float] = attrs.field(factory=lambda: collections.deque(maxlen=200))
+    attempts: int = 0
+    failures: int = 0
+    completions: int = 0
+    #: Requests the chain passed the route over for: its provider rate limit (the pacer),
+    #: and its shared admission (the fleet limiter).
+    passed_over_rate_limit: int = 0
+    passed_over_admission: int = 0
+
+    def snapshot(self) -> RouteSnapshot:
+        breaker = self.breaker
+        return RouteSnapshot(
+            route=self.route.name,
+            state=None if breaker is None else breaker.state,
+            attempts=self.attempts,
+            failures=self.failures,
+            completions=self.completions,
+            opened=getattr(breaker, "opened", 0),
+            admission=None if self.admission is None else self.admission.name,
+            passed_over_rate_limit=self.passed_over_rate_limit,
+            passed_over_admission=self.passed_over_admission,
+        )
 
 
 @attrs.frozen
@@ -68,22 +79,6 @@ class Skipped:
 
     reason: str
     by_admission: bool = False
-
-
-@attrs.define(eq=False)
-class Prepared:
-    """A route's first attempt, prepared while the chain chose the route: its body, its
-    pacer place and its admission (or the error that ends it before sending). The
-    attempt takes it over (``taken``); otherwise its reservations are given back."""
-
-    wire: WireRequest
-    paced: PacedAttempt | None
-    admitted: Admitted | None
-    #: When the preparation began (the attempt's start) and what the pacer held it.
-    started_at: float
-    paced_s: float
-    error: _Error | None = None
-    taken: bool = False
 
 
 @attrs.define(eq=False)
@@ -123,21 +118,41 @@ class Leg:
         state.attempts += 1
         if attempt.first_token_at is not None:
             state.ttft_s.append(attempt.first_token_at - attempt.started_at)
-        breaker = state.breaker
         if error is None:
             state.completions += 1
-            if breaker is not None:
-                breaker.record_success(now)
-            return
-        state.failures += 1
+        else:
+            state.failures += 1
+        breaker = state.breaker
         if breaker is None:
             return
-        if error.kind in NOT_THE_ROUTES_FAULT:
-            breaker.record_abandoned(now)
-        elif route_action(error) in BREAKER_COUNTS:
-            breaker.record_failure(now)
-        else:  # the route answered (an invalid request, a content filter...): it is up
+        verdict = breaker_verdict(error)
+        if verdict is BreakerVerdict.SUCCESS:
             breaker.record_success(now)
+        elif verdict is BreakerVerdict.FAILURE:
+            breaker.record_failure(now)
+        else:
+            breaker.record_abandoned(now)
+
+    def cut_short(
+        self,
+        recorder: MetricsRecorder,
+        attempt: AttemptMetrics,
+        partial: ConversationResponse | None,
+        outcome: AttemptOutcome,
+    ) -> None:
+        """An attempt ended by the request (cancelled, or a hedge that lost): recorded
+        with the usage it had reached (``partial``, priced); the route is not blamed.
+        Synchronous (it runs while the request is being cancelled)."""
+        now = trio.current_time()
+        recorder.end_attempt(
+            attempt,
+            now,
+            None,
+            outcome=outcome,
+            usage=None if partial is None else partial.usage,
+            cost_usd_ticks=None if partial is None else partial.cost_usd_ticks,
+        )
+        self.abandon(now)
 
     def abandon(self, now: float) -> None:
         breaker = None if self.state is None else self.state.breaker
@@ -145,78 +160,44 @@ class Leg:
             breaker.record_abandoned(now)
 
 
-# Failures that say nothing about the route's health either way.
-NOT_THE_ROUTES_FAULT = frozenset(
-    {
-        SamplingErrorKind.INTERNAL,
-        SamplingErrorKind.FLEET_UNAVAILABLE,
-        SamplingErrorKind.DOOM_LOOP_DETECTED,
-    }
-)
+def unsuitable(leg: Leg, request: ConversationRequest, failure: FailOver | None) -> str | None:
+    """Why the chain passes over ``leg`` for this request (``None``: it does not)."""
+    if leg.route is None:
+        return None
+    reason = unsupported_by(leg.route, request)
+    if reason is not None:
+        return reason
+    if failure is not None and failure.min_window is not None:
+        window = leg.route.capabilities.context_window
+        if window is None or window <= failure.min_window:
+            return (
+                f"its context window ({window or 'unknown'}) is not larger than "
+                f"{failure.min_window} tokens, which the request exceeded"
+            )
+    return None
 
 
-class AttemptSink(Protocol):
-    """Where one attempt sends its events: the request itself, or a hedging lane."""
+def continuation(
+    request: ConversationRequest, leg: Leg, failure: FailOver | None, *, by_prefill: bool
+) -> str | None:
+    """The text a fail-over may continue by prefill on ``leg`` (``None``: restart).
 
-    request_id: str
-    submitted_at: float
-    transform: StreamTransform | None
-
-    async def emit(self, batch: list[SamplingEvent], received_at: float | None = None) -> None:
-        """Hand on ``batch``, produced by a read whose bytes arrived at ``received_at``."""
-
-    def partial(self) -> ConversationResponse | None: ...
-
-
-class Race:
-    """Two attempts of one request racing: the first to produce content wins."""
-
-    def __init__(self, state: RequestState) -> None:
-        self.state = state
-        self.lanes: list[Lane] = []
-        self.winner: Lane | None = None
-        #: Lanes whose attempt has ended, in the order they ended.
-        self.ended: list[Lane] = []
-        #: Set when a lane produced content, or when every lane has ended without.
-        self.settled = trio.Event()
-
-
-class Lane:
-    """One attempt of a race. Its events wait here until it wins (the first batch with
-    content); then they go to the request, and the other lane is cancelled."""
-
-    def __init__(self, race: Race, metrics: AttemptMetrics, leg: Leg) -> None:
-        self.race = race
-        self.metrics = metrics
-        self.leg = leg
-        self.request_id = race.state.request_id
-        self.submitted_at = race.state.submitted_at
-        self.transform: StreamTransform | None = None
-        self.scope = trio.CancelScope()
-        self.held: list[tuple[list[SamplingEvent], float | None]] = []
-        self.result: _AttemptResult | None = None
-        self.admitted: list[Admitted] = []
-
-    async def emit(self, batch: list[SamplingEvent], received_at: float | None = None) -> None:
-        race = self.race
-        if race.winner is None and any(type(event) in CONTENT_EVENTS for event in batch):
-            race.winner = self
-            race.state.transform = self.transform
-            for other in race.lanes:
-                if other is not self:
-                    other.scope.cancel()
-            race.settled.set()
-            held, self.held = self.held, []
-            for earlier, arrived in held:
-                await race.state.emit(earlier, arrived)
-        if race.winner is self:
-            await race.state.emit(batch, received_at)
-        else:
-            self.held.append((batch, received_at))
-            await trio.lowlevel.checkpoint()
-
-    def partial(self) -> ConversationResponse | None:
-        return partial_output(self.transform)
+    Only with ``RoutingPolicy.continue_by_prefill`` (``by_prefill``), to a route that
+    declares ``accepts_prefill``, after an attempt that streamed text and nothing else (no
+    reasoning, tool calls or refusal, whose state a prefill cannot carry), ending in a
+    non-space (providers reject a prefill with trailing whitespace), for a request that
+    does not end in a prefill of its own."""
+    if failure is None or not failure.emitted or not by_prefill or leg.route is None:
+        return None
+    if not leg.route.capabilities.accepts_prefill or ends_in_prefill(request):
+        return None
+    partial = failure.partial
+    if partial is None or partial.tool_calls or partial.refusal:
+        return None
+    if partial.reasoning_items or partial.backend_tool_calls:
+        return None
+    text = partial.text
+    return text if text and text == text.rstrip() else None
 
 
 def continued(response: ConversationResponse, prefix: str) -> ConversationResponse:

@@ -238,6 +238,16 @@ class RequestState:
         else:
             self.sent += 1
 
+    async def hand_over(self) -> None:
+        """Let the consumer take the batch just sent before the attempt parses the rest
+        of its read: yield until it has read every batch sent, at most twice (Trio runs
+        the ready tasks of a round in either order, so one yield may resume this task
+        first)."""
+        for _ in range(2):
+            if self.read >= self.sent:
+                return
+            await trio.lowlevel.checkpoint()
+
     async def emit_retry(self, retrying: list[SamplingEvent]) -> None:
         """Hand over a ``Retrying`` (the end of an attempt) and forget that attempt's
         output. The order matters: until the consumer can see the ``Retrying``, a cancel

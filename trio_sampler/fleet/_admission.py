@@ -10,6 +10,7 @@ from types import MappingProxyType
 import attrs
 import trio
 
+from ..admission import Admission, AdmissionGate, Ticket
 from ..config import SamplerConfig
 from ..routing import CircuitBreaker, RouteBreaker
 from ..types import RateLimitSnapshot, SamplingErrorInfo, SamplingErrorKind, Usage
@@ -69,7 +70,7 @@ def _quoted(names: Iterable[str]) -> str:
 
 
 @attrs.frozen
-class FleetAdmission:
+class FleetAdmission(Admission):
     """Shared limits for a sampler: ``open_sampler(config, admission=FleetAdmission(url,
     spec))``. The sampler opens one Redis client for its lifetime and asks the limiter
     before every attempt; every attempt is charged, retries included.
@@ -221,7 +222,32 @@ class FleetAdmission:
                 nursery.cancel_scope.cancel()
 
 
-class LimiterGate:
+class _PermitTicket(Ticket):
+    """An attempt admitted by a limiter: its permit, settled or withdrawn there."""
+
+    def __init__(self, limiter: FleetLimiter, permit: Permit) -> None:
+        self.limiter = limiter
+        self.permit = permit
+
+    def observe(self, snapshot: RateLimitSnapshot, at: float) -> None:
+        """The provider's rate-limit report for the attempt: the settlement clamps the
+        shared state to it (no round trip of its own)."""
+        self.limiter.observe(self.permit, snapshot, at)
+
+    async def settle(self, usage: Usage | None) -> None:
+        permit = self.permit
+        actual = (
+            None
+            if usage is None
+            else Cost(permit.cost.requests, usage.input_tokens, usage.output_tokens)
+        )
+        await self.limiter.release(permit, actual)
+
+    async def withdraw(self) -> None:
+        await self.limiter.withdraw(self.permit)
+
+
+class LimiterGate(AdmissionGate):
     """One limiter as the gate of the routes it limits: admits, settles and allows the
     retries of their attempts (built by :class:`FleetGate`)."""
 
@@ -256,10 +282,11 @@ class LimiterGate:
         *,
         deadline: float = math.inf,
         first_attempt: bool = True,
-    ) -> Permit:
-        return await self.limiter.acquire(
+    ) -> Ticket:
+        permit = await self.limiter.acquire(
             self.cost(wire, config), deadline=deadline, first_attempt=first_attempt
         )
+        return _PermitTicket(self.limiter, permit)
 
     async def try_admit(
         self,
@@ -269,31 +296,13 @@ class LimiterGate:
         within: float,
         deadline: float = math.inf,
         first_attempt: bool = True,
-    ) -> Permit:
+    ) -> Ticket:
         """Admit only if the attempt can start within ``within`` seconds (one round
         trip); else :class:`~trio_sampler.admission.AdmissionBusyError`, nothing reserved."""
-        return await self.limiter.acquire(
+        permit = await self.limiter.acquire(
             self.cost(wire, config), deadline=deadline, first_attempt=first_attempt, within=within
         )
-
-    async def withdraw(self, ticket: object) -> None:
-        assert isinstance(ticket, Permit)
-        await self.limiter.withdraw(ticket)
-
-    def observe_rate_limit(self, ticket: object, snapshot: RateLimitSnapshot, at: float) -> None:
-        """The provider's rate-limit report for the attempt: the settlement clamps the
-        shared state to it (no round trip of its own)."""
-        assert isinstance(ticket, Permit)
-        self.limiter.observe(ticket, snapshot, at)
-
-    async def settle(self, ticket: object, usage: Usage | None) -> None:
-        assert isinstance(ticket, Permit)
-        actual = (
-            None
-            if usage is None
-            else Cost(ticket.cost.requests, usage.input_tokens, usage.output_tokens)
-        )
-        await self.limiter.release(ticket, actual)
+        return _PermitTicket(self.limiter, permit)
 
     async def retry_allowed(self, error: SamplingErrorInfo) -> bool:
         if error.kind is SamplingErrorKind.RATE_LIMITED and error.retry_after is not None:
@@ -301,7 +310,7 @@ class LimiterGate:
         return await self.limiter.try_retry()
 
 
-class FleetGate:
+class FleetGate(AdmissionGate):
     """An open :class:`FleetAdmission`: the gate the sampler's requests go through, one
     :class:`LimiterGate` per limiter (:meth:`for_route`).
 
@@ -397,16 +406,10 @@ class FleetGate:
         *,
         deadline: float = math.inf,
         first_attempt: bool = True,
-    ) -> Permit:
+    ) -> Ticket:
         return await self._default_gate().admit(
             wire, config, deadline=deadline, first_attempt=first_attempt
         )
-
-    def observe_rate_limit(self, ticket: object, snapshot: RateLimitSnapshot, at: float) -> None:
-        self._default_gate().observe_rate_limit(ticket, snapshot, at)
-
-    async def settle(self, ticket: object, usage: Usage | None) -> None:
-        await self._default_gate().settle(ticket, usage)
 
     async def retry_allowed(self, error: SamplingErrorInfo) -> bool:
         return await self._default_gate().retry_allowed(error)

@@ -1,0 +1,561 @@
+"""One attempt: open the body, read it within its deadline, feed the transform, return
+an :class:`AttemptResult`.
+
+Everything that can fail is caught here and becomes data (a
+:class:`~trio_sampler.types.SamplingErrorInfo` in the result). An attempt knows nothing of
+routes, admission, pacing or budgets: what it tells about the wire goes to an
+:class:`AttemptObserver` (the gates' ticket), and its events go to an
+:class:`AttemptSink` (the request, or a lane of a race).
+
+Timers are deadlines on the body read, not watchdog tasks: before the first content
+event the deadline is ``first_token`` after the headers; after it, ``idle`` after the last
+content event (pings and SSE comments produce no content events, so they do not keep a
+dead stream alive). Connect and response-header timeouts live in the client.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Final, Protocol
+
+import attrs
+import trio
+
+from .._by_identity import ByIdentity
+from ..client import ResponseStream, SamplingClient, SamplingClientError
+from ..config import SamplerConfig
+from ..doom_loop import DoomLoopPolicy, TailRepetitionDetector, parse_trigger
+from ..types import (
+    ApiBackend,
+    ChannelToken,
+    Completed,
+    ConversationRequest,
+    ConversationResponse,
+    Failed,
+    RateLimitSnapshot,
+    SamplingChannel,
+    SamplingErrorInfo,
+    SamplingErrorKind,
+    SamplingEvent,
+    StopReason,
+    StreamStarted,
+)
+from ..wire import (
+    BuildOptions,
+    SSEDecodeError,
+    SSEDecoder,
+    StreamTransform,
+    WireRequest,
+    build_request,
+    new_transform,
+)
+from ..wire._replay import decode_failure
+from ._memory import Holding, ResponseMemory
+from ._metrics import AttemptMetrics
+from ._stream import CONTENT_EVENTS as _CONTENT
+
+__all__ = [
+    "AttemptObserver",
+    "AttemptResult",
+    "AttemptSink",
+    "Attempts",
+    "ConnectionDrains",
+    "error_info",
+]
+
+_REASONING = SamplingChannel.REASONING
+#: Until an attempt's first content event, a read is parsed this much at a time, and the
+#: events up to the slice that holds the first content are handed to the consumer before
+#: the rest is parsed: one read often holds a whole short answer (hundreds of events),
+#: and the first token should not wait for all of them (time to first token). Feeding
+#: the SSE decoder a read in pieces yields the same events as feeding it whole.
+_FIRST_SLICE_BYTES = 1024
+# After a completed stream, read at most this much more to reuse the connection.
+_DRAIN_MAX_BYTES = 64 * 1024
+_DRAIN_MAX_SECONDS = 1.0
+
+
+def error_info(
+    kind: SamplingErrorKind, message: str, *, retryable: bool, code: str
+) -> SamplingErrorInfo:
+    return SamplingErrorInfo(kind=kind, message=message, retryable=retryable, error_code=code)
+
+
+@attrs.define
+class AttemptResult:
+    """How one attempt ended: a response, or an error with what had arrived."""
+
+    response: ConversationResponse | None = None
+    error: SamplingErrorInfo | None = None
+    partial: ConversationResponse | None = None
+    #: Content events were forwarded to the consumer (a retry must discard them).
+    emitted_output: bool = False
+    doom_triggers: tuple[str, ...] = ()
+
+    @property
+    def output(self) -> ConversationResponse | None:
+        """What the attempt produced: its response, else its partial output."""
+        return self.response if self.response is not None else self.partial
+
+
+class AttemptSink(Protocol):
+    """Where one attempt sends its events: the request itself, or a lane of a race."""
+
+    request_id: str
+    submitted_at: float
+    transform: StreamTransform | None
+
+    async def emit(self, batch: list[SamplingEvent], received_at: float | None = None) -> None:
+        """Hand on ``batch``, produced by a read whose bytes arrived at ``received_at``."""
+
+    async def hand_over(self) -> None:
+        """Let the consumer take what was sent before the rest of the read is parsed."""
+
+    def partial(self) -> ConversationResponse | None: ...
+
+
+class AttemptObserver(Protocol):
+    """Told what the wire says of an attempt (the gates' ticket: pacer and admission)."""
+
+    def sending(self) -> None:
+        """The request is about to be sent."""
+
+    def headers(self, snapshot: RateLimitSnapshot | None) -> None:
+        """The response headers arrived, with their rate-limit report."""
+
+    def failed(self, error: SamplingErrorInfo) -> None:
+        """The client failed the attempt (a 429's report is in ``error``)."""
+
+
+class ConnectionDrains:
+    """Reads the end of completed responses in the background, for connection reuse.
+
+    A stream's terminator is usually followed by a few bytes (the last chunk of a chunked
+    body) before the connection can go back to the pool. Reading them is not the
+    request's business: its ``Completed`` is delivered as soon as the terminator is
+    parsed, and the drain runs afterwards in a task of the sampler's nursery, off the
+    request's clock and outside its cancel scope, bounded to ``_DRAIN_MAX_BYTES`` and
+    ``_DRAIN_MAX_SECONDS`` (after that the connection is closed). :meth:`close` (the
+    sampler shutting down) cancels every drain: their connections are closed at once.
+    """
+
+    def __init__(self) -> None:
+        self._nursery: trio.Nursery | None = None
+        self._scopes: set[trio.CancelScope] = set()
+        self._closed = False
+
+    def open(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+
+    def start(self, stream: ResponseStream) -> None:
+        """Take ``stream`` over and drain it in the background. Without a nursery (or once
+        closed) the stream is left to its ``open_stream`` block, which closes it."""
+        if self._nursery is None or self._closed:
+            return
+        self._nursery.start_soon(self._drain, stream.detach(), name="trio_sampler connection drain")
+
+    async def _drain(self, stream: ResponseStream) -> None:
+        try:
+            # One scope: the drain's time bound, and what ``close`` cancels.
+            with trio.CancelScope(relative_deadline=_DRAIN_MAX_SECONDS) as scope:
+                if self._closed:
+                    scope.cancel()
+                self._scopes.add(scope)
+                try:
+                    await stream.drain(max_bytes=_DRAIN_MAX_BYTES)
+                finally:
+                    self._scopes.discard(scope)
+        finally:
+            await stream.aclose()
+
+    def close(self) -> None:
+        """Cancel every drain (their connections are closed); start no more."""
+        self._closed = True
+        for scope in self._scopes:
+            scope.cancel()
+
+
+class _Timeout:
+    """A read that found no bytes before its deadline."""
+
+
+_TIMED_OUT: Final = _Timeout()
+
+
+class _Body:
+    """The body read by read, turned into the transform's events.
+
+    Behind :meth:`events`: the read's deadline, the sampler's memory share (reported
+    before each read, allowed to stop it), and first-token slicing (until the first
+    content, a read is parsed ``_FIRST_SLICE_BYTES`` at a time; the rest waits in
+    ``pending``)."""
+
+    def __init__(
+        self,
+        stream: ResponseStream,
+        transform: StreamTransform,
+        config: SamplerConfig,
+        holding: Holding | None,
+    ) -> None:
+        self.stream = stream
+        self._chunks: AsyncIterator[bytes] = stream.__aiter__()
+        self.transform = transform
+        self._decoder = SSEDecoder(config.max_sse_event_bytes)
+        self._holding = holding
+        #: Content has been produced (reads are parsed whole from then on).
+        self.emitted = False
+        #: The part of a read not parsed yet.
+        self.pending = b""
+        #: The body's end was read.
+        self.ended = False
+
+    def received_at(self, now: float) -> float:
+        """When the last read's bytes arrived (``now`` where the reads do not say)."""
+        received = self.stream.received_at
+        return now if received is None else received
+
+    async def events(self, deadline: float) -> list[SamplingEvent]:
+        """The events of the next read (or of the rest of the last one)."""
+        transform = self.transform
+        if self.pending:
+            chunk, self.pending = self.pending, b""
+        else:
+            read = await self._read(deadline)
+            if read is _TIMED_OUT:
+                return transform.abort(_timeout_error(self.emitted))
+            if read is None:
+                self.ended = True
+                events = transform.feed_payloads(self._decoder.close_payloads())
+                events.extend(transform.close())
+                return events
+            assert isinstance(read, bytes)
+            chunk = read
+        if self.emitted:
+            return _feed(transform, self._decoder, chunk)
+        events, self.pending = _feed_to_content(transform, self._decoder, chunk)
+        return events
+
+    async def _read(self, deadline: float) -> bytes | _Timeout | None:
+        """One read within ``deadline`` (``None``: the body ended)."""
+        holding = self._holding
+        if holding is None:
+            with trio.move_on_at(deadline):
+                try:
+                    return await self._chunks.__anext__()
+                except StopAsyncIteration:
+                    return None
+            return _TIMED_OUT
+        holding.report()
+        read: bytes | _Timeout | None = _TIMED_OUT
+        # One scope per read: the timer, and the memory's stop.
+        with trio.move_on_at(deadline) as scope:
+            holding.guard(scope)
+            try:
+                read = await self._chunks.__anext__()
+            except StopAsyncIteration:
+                read = None
+        holding.guard(None)
+        holding.check()
+        return read
+
+
+class _DoomWatch:
+    """The local doom-loop detector over an attempt's reasoning text. Disarmed attempts
+    run it too: an accepted response carries its trigger."""
+
+    def __init__(self, policy: DoomLoopPolicy, armed: bool) -> None:
+        self._detector = TailRepetitionDetector(policy)
+        self._armed = armed
+        self.triggers: tuple[str, ...] = ()
+
+    def abort(self, reasoning: str, done: bool) -> bool:
+        """Feed ``reasoning``; whether the attempt must stop now. A trigger in the read
+        that also ended the stream is judged with the response: nothing is left to abort."""
+        trigger = self._detector.feed(reasoning)
+        if trigger is None:
+            return False
+        self.triggers = (trigger,)
+        return self._armed and not done
+
+
+_DOOM_ERROR: Final = error_info(
+    SamplingErrorKind.DOOM_LOOP_DETECTED,
+    "the reasoning is repeating itself; resampling",
+    retryable=True,
+    code="doom_loop",
+)
+
+
+class Attempts:
+    """Runs attempts for one sampler: its client, doom-loop policy, memory and drains."""
+
+    def __init__(
+        self,
+        client: SamplingClient,
+        doom: DoomLoopPolicy,
+        memory: ResponseMemory | None,
+        drains: ConnectionDrains,
+    ) -> None:
+        self._client = client
+        self._doom = doom
+        self._memory = memory
+        self._drains = drains
+        #: Per config: the options its requests are built with.
+        self._build_options: ByIdentity[BuildOptions] = ByIdentity()
+
+    def wire(
+        self, request: ConversationRequest, config: SamplerConfig, armed: bool
+    ) -> WireRequest | SamplingErrorInfo:
+        """The attempt's body, or why the backend cannot carry the request."""
+        options = self._build_options.get(config)
+        if options is None:  # made once per config (a few per sampler; bounded)
+            options = self._build_options.put(config, config.build_options())
+        try:
+            wire = build_request(config.backend, request, options)
+        except ValueError as exc:  # a request the backend cannot carry (anything else: ours)
+            return error_info(
+                SamplingErrorKind.INVALID_REQUEST, str(exc), retryable=False, code="invalid_request"
+            )
+        doom_header = config.profile.doom_loop_header if config.profile is not None else None
+        if armed and doom_header and config.backend is ApiBackend.RESPONSES:
+            wire = attrs.evolve(
+                wire, headers=(*wire.headers, (doom_header, str(self._doom.window_tokens)))
+            )
+        return wire
+
+    async def run(
+        self,
+        sink: AttemptSink,
+        wire: WireRequest,
+        config: SamplerConfig,
+        metrics: AttemptMetrics,
+        observer: AttemptObserver | None,
+        *,
+        armed: bool,
+    ) -> AttemptResult:
+        """Send ``wire``, stream its answer to ``sink``, and say how it ended."""
+        transform = new_transform(config.backend, sink.request_id, provider=config.provider)
+        # One stream holds at most what it may read; all of them together, ``_memory``.
+        transform.max_held_bytes = config.max_response_bytes
+        holding = self._memory.hold(transform) if self._memory is not None else None
+        sink.transform = transform
+        if observer is not None:
+            observer.sending()
+        metrics.sent = True
+        body: _Body | None = None
+        watch = _DoomWatch(self._doom, armed) if self._doom.enabled else None
+        try:
+            async with self._client.open_stream(wire, config=config) as stream:
+                body = _Body(stream, transform, config, holding)
+                headers_at = await self._start(sink, body, metrics, observer)
+                await self._read(sink, body, config, metrics, watch, headers_at)
+        except SamplingClientError as exc:
+            metrics.rate_limit = exc.info.rate_limit_snapshot or metrics.rate_limit
+            if observer is not None:
+                observer.failed(exc.info)
+            emitted = body is not None and body.emitted
+            return AttemptResult(error=exc.info, partial=sink.partial(), emitted_output=emitted)
+        finally:
+            if holding is not None:
+                holding.release()
+        triggers = () if watch is None else watch.triggers
+        return self._judge(transform.outcome, body.emitted, armed, triggers)
+
+    async def _start(
+        self,
+        sink: AttemptSink,
+        body: _Body,
+        metrics: AttemptMetrics,
+        observer: AttemptObserver | None,
+    ) -> float:
+        """The response headers: the stream's first events, the rate-limit report.
+        Returns when they were read (the first-token deadline counts from it)."""
+        stream = body.stream
+        now = trio.current_time()
+        metrics.request_sent_at = stream.request_sent_at
+        # The metrics' times are the bytes' arrival where the reads say it.
+        metrics.headers_at = body.received_at(now)
+        started = body.transform.start(
+            stream.header_fields, attempt=metrics.number, now=time.time()
+        )
+        if started and isinstance(started[0], StreamStarted):
+            metrics.rate_limit = started[0].rate_limit
+            if observer is not None:
+                observer.headers(started[0].rate_limit)
+        await sink.emit(started, metrics.headers_at)
+        return now
+
+    async def _read(
+        self,
+        sink: AttemptSink,
+        body: _Body,
+        config: SamplerConfig,
+        metrics: AttemptMetrics,
+        watch: _DoomWatch | None,
+        headers_at: float,
+    ) -> None:
+        """The read loop: events on to the sink until the transform ends."""
+        transform = body.transform
+        timeouts = config.timeouts
+        deadline = headers_at + timeouts.first_token
+        first_content_at_end = False  # the read that ended the stream held its first content
+        while not transform.finished:
+            events = await body.events(deadline)
+            now = trio.current_time()
+            at = metrics.last_byte_at = body.received_at(now)
+            batch, done, content, reasoning = _split(events, transform)
+            if content:
+                deadline = now + timeouts.idle
+                metrics.tokens(at, content)
+                first_content_at_end = not body.emitted
+                body.emitted = True
+            if watch is not None and reasoning and watch.abort(reasoning, done):
+                extra, done, _, _ = _split(transform.abort(_DOOM_ERROR), transform)
+                batch.extend(extra)
+            if batch:
+                await sink.emit(batch, at)
+            if done:
+                break
+            if content and body.pending:
+                await sink.hand_over()
+        if not body.ended and isinstance(transform.outcome, Completed):
+            await self._finish_body(sink, body.stream, first_content_at_end)
+
+    async def _finish_body(
+        self, sink: AttemptSink, stream: ResponseStream, first_content_at_end: bool
+    ) -> None:
+        """The end of a completed stream's body, read for connection reuse: here when it
+        has arrived already (reading it waits for nothing, and the connection is back in
+        the pool before the terminal is delivered), otherwise in the background
+        (:class:`ConnectionDrains`: the terminal never waits for a server's last chunk).
+        A first token sent in the same read is handed over before the reading."""
+        if not stream.end_received():
+            self._drains.start(stream)
+            return
+        if first_content_at_end:
+            await sink.hand_over()
+        await stream.drain(max_bytes=_DRAIN_MAX_BYTES)
+
+    def _judge(
+        self,
+        end: Completed | Failed | None,
+        emitted: bool,
+        armed: bool,
+        triggers: tuple[str, ...],
+    ) -> AttemptResult:
+        """Turn the transform's terminal into the attempt's result (empty, doom checks).
+
+        ``triggers`` are the local detector's: on an armed attempt they resample like a
+        confident server signal, and an accepted response carries them beside the
+        server's in ``doom_loop_signals``."""
+        if isinstance(end, Failed):
+            return AttemptResult(
+                error=end.error, partial=end.partial, emitted_output=emitted, doom_triggers=triggers
+            )
+        assert isinstance(end, Completed)
+        response = end.response
+        confident: tuple[str, ...] = ()
+        local: tuple[str, ...] = ()
+        if response.doom_loop_signals or triggers:  # the usual response has neither
+            confident = tuple(
+                s for s in response.doom_loop_signals if self._doom.is_confident(parse_trigger(s))
+            )
+            local = tuple(t for t in triggers if t not in response.doom_loop_signals)
+        if local:
+            response = attrs.evolve(
+                response, doom_loop_signals=(*response.doom_loop_signals, *local)
+            )
+        if armed and (confident or triggers):
+            reason = (
+                f"the server detected a doom loop ({', '.join(confident)})"
+                if confident
+                else "the reasoning is repeating itself; resampling"
+            )
+            error = error_info(
+                SamplingErrorKind.DOOM_LOOP_DETECTED, reason, retryable=True, code="doom_loop"
+            )
+            return AttemptResult(
+                error=error,
+                partial=response,
+                emitted_output=emitted,
+                doom_triggers=(*confident, *local),
+            )
+        if response.is_empty and response.stop_reason not in _MAY_BE_EMPTY:
+            return AttemptResult(error=_EMPTY, partial=response, emitted_output=emitted)
+        return AttemptResult(response=response, emitted_output=emitted)
+
+
+_MAY_BE_EMPTY: Final = (StopReason.CONTENT_FILTER, StopReason.LENGTH)
+_EMPTY: Final = error_info(
+    SamplingErrorKind.EMPTY_RESPONSE,
+    "the model returned no text and no tool calls",
+    retryable=True,
+    code="empty_response",
+)
+
+
+def _timeout_error(emitted: bool) -> SamplingErrorInfo:
+    if emitted:
+        return error_info(
+            SamplingErrorKind.IDLE_TIMEOUT,
+            "the stream went idle: no content within the idle timeout",
+            retryable=True,
+            code="idle_timeout",
+        )
+    return error_info(
+        SamplingErrorKind.IDLE_TIMEOUT,
+        "no first token within the first-token timeout",
+        retryable=True,
+        code="first_token_timeout",
+    )
+
+
+def _feed(transform: StreamTransform, decoder: SSEDecoder, chunk: bytes) -> list[SamplingEvent]:
+    try:
+        return transform.feed_payloads(decoder.feed_payloads(chunk))
+    except SSEDecodeError as exc:
+        return transform.abort(decode_failure(exc))
+
+
+def _feed_to_content(
+    transform: StreamTransform, decoder: SSEDecoder, chunk: bytes
+) -> tuple[list[SamplingEvent], bytes]:
+    """Feed ``chunk`` ``_FIRST_SLICE_BYTES`` at a time until an event is content (or
+    the stream ends): the events so far, and the part of ``chunk`` not fed yet."""
+    events: list[SamplingEvent] = []
+    while chunk:
+        head, chunk = chunk[:_FIRST_SLICE_BYTES], chunk[_FIRST_SLICE_BYTES:]
+        fed = _feed(transform, decoder, head)
+        events.extend(fed)
+        if transform.finished or any(type(event) in _CONTENT for event in fed):
+            break
+    return events, chunk
+
+
+def _split(
+    events: list[SamplingEvent], transform: StreamTransform
+) -> tuple[list[SamplingEvent], bool, int, str]:
+    """Forwardable events, whether the transform ended, content count, reasoning text.
+
+    The transform's terminal is its outcome (``transform.outcome``), not an event to
+    forward: the request's own terminal comes later, from the plan. It is the last
+    event of the call that ended the stream, so it is held back by position."""
+    outcome = transform.outcome
+    done = outcome is not None
+    if done and events and events[-1] is outcome:
+        events = events[:-1]
+    # ``events`` is the transform's fresh list (or a copy without the terminal): the
+    # batch itself. Its events are counted in C: a batch of tokens alone (the usual
+    # one) costs no Python per event, nor does one of a stream without reasoning.
+    kinds = list(map(type, events))
+    tokens = kinds.count(ChannelToken)
+    content = tokens if tokens == len(kinds) else sum(map(_CONTENT.__contains__, kinds))
+    if not tokens or not transform.reasoning_opened:
+        return events, done, content, ""
+    reasoning = [
+        event.text
+        for event in events
+        if type(event) is ChannelToken and event.channel is _REASONING
+    ]
+    return events, done, content, "".join(reasoning)

@@ -1,0 +1,356 @@
+"""What a request does after a failed attempt on a route: the rules, as a table.
+
+Pure: :func:`decide` reads the attempt's outcome, the route's history and the policies,
+and returns the next :data:`Step`; it awaits nothing, reads no clock and changes nothing.
+The request (``_request.py``) carries the step out. The rules are tried in the order of
+:data:`RULES`; the first that applies decides. Each row names the rule and says why it
+stands where it does, so any ``Retrying``, fail-over or ``Failed`` can be traced to one row
+(and, for the routing and retry rows, to one row of ``routing.ROUTING`` or of
+``retry.classify``'s table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+import attrs
+
+from ..config import RetryPolicy
+from ..retry import Decision, RetryAction, classify
+from ..routing import RouteAction, route_action
+from ..types import ConversationResponse, SamplingErrorInfo, SamplingErrorKind
+
+__all__ = [
+    "RULES",
+    "Facts",
+    "FailOver",
+    "Finish",
+    "History",
+    "Policies",
+    "Resample",
+    "Retry",
+    "Rule",
+    "Step",
+    "StripImages",
+    "decide",
+]
+
+
+@attrs.frozen
+class History:
+    """What the request's attempts on the current route have done so far."""
+
+    #: Retries the retry policy has granted on the route.
+    retries: int = 0
+    #: Doom-loop resamples on the route.
+    resamples: int = 0
+    consecutive_rate_limits: int = 0
+    images_stripped: bool = False
+    #: The attempt continued a previous route's text by prefill.
+    continuing: bool = False
+
+
+@attrs.frozen
+class Policies:
+    """The policies that bear on the route's next step."""
+
+    retry: RetryPolicy
+    #: Doom-loop resamples allowed on the route (0: none).
+    max_resamples: int = 0
+    #: The routing policy's ``max_retry_wait_s``; ``None``: the request has no routing.
+    max_retry_wait_s: float | None = None
+
+
+@attrs.frozen
+class Facts:
+    """A failed attempt, as the plan sees it."""
+
+    error: SamplingErrorInfo
+    partial: ConversationResponse | None = None
+    #: Content reached the consumer (a retry discards it).
+    emitted: bool = False
+    #: The attempt ran armed: a doom loop it detected resamples.
+    armed: bool = False
+    doom_triggers: tuple[str, ...] = ()
+    #: Attempts the request has started (all routes), the one just ended included.
+    started: int = 1
+    #: The route's declared context window (``None``: unknown), under routing.
+    context_window: int | None = None
+    #: A later route could take the request.
+    has_next: bool = False
+
+
+@attrs.frozen
+class Retry:
+    """Try the route again after ``delay`` seconds; ``discard``: the consumer drops what
+    the failed attempt streamed. ``charged``: the retry spends the retry budgets (a spent
+    budget ends the request instead)."""
+
+    delay: float
+    discard: bool
+    attempt: int
+    max_retries: int
+    history: History
+    charged: bool = True
+    #: The name of the rule (``RULES``) that decided it.
+    rule: str = ""
+
+
+@attrs.frozen
+class Resample:
+    """A doom loop on an armed attempt: sample the route again (not a retry)."""
+
+    delay: float
+    discard: bool
+    attempt: int
+    max_retries: int
+    triggers: tuple[str, ...]
+    history: History
+    rule: str = ""
+
+
+@attrs.frozen
+class StripImages:
+    """Try again without the request's images (if it has none, the request fails)."""
+
+    discard: bool
+    attempt: int
+    max_retries: int
+    history: History
+    rule: str = ""
+
+
+@attrs.frozen
+class FailOver:
+    """The route gives up on the request and the routing table sends it on."""
+
+    error: SamplingErrorInfo
+    partial: ConversationResponse | None
+    #: The failed attempt had streamed output (the next route's ``Retrying`` discards it).
+    emitted: bool
+    action: RouteAction
+    #: After a context-length error: only a route with a larger window may follow.
+    min_window: int | None = None
+    rule: str = ""
+
+
+@attrs.frozen
+class Finish:
+    """The request ends with ``error`` (``Failed``, with the attempt's partial)."""
+
+    error: SamplingErrorInfo
+    rule: str = ""
+
+
+Step = Retry | Resample | StripImages | FailOver | Finish
+
+#: A rule: ``None`` when it does not apply. ``uniform`` draws in [0, 1); ``circuit_open``
+#: asks the route's breaker (only the routing rule calls it, and only when it matters).
+_Apply = Callable[
+    [Facts, History, Policies, Decision | None, Callable[[], float], Callable[[], bool]],
+    "Step | None",
+]
+
+
+@attrs.frozen
+class Rule:
+    """One row of :data:`RULES`."""
+
+    name: str
+    why: str
+    apply: _Apply
+
+
+def _continuation_refused(
+    facts: Facts, history: History, policies: Policies, *_: object
+) -> Step | None:
+    if not history.continuing or facts.error.kind is not SamplingErrorKind.INVALID_REQUEST:
+        return None
+    return Retry(
+        0.0,
+        True,
+        facts.started,
+        policies.retry.max_retries,
+        attrs.evolve(history, continuing=False),
+        charged=False,
+    )
+
+
+def _doom_resample(
+    facts: Facts,
+    history: History,
+    policies: Policies,
+    _decision: object,
+    uniform: Callable[[], float],
+    *_: object,
+) -> Step | None:
+    if facts.error.kind is not SamplingErrorKind.DOOM_LOOP_DETECTED or not facts.armed:
+        return None
+    resamples = history.resamples + 1
+    return Resample(
+        0.25 * uniform(),
+        _discard(facts, history),
+        resamples,
+        policies.max_resamples,
+        facts.doom_triggers,
+        attrs.evolve(history, resamples=resamples, continuing=False),
+    )
+
+
+def _mid_stream(facts: Facts, history: History, policies: Policies, *_: object) -> Step | None:
+    if _discard(facts, history) and not policies.retry.retry_mid_stream:
+        return Finish(facts.error)
+    return None
+
+
+def _strip_images(
+    facts: Facts, history: History, policies: Policies, decision: Decision | None, *_: object
+) -> Step | None:
+    assert decision is not None
+    if decision.action is not RetryAction.STRIP_IMAGES:
+        return None
+    return StripImages(
+        _discard(facts, history),
+        history.retries + 1,
+        policies.retry.max_retries,
+        attrs.evolve(history, retries=history.retries + 1, images_stripped=True, continuing=False),
+    )
+
+
+def _routing(
+    facts: Facts,
+    history: History,
+    policies: Policies,
+    decision: Decision | None,
+    _uniform: object,
+    circuit_open: Callable[[], bool],
+) -> Step | None:
+    if policies.max_retry_wait_s is None:  # no routing: the retry policy alone decides
+        return None
+    assert decision is not None
+    error = facts.error
+    action = route_action(error)
+    emitted = _discard(facts, history)
+    if action is RouteAction.LARGER_WINDOW:
+        window = facts.context_window or 0
+        return FailOver(error, facts.partial, emitted, action, min_window=window)
+    if action is RouteAction.SURFACE or not facts.has_next:
+        return None
+    fail_over = FailOver(error, facts.partial, emitted, action)
+    if action is RouteAction.NEXT or decision.action is RetryAction.FAIL:
+        return fail_over
+    if decision.delay > policies.max_retry_wait_s or circuit_open():
+        return fail_over
+    return None
+
+
+def _fail(
+    facts: Facts, _history: History, _policies: Policies, decision: Decision | None, *_: object
+) -> Step | None:
+    assert decision is not None
+    return Finish(facts.error) if decision.action is RetryAction.FAIL else None
+
+
+def _retry(
+    facts: Facts, history: History, policies: Policies, decision: Decision | None, *_: object
+) -> Step | None:
+    assert decision is not None
+    rate_limited = facts.error.kind is SamplingErrorKind.RATE_LIMITED
+    retries = history.retries + 1
+    after = attrs.evolve(
+        history,
+        retries=retries,
+        consecutive_rate_limits=history.consecutive_rate_limits + 1 if rate_limited else 0,
+        continuing=False,
+    )
+    return Retry(
+        decision.delay, _discard(facts, history), retries, policies.retry.max_retries, after
+    )
+
+
+def _discard(facts: Facts, history: History) -> bool:
+    """The consumer holds output the next attempt replaces: the attempt's, or the text
+    a continuation carried over."""
+    return facts.emitted or history.continuing
+
+
+#: The rules, in the order they are tried (the first that applies decides). Between
+#: "mid-stream" and "image strip" the retry policy classifies the error
+#: (``retry.classify``); the later rules read its decision.
+RULES: Final[tuple[Rule, ...]] = (
+    Rule(
+        "continuation refused",
+        "a route that rejects a prefill refused the continuation, not the request: start "
+        "over at once, on the same route, uncharged",
+        _continuation_refused,
+    ),
+    Rule(
+        "doom resample",
+        "an armed attempt caught repeating itself is sampled again (DoomLoopPolicy): a "
+        "resample, not a retry, so it comes before every retry rule",
+        _doom_resample,
+    ),
+    Rule(
+        "mid-stream",
+        "output reached the consumer and RetryPolicy.retry_mid_stream is off: a retry "
+        "would repeat what was seen",
+        _mid_stream,
+    ),
+    Rule(
+        "image strip",
+        "the retry policy says the images are the problem: try without them (once)",
+        _strip_images,
+    ),
+    Rule(
+        "routing table",
+        "under routing, routing.ROUTING says whether this route may retry or another "
+        "route takes over (also when the wait is longer than max_retry_wait_s or the "
+        "circuit opened meanwhile)",
+        _routing,
+    ),
+    Rule(
+        "fail",
+        "the retry policy gives up (not retryable, or retries spent)",
+        _fail,
+    ),
+    Rule(
+        "retry",
+        "retry on the route after the policy's backoff; the retry budgets are charged "
+        "last, when the retry is certain",
+        _retry,
+    ),
+)
+
+#: The rules tried before the retry policy is asked.
+_BEFORE_CLASSIFY: Final = 3
+
+
+def decide(
+    facts: Facts,
+    history: History,
+    policies: Policies,
+    *,
+    uniform: Callable[[], float],
+    circuit_open: Callable[[], bool] = lambda: False,
+) -> Step:
+    """The next step after the failed attempt ``facts`` (the first rule of
+    :data:`RULES` that applies; its name is the step's ``rule``). ``uniform`` draws
+    jitter in [0, 1); ``circuit_open`` says whether the route's breaker now refuses it."""
+    for rule in RULES[:_BEFORE_CLASSIFY]:
+        step = rule.apply(facts, history, policies, None, uniform, circuit_open)
+        if step is not None:
+            return attrs.evolve(step, rule=rule.name)
+    decision = classify(
+        facts.error,
+        history.retries,
+        policies.retry,
+        consecutive_rate_limits=history.consecutive_rate_limits,
+        images_stripped=history.images_stripped,
+        uniform=uniform,
+    )
+    for rule in RULES[_BEFORE_CLASSIFY:]:
+        step = rule.apply(facts, history, policies, decision, uniform, circuit_open)
+        if step is not None:
+            return attrs.evolve(step, rule=rule.name)
+    raise AssertionError("the last rule always applies")  # pragma: no cover
