@@ -149,6 +149,17 @@ def add_parser(commands: Any) -> None:
     run.add_argument("--csv", type=Path, metavar="PATH", help="write one CSV row per stage")
     run.add_argument("--html", type=Path, metavar="PATH", help="write the HTML report")
     run.add_argument("--no-progress", action="store_true", help="no live display")
+    run.add_argument(
+        "--fail-if",
+        action="append",
+        default=[],
+        metavar="CONDITION",
+        help=(
+            "exit 1 when a stage meets CONDITION (repeatable), e.g. ttft.p99>500ms, "
+            "itl.p95>50ms, error_rate>1%%, goodput<95%%, throughput<20; a stage where every "
+            "request failed always exits 1"
+        ),
+    )
     parser.set_defaults(run=run_loadtest)
 
     tools = parser.add_subparsers(dest="loadtest_command", metavar="[compare | report]")
@@ -255,12 +266,13 @@ def run_loadtest(args: argparse.Namespace) -> int:
         return _fail(missing, 1)
     from rich.console import Console
 
-    from ..loadtest import DatasetError, LoadTestError, run
-    from ..loadtest._display import LiveDisplay, summary_table
+    from ..loadtest import DatasetError, LoadTestError, Threshold, run, verdict
+    from ..loadtest._display import LiveDisplay, errors_table, summary_table
     from ..loadtest._report import write_report
 
     try:
         test = _build(args)
+        thresholds = [Threshold.parse(text) for text in args.fail_if]
     except (ValueError, TypeError, DatasetError) as exc:
         return _fail(str(exc))
     except OSError as exc:
@@ -275,7 +287,11 @@ def run_loadtest(args: argparse.Namespace) -> int:
                 result = run(test, on_progress=display.update)
     except LoadTestError as exc:
         return _fail(str(exc), 1)
-    _stdout_console().print(summary_table(result))
+    out = _stdout_console()
+    out.print(summary_table(result))
+    errors = errors_table(result)
+    if errors is not None:
+        out.print(errors)
     for stage in result.stages:
         if stage.client_bound:
             reasons = "; ".join(stage.summary["client"]["reasons"])
@@ -286,7 +302,10 @@ def run_loadtest(args: argparse.Namespace) -> int:
         args.csv.write_text(result.csv(), encoding="utf-8")
     if args.html:
         write_report(args.html, [("run", result)])
-    return 0
+    failures = verdict(result, thresholds)
+    for reason in failures:
+        _fail(f"failed: {reason}")
+    return 1 if failures else 0
 
 
 def _stdout_console() -> Any:

@@ -14,7 +14,7 @@ from ._results import LoadTestResult, StageResult
 from ._runner import Progress
 from ._stats import counter_percentile
 
-__all__ = ["LiveDisplay", "compare_table", "summary_table"]
+__all__ = ["LiveDisplay", "compare_table", "errors_table", "summary_table"]
 
 
 def _ms(value: float | None) -> str:
@@ -142,6 +142,21 @@ def summary_table(result: LoadTestResult) -> Table:
     for stage in result.stages:
         table.add_row(*_stage_cells(stage))
     return table
+
+
+def errors_table(result: LoadTestResult) -> Table | None:
+    """The failed requests of each stage by kind, with the first message of each kind;
+    ``None`` when no request failed."""
+    table = Table(title="errors")
+    for header, justify in (("load", "right"), ("kind", "left"), ("count", "right")):
+        table.add_column(header, justify=justify)  # type: ignore[arg-type]
+    table.add_column("first message", overflow="fold")
+    for stage in result.stages:
+        requests = stage.summary["requests"]
+        examples = requests.get("error_examples", {})
+        for kind, count in requests["errors"].items():
+            table.add_row(stage.label, kind, f"{count:,}", examples.get(kind, ""))
+    return table if table.row_count else None
 
 
 def compare_table(a: LoadTestResult, b: LoadTestResult, names: tuple[str, str]) -> Table:

@@ -90,6 +90,7 @@ def summarize_stage(
             "dropped": stats.dropped,
             "unfinished": stats.unfinished,
             "errors": dict(sorted(stats.errors.items())),
+            "error_examples": dict(sorted(stats.error_examples.items())),
         },
         "throughput": {
             "requests_per_s": per_s(stats.completed),

@@ -37,7 +37,15 @@ import trio
 from ..actor import SamplerHandle, open_sampler
 from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy
-from ..types import Cancelled, ChannelToken, Completed, Failed, RequestMetrics, ToolCallDelta
+from ..types import (
+    Cancelled,
+    ChannelToken,
+    Completed,
+    Failed,
+    RequestMetrics,
+    SamplingErrorInfo,
+    ToolCallDelta,
+)
 from ._plan import Concurrency, Limits, Load, LoadTest, Rate
 from ._stats import SLO, StageStats, quantize
 from ._workload import WorkItem
@@ -100,6 +108,22 @@ def _latencies(
     first_ms = metrics.time_to_first_token_ms
     ttft = None if first is None or first_ms is None else (first_ms - start_ms) / 1000
     return ttft, (metrics.time_to_last_byte_ms - start_ms) / 1000, sent_ms
+
+
+#: The sampler's error code when its memory cap stopped a stream.
+MEMORY_CAP_CODE = "sampler_memory_cap"
+
+
+def error_kind(error: SamplingErrorInfo) -> tuple[str, str]:
+    """The kind a failed request is counted under, and its message as an example.
+
+    The sampler's :class:`SamplingErrorKind`, except a stream the run's memory cap stopped
+    (``memory_cap``: the client's limit, not the server's fault); the example starts with
+    the HTTP status when there is one.
+    """
+    kind = "memory_cap" if error.error_code == MEMORY_CAP_CODE else error.kind.value
+    status = "" if error.status_code is None else f"HTTP {error.status_code}: "
+    return kind, status + error.message
 
 
 class StageRunner:
@@ -229,11 +253,11 @@ class StageRunner:
         stats = self.stats
         stats.window(submitted + self.offset, done + self.offset)
         if isinstance(terminal, Failed):
-            stats.error(terminal.error.kind.value)
+            stats.error(*error_kind(terminal.error))
             self.progress.failed += 1
             return
         if isinstance(terminal, Cancelled) or not isinstance(terminal, Completed):
-            stats.error("cancelled")
+            stats.error("cancelled", "the request was cancelled")
             self.progress.failed += 1
             return
         usage = terminal.response.usage

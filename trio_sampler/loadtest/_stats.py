@@ -249,6 +249,8 @@ class StageStats:
     completed: int = 0
     good: int = 0
     errors: dict[str, int] = attrs.field(factory=dict)
+    #: The first message seen of each error kind.
+    error_examples: dict[str, str] = attrs.field(factory=dict)
     #: Open loop: arrivals not sent because ``max_in_flight`` requests were in flight.
     dropped: int = 0
     #: Requests still running when the drain timed out (cancelled, not counted as errors).
@@ -275,8 +277,9 @@ class StageStats:
             entry = self.timeline[index] = Second()
         return entry
 
-    def error(self, kind: str) -> None:
+    def error(self, kind: str, example: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
+        self.error_examples.setdefault(kind, example)
 
     def window(self, sent: float, done: float) -> None:
         self.first_sent = sent if self.first_sent is None else min(self.first_sent, sent)
@@ -297,6 +300,8 @@ class StageStats:
             histogram.merge(other.histograms[name])
         for kind, count in other.errors.items():
             self.errors[kind] = self.errors.get(kind, 0) + count
+        for kind, example in other.error_examples.items():
+            self.error_examples.setdefault(kind, example)
         for field in (
             "started",
             "completed",
