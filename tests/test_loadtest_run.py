@@ -351,8 +351,9 @@ async def test_goodput_against_slos(
     )
     [stage] = (await _run(test)).stages
     assert stage.summary["goodput"]["fraction"] == good
-    duration = stage.summary["duration_s"]
-    assert stage.summary["goodput"]["requests_per_s"] == pytest.approx(good * 20 / duration)
+    throughput = stage.summary["throughput"]["requests_per_s"]
+    assert throughput > 0
+    assert stage.summary["goodput"]["requests_per_s"] == pytest.approx(good * throughput)
 
 
 async def test_drain_timeout_cancels_and_counts_unfinished(
@@ -416,3 +417,136 @@ async def test_result_document_round_trips(autojump_clock: trio.abc.Clock, tmp_p
     assert stage.histogram("ttft").count == 8
     rows = result.csv().splitlines()
     assert len(rows) == 3 and rows[1].startswith("C=1,concurrency,1,")
+
+
+class CompletionsApp(LimitedApp):
+    """The emulator noting when it finished each response (its completion rate is the
+    truth a load generator's throughput is checked against)."""
+
+    def __init__(self, slots: int = 10_000) -> None:
+        super().__init__(slots)
+        self.completions: list[float] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async def noting_the_end(message: Any) -> None:
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                self.completions.append(trio.current_time())
+
+        await super().__call__(scope, receive, noting_the_end)
+
+
+def _server_rate(app: CompletionsApp, start: float, end: float) -> float:
+    """Responses the server finished per second between ``start`` and ``end``."""
+    return sum(start <= at < end for at in app.completions) / (end - start)
+
+
+@pytest.mark.parametrize(
+    ("load", "warmup_s"),
+    [
+        # 10 streams, 285 ms per request (120 + 11 * 15): 35.1 requests/s. Reported over
+        # "first send to last end", it was 5 % low (the last requests' E2E in the window).
+        (Concurrency(10, ramp_s=0.3), 1.0),
+        # Below capacity an open loop completes what arrives: 20/s.
+        (Rate(20, "poisson"), 1.0),
+        # Past capacity (4 slots: 14 requests/s) it completes what the server can.
+        (Rate(30, "constant", max_in_flight=400), 2.0),
+    ],
+)
+async def test_throughput_is_the_servers_completion_rate(
+    autojump_clock: trio.abc.Clock, load: Concurrency | Rate, warmup_s: float
+) -> None:
+    app = CompletionsApp(slots=4 if isinstance(load, Rate) and load.per_second == 30 else 10_000)
+    test = LoadTest(
+        _paced(120, 15),
+        [load],
+        SyntheticWorkload(Fixed(16), Fixed(12)),
+        Limits(duration_s=10.0, warmup_s=warmup_s, drain_timeout_s=600),
+        seed=3,
+    )
+    start = trio.current_time()
+    [stage] = (await _run(test, app)).stages
+    throughput = stage.summary["throughput"]
+    assert throughput["window_s"] == pytest.approx(10.0, abs=0.06)
+    server = _server_rate(app, start + warmup_s, start + warmup_s + 10.0)
+    assert throughput["requests_per_s"] == pytest.approx(server, rel=0.02)
+    assert throughput["output_tokens_per_s"] == pytest.approx(12 * server, rel=0.02)
+
+
+async def test_a_short_open_loop_reports_the_rate_it_offered(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # 0.2 requests/s for 10 s: two requests of 0.3 s each. Divided by first send to last
+    # end of one request it read 2.8 requests/s; over the window it is what happened.
+    test = LoadTest(
+        _paced(120, 15),
+        [Rate(0.2, "constant")],
+        SyntheticWorkload(Fixed(16), Fixed(12)),
+        Limits(duration_s=10.0),
+    )
+    [stage] = (await _run(test)).stages
+    assert stage.summary["requests"]["completed"] == 2
+    assert stage.summary["throughput"]["requests_per_s"] == pytest.approx(0.2)
+
+
+async def test_open_loop_reports_latency_from_the_schedule_and_the_pacing_error(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # One slot, 0.285 s per request, arrivals every 0.25 s: each waits a little longer in
+    # the server's queue. Sent on time, the latency from the schedule is the latency.
+    test = LoadTest(
+        _paced(120, 15),
+        [Rate(4, "constant")],
+        SyntheticWorkload(Fixed(16), Fixed(12)),
+        Limits(duration_s=2.0, drain_timeout_s=60),
+    )
+    [stage] = (await _run(test, LimitedApp(1))).stages
+    open_loop = stage.summary["open_loop"]
+    assert open_loop["pacing_error_ms"]["count"] == 8
+    assert open_loop["pacing_error_ms"]["p99"] < 0.01
+    for metric in ("ttft", "e2e"):
+        scheduled = open_loop[f"{metric}_from_schedule_ms"]
+        actual = stage.summary["latency_ms"][metric]
+        assert scheduled["count"] == actual["count"] == 8
+        assert scheduled["p99"] == pytest.approx(actual["p99"], abs=0.5)
+    assert stage.latency("ttft", "max") > 300  # queued behind the others
+
+
+async def test_open_loop_latency_from_the_schedule_counts_a_late_send(
+    autojump_clock: trio.abc.Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A client that falls behind its schedule: every send is 50 ms late. The server's
+    # latency does not show it; the latency from the schedule (what a user whose request
+    # waited in the client's queue sees) and the pacing error do.
+    from trio_sampler.loadtest import _runner
+
+    real = _runner.StageRunner.one
+
+    async def late(self: Any, sampler: Any, item: Any, measured: bool, due: Any) -> None:
+        await trio.sleep(0.05)
+        await real(self, sampler, item, measured, due)
+
+    monkeypatch.setattr(_runner.StageRunner, "one", late)
+    test = LoadTest(
+        _paced(100, 10),
+        [Rate(4, "constant")],
+        SyntheticWorkload(Fixed(16), Fixed(4)),
+        Limits(duration_s=2.0),
+    )
+    [stage] = (await _run(test)).stages
+    open_loop = stage.summary["open_loop"]
+    assert open_loop["pacing_error_ms"]["p50"] == pytest.approx(50, abs=0.1)
+    assert stage.latency("ttft", "p50") == pytest.approx(100, abs=0.5)
+    assert open_loop["ttft_from_schedule_ms"]["p50"] == pytest.approx(150, abs=0.5)
+    assert stage.summary["open_loop"] is not None
+
+
+async def test_a_closed_loop_has_no_schedule(autojump_clock: trio.abc.Clock) -> None:
+    test = LoadTest(
+        _paced(10, 1),
+        [Concurrency(1)],
+        SyntheticWorkload(Fixed(8), Fixed(2)),
+        Limits(duration_s=None, requests=2),
+    )
+    [stage] = (await _run(test)).stages
+    assert stage.summary["open_loop"] is None

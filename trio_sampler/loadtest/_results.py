@@ -48,8 +48,9 @@ def summarize_stage(
     slo_given: bool,
 ) -> dict[str, Any]:
     """The JSON summary of one stage's (merged) statistics."""
-    duration = stats.duration
-    per_s = (lambda n: n / duration) if duration > 0 else (lambda n: 0.0)
+    window = stats.window_s
+    per_s = (lambda n: n / window) if window > 0 else (lambda n: 0.0)
+    throughput = per_s(stats.window_completed)
     histograms = stats.histograms
     client_rows = [
         {
@@ -82,7 +83,7 @@ def summarize_stage(
     return {
         "load": dict(load),
         "label": label,
-        "duration_s": duration,
+        "duration_s": stats.duration,
         "requests": {
             "started": stats.started,
             "completed": stats.completed,
@@ -93,13 +94,18 @@ def summarize_stage(
             "error_examples": dict(sorted(stats.error_examples.items())),
         },
         "throughput": {
-            "requests_per_s": per_s(stats.completed),
-            "input_tokens_per_s": per_s(stats.input_tokens),
-            "output_tokens_per_s": per_s(stats.output_tokens),
+            "window_s": window,
+            "completed": stats.window_completed,
+            "requests_per_s": throughput,
+            "input_tokens_per_s": per_s(stats.window_input_tokens),
+            "output_tokens_per_s": per_s(stats.window_output_tokens),
         },
         "goodput": (
             {
-                "requests_per_s": per_s(stats.good),
+                # The window's completions at the measured requests' share of good ones.
+                "requests_per_s": throughput * stats.good / stats.completed
+                if stats.completed
+                else 0.0,
                 "fraction": stats.good / stats.started if stats.started else 0.0,
             }
             if slo_given
@@ -114,6 +120,15 @@ def summarize_stage(
         "latency_ms": {name: histograms[name].summary(0.001) for name in LATENCY_METRICS},
         "latency_timed_from": _source(stats.wire_timed, stats.completed, "submit", "wire"),
         "stream_output_tokens_per_s": histograms["stream_output_tps"].summary(0.001),
+        "open_loop": (
+            {
+                "pacing_error_ms": send_lag,
+                "ttft_from_schedule_ms": histograms["ttft_from_schedule"].summary(0.001),
+                "e2e_from_schedule_ms": histograms["e2e_from_schedule"].summary(0.001),
+            }
+            if load.get("kind") == "rate"
+            else None
+        ),
         "client": {
             "workers": client_rows,
             "loop_lag_ms": loop_lag,
@@ -237,8 +252,9 @@ def csv_row(summary: Mapping[str, Any]) -> dict[str, Any]:
     }
     for key in ("started", "completed", "failed", "dropped", "unfinished"):
         row[key] = summary["requests"][key]
-    for key, value in summary["throughput"].items():
-        row[key] = round(value, 3)
+    throughput = summary["throughput"]
+    for key in ("window_s", "requests_per_s", "input_tokens_per_s", "output_tokens_per_s"):
+        row[key] = round(throughput[key], 3)
     goodput = summary["goodput"]
     row["goodput_requests_per_s"] = None if goodput is None else round(goodput["requests_per_s"], 3)
     for metric, values in summary["latency_ms"].items():

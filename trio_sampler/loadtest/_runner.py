@@ -126,6 +126,22 @@ def error_kind(error: SamplingErrorInfo) -> tuple[str, str]:
     return kind, status + error.message
 
 
+def _tokens(terminal: Completed, item: WorkItem, counted: int) -> tuple[int, int, int, int]:
+    """Input and output tokens of a completed request, and whether each is the server's
+    (1) or else planned / counted (0): the server's usage where it reported one."""
+    usage = terminal.response.usage
+    if usage is None:
+        return item.input_tokens, counted, 0, 0
+    input_server = 1 if usage.input_tokens else 0
+    output_server = 1 if usage.output_tokens else 0
+    return (
+        usage.input_tokens if input_server else item.input_tokens,
+        usage.output_tokens if output_server else counted,
+        input_server,
+        output_server,
+    )
+
+
 class StageRunner:
     """Runs one stage's load in this process and records it into a :class:`StageStats`."""
 
@@ -156,6 +172,7 @@ class StageRunner:
         self.measure_start: float | None = None
         self.measured_sent = 0
         self.stopped = False
+        self.window_end: float | None = None
         self.start = 0.0
         self.idle = trio.Event()
         self.idle.set()
@@ -173,13 +190,30 @@ class StageRunner:
             self.measure_start = now
             self.progress.measuring = True
         limits = self.limits
-        if (limits.duration_s is not None and now >= self.measure_start + limits.duration_s) or (
-            limits.requests is not None and self.measured_sent >= limits.requests
-        ):
-            self.stopped = True
+        if limits.duration_s is not None and now >= self.measure_start + limits.duration_s:
+            self.stop(self.measure_start + limits.duration_s)
+            return None
+        if limits.requests is not None and self.measured_sent >= limits.requests:
+            self.stop(now)
             return None
         self.measured_sent += 1
         return True
+
+    def stop(self, at: float) -> None:
+        """The stage stops sending; its measured window ends ``at``."""
+        self.stopped = True
+        self.window_end = at
+
+    def in_window(self, at: float) -> bool:
+        """Whether ``at`` falls in the measured window: from the first measured send to
+        the stage's stop (its time limit, or the send its request limit refused)."""
+        start = self.measure_start
+        if start is None or at < start:
+            return False
+        end = self.window_end
+        if end is None and self.limits.duration_s is not None:
+            end = start + self.limits.duration_s
+        return end is None or at <= end
 
     # -- one request ----------------------------------------------------------------------
 
@@ -221,6 +255,8 @@ class StageRunner:
                         last = at
                         count += 1
             done = now()
+            if self.in_window(done) and isinstance(stream.terminal, Completed):
+                self.stats.in_window(*_tokens(stream.terminal, item, count))
         except trio.Cancelled:
             if measured:
                 stats.unfinished += 1
@@ -235,7 +271,7 @@ class StageRunner:
                 if scheduled is not None:
                     stats.histograms["send_lag"].record(round((submitted - scheduled) * 1e6))
         if measured:
-            self.record(item, stream.terminal, submitted, first, done, count, gaps)
+            self.record(item, stream.terminal, submitted, first, done, count, gaps, scheduled)
 
     def record(
         self,
@@ -246,10 +282,12 @@ class StageRunner:
         done: float,
         count: int,
         gaps: list[int],
+        scheduled: float | None,
     ) -> None:
         """Record a measured request: ``submitted``, ``first`` (its first output event
-        read, if any) and ``done`` are the sending task's timestamps; the wire's come from
-        the terminal's metrics (see the module)."""
+        read, if any) and ``done`` are the sending task's timestamps, ``scheduled`` its
+        arrival's time in an open loop; the wire's come from the terminal's metrics (see
+        the module)."""
         stats = self.stats
         stats.window(submitted + self.offset, done + self.offset)
         if isinstance(terminal, Failed):
@@ -260,17 +298,11 @@ class StageRunner:
             stats.error("cancelled", "the request was cancelled")
             self.progress.failed += 1
             return
-        usage = terminal.response.usage
-        output = count
-        if usage is not None and usage.output_tokens:
-            output = usage.output_tokens
-            stats.output_from_server += 1
-        stats.input_tokens += (
-            usage.input_tokens if usage is not None and usage.input_tokens else item.input_tokens
-        )
-        if usage is not None and usage.input_tokens:
-            stats.input_from_server += 1
+        input_tokens, output, input_server, output_server = _tokens(terminal, item, count)
+        stats.input_tokens += input_tokens
         stats.output_tokens += output
+        stats.input_from_server += input_server
+        stats.output_from_server += output_server
         stats.completed += 1
         finished = stats.second(int(done - self.start))
         finished.completed += 1
@@ -289,6 +321,13 @@ class StageRunner:
             if output > 1:
                 tpot = (e2e - ttft) / (output - 1)
                 histograms["tpot"].record(round(tpot * 1e6))
+        if scheduled is not None:
+            # What the user behind an arrival waited: from when it was due, so a client
+            # that fell behind its schedule shows it here (and not in TTFT or E2E).
+            late = submitted + (sent_ms or 0.0) / 1000 - scheduled
+            histograms["e2e_from_schedule"].record(round((e2e + late) * 1e6))
+            if ttft is not None:
+                histograms["ttft_from_schedule"].record(round((ttft + late) * 1e6))
         if gaps:
             histograms["itl"].record_many(gaps)
         if e2e > 0:
@@ -351,6 +390,10 @@ class StageRunner:
         self.warm_until = start + self.limits.warmup_s
         with _no_full_collections():
             await self._run()
+        if self.measure_start is not None:
+            end = self.window_end if self.window_end is not None else trio.current_time()
+            self.stats.window_start = self.measure_start + self.offset
+            self.stats.window_end = end + self.offset
         self.stats.client.append(
             (time.process_time() - cpu_start, time.monotonic() - wall_start, _peak_rss())
         )
@@ -382,7 +425,7 @@ class StageRunner:
                 and start is not None
                 and trio.current_time() >= start + duration
             ):
-                self.stopped = True
+                self.stop(start + duration)
                 return
             await trio.sleep(0.05)
 
