@@ -550,3 +550,34 @@ async def test_a_closed_loop_has_no_schedule(autojump_clock: trio.abc.Clock) -> 
     )
     [stage] = (await _run(test)).stages
     assert stage.summary["open_loop"] is None
+
+
+@pytest.mark.parametrize("request_usage", [True, False])
+async def test_token_counts_are_the_servers_on_the_generic_provider(
+    autojump_clock: trio.abc.Clock, request_usage: bool
+) -> None:
+    # The generic profile leaves stream_options off (strict servers reject unknown fields);
+    # a load test asks for usage anyway unless told not to, so the counts are the server's.
+    app = EmulatorApp()
+    config = SamplerConfig.for_provider(
+        "openai_compatible",
+        base_url=BASE,
+        model="gpt-4o-mini",
+        extra_headers={"x-emulator-script": orjson.dumps({"scenario": "usage"}).decode()},
+    )
+    test = LoadTest(
+        config,
+        [Concurrency(1)],
+        SyntheticWorkload(Fixed(16), Fixed(4)),
+        Limits(duration_s=None, requests=2),
+        request_usage=request_usage,
+    )
+    [stage] = (await _run(test, app)).stages
+    [body, _] = [r["body"] for r in app.requests("usage")]
+    tokens = stage.summary["tokens"]
+    if request_usage:
+        assert body["stream_options"] == {"include_usage": True}
+        assert (tokens["input_source"], tokens["output_source"]) == ("server", "server")
+    else:
+        assert "stream_options" not in body
+        assert (tokens["input_source"], tokens["output_source"]) == ("planned", "counted")

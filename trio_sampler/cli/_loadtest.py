@@ -86,6 +86,14 @@ def add_parser(commands: Any) -> None:
         action="store_true",
         help='send "ignore_eos": true (vLLM, SGLang): generate exactly max_tokens',
     )
+    target.add_argument(
+        "--no-usage",
+        action="store_true",
+        help=(
+            "do not send stream_options.include_usage (only for a strict server that "
+            "rejects it): token counts are then counted events and planned lengths"
+        ),
+    )
     load = parser.add_argument_group("load (one of)")
     shape = load.add_mutually_exclusive_group()
     shape.add_argument(
@@ -257,7 +265,16 @@ def _build(args: argparse.Namespace) -> Any:
         drain_timeout_s=args.drain_timeout,
     )
     slo = SLO(ttft_ms=args.slo_ttft, tpot_ms=args.slo_tpot, e2e_ms=args.slo_e2e)
-    return LoadTest(config, stages, workload, limits, slo, workers=args.workers, seed=args.seed)
+    return LoadTest(
+        config,
+        stages,
+        workload,
+        limits,
+        slo,
+        workers=args.workers,
+        seed=args.seed,
+        request_usage=not args.no_usage,
+    )
 
 
 def run_loadtest(args: argparse.Namespace) -> int:

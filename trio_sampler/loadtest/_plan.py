@@ -199,6 +199,10 @@ class LoadTest:
         seed: seeds the workload draws and arrivals (worker ``i`` uses ``seed + i``).
         client_cpu_bound: a worker using at least this share of one core is saturated.
         client_lag_bound_ms: an event-loop lag p99 at or above this marks the client bound.
+        request_usage: ask the server for its token counts on every backend, including
+            Chat Completions profiles that leave ``stream_options.include_usage`` off
+            (``openai_compatible``). Turn it off only for a strict server that rejects the
+            field; the counts are then the client's (see ``docs/loadtest.md``).
     """
 
     config: SamplerConfig
@@ -210,6 +214,7 @@ class LoadTest:
     seed: int = 0
     client_cpu_bound: float = attrs.field(default=0.9, validator=attrs.validators.gt(0))
     client_lag_bound_ms: float = attrs.field(default=10.0, validator=attrs.validators.gt(0))
+    request_usage: bool = True
 
     def __attrs_post_init__(self) -> None:
         if not self.stages:

@@ -254,7 +254,8 @@ def csv_row(summary: Mapping[str, Any]) -> dict[str, Any]:
         row[key] = summary["requests"][key]
     throughput = summary["throughput"]
     for key in ("window_s", "requests_per_s", "input_tokens_per_s", "output_tokens_per_s"):
-        row[key] = round(throughput[key], 3)
+        value = throughput.get(key)  # version 1 and early version 2: no window_s
+        row[key] = None if value is None else round(value, 3)
     goodput = summary["goodput"]
     row["goodput_requests_per_s"] = None if goodput is None else round(goodput["requests_per_s"], 3)
     for metric, values in summary["latency_ms"].items():

@@ -38,6 +38,7 @@ from ..actor import SamplerHandle, open_sampler
 from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy
 from ..types import (
+    ApiBackend,
     Cancelled,
     ChannelToken,
     Completed,
@@ -78,15 +79,32 @@ class Progress:
     stats: StageStats | None = None
 
 
-def load_test_config(config: SamplerConfig, stages: tuple[Load, ...]) -> SamplerConfig:
+def load_test_config(
+    config: SamplerConfig, stages: tuple[Load, ...], *, request_usage: bool = True
+) -> SamplerConfig:
     """``config`` as a load generator needs it: no retries, keep-alive for every stream,
-    reads timed by their bytes' arrival."""
+    reads timed by their bytes' arrival, and (``request_usage``) the server's token counts
+    asked for where the provider's profile leaves them off."""
     peak = max(stage.peak_streams for stage in stages)
-    return config.evolve(
+    config = config.evolve(
         retry=RetryPolicy(max_retries=0),
         max_keepalive_connections=max(config.max_keepalive_connections, peak),
         receive_timestamps=True,
     )
+    return _with_usage(config) if request_usage else config
+
+
+def _with_usage(config: SamplerConfig) -> SamplerConfig:
+    """``config`` asking for usage on a Chat Completions stream: the other backends always
+    report it, and a profile that sends ``stream_options`` already asks."""
+    profile = config.profile
+    asks = profile is None or profile.supports_stream_usage
+    if config.backend is not ApiBackend.CHAT_COMPLETIONS or asks:
+        return config
+    if "stream_options" in config.extra_body:
+        return config  # the user's own stream_options win
+    extra = {**config.extra_body, "stream_options": {"include_usage": True}}
+    return config.evolve(extra_body=extra)
 
 
 def _peak_rss() -> int:
@@ -486,7 +504,7 @@ async def run_stages(
     progress = progress if progress is not None else Progress()
     rng = random.Random(test.seed + worker)
     items = test.workload.items(rng)
-    config = load_test_config(test.config, test.stages)
+    config = load_test_config(test.config, test.stages, request_usage=test.request_usage)
     # A clock the machine's processes share, so merged windows line up.
     offset = time.monotonic() - trio.current_time()
     results: list[StageStats | None] = []
