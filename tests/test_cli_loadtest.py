@@ -118,6 +118,8 @@ async def test_open_loop_from_the_command_line(emulator: EmulatorFixture, tmp_pa
         (["--api-key-env", "LOADTEST_UNSET_VARIABLE"], "empty or unset"),
         (["--dataset", "missing.jsonl"], "missing.jsonl"),
         (["--fail-if", "ttft.p99"], "write METRIC>VALUE, e.g. ttft.p99>500ms"),
+        (["--memory-cap", "lots"], "write a size such as 1GiB, 512MiB or 65536"),
+        (["--memory-cap", "0"], "at least one byte"),
     ],
 )
 def test_bad_arguments_exit_2_naming_the_problem(
@@ -130,6 +132,13 @@ def test_bad_arguments_exit_2_naming_the_problem(
         status = int(exc.code or 0)
     assert status == 2
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("text", "size"), [("1GiB", 1 << 30), ("512MiB", 512 << 20), ("65536", 65536), ("none", None)]
+)
+def test_memory_cap_sizes(text: str, size: int | None) -> None:
+    assert _loadtest._size(text) == size
 
 
 def test_bad_results_file_is_one_line(tmp_path: Path) -> None:

@@ -581,3 +581,39 @@ async def test_token_counts_are_the_servers_on_the_generic_provider(
     else:
         assert "stream_options" not in body
         assert (tokens["input_source"], tokens["output_source"]) == ("planned", "counted")
+
+
+async def test_one_memory_cap_for_the_run_reported_when_it_stops_streams(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Four streams of 400 tokens (4 characters each) hold 6,400 bytes together at the end;
+    # the run's cap of 2,000 bytes stops the largest until the rest fit.
+    test = LoadTest(
+        _paced(10, 1),
+        [Concurrency(4)],
+        SyntheticWorkload(Fixed(8), Fixed(400)),
+        Limits(duration_s=None, requests=4),
+        max_buffered_response_bytes=2_000,
+    )
+    [stage] = (await _run(test)).stages
+    requests = stage.summary["requests"]
+    assert requests["errors"]["memory_cap"] >= 1
+    assert "max_buffered_response_bytes" in requests["error_examples"]["memory_cap"]
+    client = stage.summary["client"]
+    assert client["memory_cap_bytes"] == 2_000
+    assert client["client_bound"]
+    stopped = requests["errors"]["memory_cap"]
+    prefix = f"the run's memory cap (2,000 bytes) stopped {stopped} "
+    assert any(reason.startswith(prefix) for reason in client["reasons"])
+
+
+def test_the_runs_memory_cap_is_shared_by_its_samplers() -> None:
+    from trio_sampler.loadtest._runner import sampler_cap
+
+    # One GiB for 1,000 streams over two workers: each worker's 500 streams run on five
+    # samplers of 100, each with a tenth of the whole (one cap, not one per 100 streams).
+    gib = 1 << 30
+    assert sampler_cap(gib, worker_streams=500, all_streams=1000, samplers=5) == gib // 10
+    assert sampler_cap(gib, worker_streams=8, all_streams=8, samplers=1) == gib
+    assert sampler_cap(None, worker_streams=8, all_streams=8, samplers=1) is None
+    assert sampler_cap(10, worker_streams=1, all_streams=1000, samplers=1) == 1

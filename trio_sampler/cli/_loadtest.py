@@ -30,6 +30,27 @@ def _numbers(kind: type, text: str) -> list[Any]:
     return values
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+
+
+def _size(text: str) -> int | None:
+    """``1GiB``, ``512MiB``, ``65536`` (bytes) or ``none`` (no cap)."""
+    spec = text.strip().lower()
+    if spec == "none":
+        return None
+    number = spec.rstrip("kmgib")
+    unit = spec[len(number) :]
+    try:
+        value = float(number) * _SIZE_UNITS[unit]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: write a size such as 1GiB, 512MiB or 65536 (bytes), or none"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: the cap must be at least one byte")
+    return int(value)
+
+
 def _header(text: str) -> tuple[str, str]:
     name, sep, value = text.partition(":")
     if not sep or not name.strip():
@@ -153,6 +174,16 @@ def add_parser(commands: Any) -> None:
     run = parser.add_argument_group("running and output")
     run.add_argument("--workers", type=int, default=1, help="processes sharing the load")
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument(
+        "--memory-cap",
+        type=_size,
+        default=1 << 30,
+        metavar="SIZE",
+        help=(
+            "response text all streams of the run may hold together (default 1GiB; none: "
+            "no cap); past it the largest streams fail as memory_cap errors"
+        ),
+    )
     run.add_argument("--json", type=Path, metavar="PATH", help="write the results JSON")
     run.add_argument("--csv", type=Path, metavar="PATH", help="write one CSV row per stage")
     run.add_argument("--html", type=Path, metavar="PATH", help="write the HTML report")
@@ -274,6 +305,7 @@ def _build(args: argparse.Namespace) -> Any:
         workers=args.workers,
         seed=args.seed,
         request_usage=not args.no_usage,
+        max_buffered_response_bytes=args.memory_cap,
     )
 
 

@@ -13,7 +13,10 @@ from ..wire import backend_name
 from ._stats import SLO
 from ._workload import SyntheticWorkload, Workload
 
-__all__ = ["Concurrency", "Limits", "Load", "LoadTest", "Rate"]
+__all__ = ["RUN_MEMORY_CAP", "Concurrency", "Limits", "Load", "LoadTest", "Rate"]
+
+#: The response text a whole run may hold by default: 1 GiB (a sampler's own default).
+RUN_MEMORY_CAP = 1 << 30
 
 
 def _finite_seconds(_: object, attribute: attrs.Attribute[Any], value: float) -> None:
@@ -203,6 +206,9 @@ class LoadTest:
             Chat Completions profiles that leave ``stream_options.include_usage`` off
             (``openai_compatible``). Turn it off only for a strict server that rejects the
             field; the counts are then the client's (see ``docs/loadtest.md``).
+        max_buffered_response_bytes: the response text all the run's streams may hold
+            together (1 GiB; ``None``: no limit). Past it the largest streams fail
+            (counted as ``memory_cap`` errors, and the stage marked client-bound).
     """
 
     config: SamplerConfig
@@ -215,6 +221,10 @@ class LoadTest:
     client_cpu_bound: float = attrs.field(default=0.9, validator=attrs.validators.gt(0))
     client_lag_bound_ms: float = attrs.field(default=10.0, validator=attrs.validators.gt(0))
     request_usage: bool = True
+    max_buffered_response_bytes: int | None = attrs.field(
+        default=RUN_MEMORY_CAP,
+        validator=attrs.validators.optional(attrs.validators.ge(1)),
+    )
 
     def __attrs_post_init__(self) -> None:
         if not self.stages:
@@ -238,6 +248,7 @@ class LoadTest:
             "slo": self.slo.describe(),
             "workers": self.workers,
             "seed": self.seed,
+            "max_buffered_response_bytes": self.max_buffered_response_bytes,
         }
 
 

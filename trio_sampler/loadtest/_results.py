@@ -46,6 +46,7 @@ def summarize_stage(
     cpu_bound: float,
     lag_bound_ms: float,
     slo_given: bool,
+    memory_cap: int | None = None,
 ) -> dict[str, Any]:
     """The JSON summary of one stage's (merged) statistics."""
     window = stats.window_s
@@ -80,6 +81,13 @@ def summarize_stage(
     send_p99 = send_lag.get("p99")
     if isinstance(send_p99, float) and send_p99 >= lag_bound_ms:
         reasons.append(f"arrivals sent late, p99 {send_p99:.1f} ms (bound: {lag_bound_ms:g} ms)")
+    stopped = stats.errors.get("memory_cap", 0)
+    if stopped:
+        reasons.append(
+            f"the run's memory cap ({memory_cap or 0:,} bytes) stopped {stopped:,} "
+            "streams holding the most response text (raise --memory-cap if the server's "
+            "answers are that long)"
+        )
     return {
         "load": dict(load),
         "label": label,
@@ -134,6 +142,7 @@ def summarize_stage(
             "loop_lag_ms": loop_lag,
             "send_lag_ms": send_lag,
             "request_write_ms": histograms["request_write"].summary(0.001),
+            "memory_cap_bytes": memory_cap,
             "client_bound": bool(reasons),
             "reasons": reasons,
         },

@@ -46,6 +46,7 @@ def build_result(test: LoadTest, merged: list[StageStats]) -> LoadTestResult:
                 cpu_bound=test.client_cpu_bound,
                 lag_bound_ms=test.client_lag_bound_ms,
                 slo_given=test.slo.given,
+                memory_cap=test.max_buffered_response_bytes,
             )
         )
         for stage, stats in zip(test.stages, merged, strict=True)

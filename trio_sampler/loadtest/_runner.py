@@ -486,6 +486,21 @@ def _no_full_collections() -> Iterator[None]:
 _NEVER = 2**30
 
 
+def sampler_cap(
+    run_cap: int | None, *, worker_streams: int, all_streams: int, samplers: int
+) -> int | None:
+    """One sampler's part of the run's memory cap ``run_cap``.
+
+    A sampler accounts for the streams it carries; the run's streams are spread evenly
+    over its workers' samplers, so each sampler gets the cap in proportion to its streams
+    (never less than a byte) and the run as a whole holds at most ``run_cap``.
+    """
+    if run_cap is None:
+        return None
+    share = run_cap * min(worker_streams, all_streams) // all_streams
+    return max(1, share // samplers)
+
+
 async def run_stages(
     test: LoadTest,
     *,
@@ -510,6 +525,13 @@ async def run_stages(
     results: list[StageStats | None] = []
     shares = [stage.share(worker, test.workers) for stage in test.stages]
     peak = max((share.peak_streams for share in shares if share is not None), default=1)
+    count = -(-peak // STREAMS_PER_SAMPLER)
+    cap = sampler_cap(
+        test.max_buffered_response_bytes,
+        worker_streams=peak,
+        all_streams=max(stage.peak_streams for stage in test.stages),
+        samplers=count,
+    )
     async with AsyncExitStack() as stack:
         samplers = [
             await stack.enter_async_context(
@@ -518,9 +540,10 @@ async def run_stages(
                     doom_loop=DoomLoopPolicy(enabled=False),
                     seed=test.seed + number,
                     transport=transport,
+                    max_buffered_response_bytes=cap,
                 )
             )
-            for number in range(-(-peak // STREAMS_PER_SAMPLER))
+            for number in range(count)
         ]
         for index, stage in enumerate(test.stages):
             if before_stage is not None:
