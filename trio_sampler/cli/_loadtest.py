@@ -341,10 +341,6 @@ def run_loadtest(args: argparse.Namespace) -> int:
     errors = errors_table(result)
     if errors is not None:
         out.print(errors)
-    for stage in result.stages:
-        if stage.client_bound:
-            reasons = "; ".join(stage.summary["client"]["reasons"])
-            console.print(f"[yellow]{stage.label}: client-bound: {reasons}[/yellow]")
     if args.json:
         result.write_json(args.json)
     if args.csv:
@@ -376,7 +372,7 @@ def run_compare(args: argparse.Namespace) -> int:
     if missing is not None:
         return _fail(missing, 1)
 
-    from ..loadtest._display import compare_table
+    from ..loadtest._display import compare_table, pair_stages
     from ..loadtest._report import write_report
 
     try:
@@ -384,9 +380,16 @@ def run_compare(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         return _fail(str(exc))
     names = (args.a.stem, args.b.stem)
-    _stdout_console().print(compare_table(a, b, names))
+    if names[0] == names[1]:
+        names = (str(args.a), str(args.b))
+    pairs, warnings = pair_stages(a, b, names)
+    for warning in warnings:
+        _fail(f"warning: {warning}")
+    if not pairs:
+        return _fail(f"{names[0]} and {names[1]} have no stage at the same load to compare", 1)
+    _stdout_console().print(compare_table(pairs, names))
     if args.html:
-        write_report(args.html, [(names[0], a), (names[1], b)])
+        write_report(args.html, [(names[0], a), (names[1], b)], warnings=warnings)
     return 0
 
 

@@ -181,6 +181,14 @@ class Limits:
         return attrs.asdict(self)
 
 
+def _bytes_or_none(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(
+            f"{attribute.name} must be a whole number of bytes, at least 1 (e.g. 1 << 30), "
+            f"or None for no limit; got {value!r}"
+        )
+
+
 def _stages(stages: Iterable[Load]) -> tuple[Load, ...]:
     return tuple(stages)
 
@@ -223,7 +231,7 @@ class LoadTest:
     request_usage: bool = True
     max_buffered_response_bytes: int | None = attrs.field(
         default=RUN_MEMORY_CAP,
-        validator=attrs.validators.optional(attrs.validators.ge(1)),
+        validator=_bytes_or_none,
     )
 
     def __attrs_post_init__(self) -> None:
