@@ -115,7 +115,10 @@ def test_the_html_report_says_what_ran_where_and_why_the_client_was_bound() -> N
     # p90 and p95, the errors by kind, the reasons in plain text (not a tooltip).
     assert "<th>p90</th>" in text and "<th>p95</th>" in text
     assert "HTTP 529: the server is overloaded" in text and ">overloaded<" in text
-    assert "client-bound</span>: event-loop lag p99 50.0 ms" in text
+    assert (
+        "client-bound</span> (busiest worker 32% of a core, event-loop lag p99 50.0 ms): "
+        "event-loop lag p99 50.0 ms (bound: 10 ms)" in text
+    )
     assert "title=" not in text
     # Plots scale to the page.
     assert page.count("<svg") == 3 and "figure svg { max-width: 100%" in page

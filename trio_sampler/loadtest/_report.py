@@ -232,15 +232,14 @@ def _client(runs: Sequence[tuple[str, LoadTestResult]]) -> str:
         client = stage.summary["client"]
         busiest = max((w["cpu_fraction"] for w in client["workers"]), default=0.0)
         lag = client["loop_lag_ms"].get("p99")
+        measured = f"busiest worker {busiest:.0%} of a core, event-loop lag p99 {_ms(lag)} ms"
         state = (
-            '<span class="bound">client-bound</span>: ' + html.escape("; ".join(client["reasons"]))
+            f'<span class="bound">client-bound</span> ({measured}): '
+            + html.escape("; ".join(client["reasons"]))
             if client["client_bound"]
-            else "kept up"
+            else f"kept up ({measured})"
         )
-        items.append(
-            f"<li><b>{html.escape(label)}</b>: {state} (busiest worker {busiest:.0%} of a "
-            f"core, event-loop lag p99 {_ms(lag)} ms)</li>"
-        )
+        items.append(f"<li><b>{html.escape(label)}</b>: {state}</li>")
     return "<ul>" + "".join(items) + "</ul>"
 
 
