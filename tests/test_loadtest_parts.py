@@ -181,7 +181,7 @@ def test_histogram_encoding_round_trips_and_merges_across_processes() -> None:
     stats.window(10.0, 12.5)
     stats.window_start, stats.window_end = 10.0, 12.0
     stats.in_window(30, 40)
-    stats.client.append((0.5, 2.5, 1 << 20))
+    stats.client.append((0.5, 2.5, 1 << 20, 0.25))
     stats.second(0).sent = 3
     stats.second(0).ttft.update([120_000, 121_000])
     other = StageStats.from_wire(

@@ -53,7 +53,7 @@ def _stats(scale: int, *, lag_us: int = 200, failed: int = 0) -> StageStats:
     stats.window(100.0, 131.0)
     stats.in_window(9_876_543 * scale, 9_876_543 * scale)
     stats.window_completed = 12_345 * scale
-    stats.client.append((10.0, 31.0, 1 << 30))
+    stats.client.append((10.0, 31.0, 1 << 30, 20.0))
     return stats
 
 
@@ -91,6 +91,9 @@ def test_the_results_table_reads_whole_at_80_columns() -> None:
     assert "TTFT sched" in text and "pacing err" in text
     # Why the client was bound, in words.
     assert "C=1: client-bound: event-loop lag p99 50.0 ms" in text
+    # Late wake-ups while using little CPU: the process waited for one (the run queue).
+    words = " ".join(text.split())
+    assert "using only 32% of a core and waiting for a CPU 65% of the time" in words
 
 
 def test_the_live_table_reads_whole_at_60_columns() -> None:

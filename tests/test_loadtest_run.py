@@ -30,7 +30,7 @@ from trio_sampler.loadtest import (
     SyntheticWorkload,
     run_load_test,
 )
-from trio_sampler.loadtest._runner import _NEVER
+from trio_sampler.loadtest._runner import _NEVER, cpu_wait
 from trio_sampler.testing import EmulatorTransport
 
 BASE = "http://emulator.test/v1"
@@ -414,6 +414,9 @@ async def test_result_document_round_trips(autojump_clock: trio.abc.Clock, tmp_p
     assert data["schema"] == "trio-sampler.loadtest/2"
     assert data["target"]["extra_headers"] == ["x-emulator-script"]
     # The machine it ran on: a report is read elsewhere.
+    # How long the client was runnable but waited for a CPU, where the system says.
+    [worker] = data["stages"][0]["client"]["workers"]
+    assert (worker["cpu_wait_fraction"] is None) == (cpu_wait() is None)
     machine = data["machine"]
     assert machine["cores"] == os.cpu_count()
     assert machine["versions"]["trio"] == trio.__version__

@@ -53,14 +53,15 @@ def summarize_stage(
     per_s = (lambda n: n / window) if window > 0 else (lambda n: 0.0)
     throughput = per_s(stats.window_completed)
     histograms = stats.histograms
-    client_rows = [
+    client_rows: list[dict[str, Any]] = [
         {
             "cpu_s": cpu,
             "wall_s": wall,
             "cpu_fraction": cpu / wall if wall > 0 else 0.0,
+            "cpu_wait_fraction": None if waited is None or wall <= 0 else waited / wall,
             "peak_rss_bytes": rss,
         }
-        for cpu, wall, rss in stats.client
+        for cpu, wall, rss, waited in stats.client
     ]
     loop_lag = histograms["loop_lag"].summary(0.001)
     send_lag = histograms["send_lag"].summary(0.001)
@@ -73,8 +74,13 @@ def summarize_stage(
         reason = f"event-loop lag p99 {lag_p99:.1f} ms (bound: {lag_bound_ms:g} ms)"
         if busiest < cpu_bound:
             # Late wake-ups without a busy process: it was waiting for a CPU.
+            waited = max(
+                (w / wall for _, wall, _, w in stats.client if w is not None and wall > 0),
+                default=None,
+            )
+            waiting = "" if waited is None else f" and waiting for a CPU {waited:.0%} of the time"
             reason += (
-                f" while using only {busiest:.0%} of a core: the machine's CPUs are "
+                f" while using only {busiest:.0%} of a core{waiting}: the machine's CPUs are "
                 "oversubscribed (other processes, or the server itself)"
             )
         reasons.append(reason)

@@ -112,6 +112,19 @@ def _peak_rss() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def cpu_wait() -> float | None:
+    """Seconds this process's main thread has been runnable but waiting for a CPU (the
+    run queue), from Linux's ``/proc/self/schedstat``; ``None`` elsewhere.
+
+    A client whose event loop wakes late while it uses little CPU was waiting here: the
+    machine's cores were busy with other processes (or the server)."""
+    try:
+        with open("/proc/self/schedstat", encoding="ascii") as file:
+            return int(file.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _latencies(
     metrics: RequestMetrics | None, submitted: float, first: float | None, done: float
 ) -> tuple[float | None, float, float | None]:
@@ -402,6 +415,7 @@ class StageRunner:
     async def run(self) -> StageStats:
         """Send the stage's load, drain, and return its statistics."""
         cpu_start = time.process_time()
+        wait_start = cpu_wait()
         wall_start = time.monotonic()
         start = self.start = trio.current_time()
         self.progress.started_at = start
@@ -412,8 +426,10 @@ class StageRunner:
             end = self.window_end if self.window_end is not None else trio.current_time()
             self.stats.window_start = self.measure_start + self.offset
             self.stats.window_end = end + self.offset
+        wait_end = cpu_wait()
+        waited = None if wait_start is None or wait_end is None else wait_end - wait_start
         self.stats.client.append(
-            (time.process_time() - cpu_start, time.monotonic() - wall_start, _peak_rss())
+            (time.process_time() - cpu_start, time.monotonic() - wall_start, _peak_rss(), waited)
         )
         return self.stats
 

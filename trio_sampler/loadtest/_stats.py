@@ -274,8 +274,9 @@ class StageStats:
     window_completed: int = 0
     window_input_tokens: int = 0
     window_output_tokens: int = 0
-    #: Per worker: (CPU seconds, wall seconds, peak RSS bytes).
-    client: list[tuple[float, float, int]] = attrs.field(factory=list)
+    #: Per worker: (CPU seconds, wall seconds, peak RSS bytes, seconds runnable but
+    #: waiting for a CPU: ``None`` where the system does not say).
+    client: list[tuple[float, float, int, float | None]] = attrs.field(factory=list)
     #: Per second of the stage (from its start): TTFT values (rounded µs, by count) of
     #: the requests sent in that second, and requests sent, completed and output tokens.
     timeline: dict[int, Second] = attrs.field(factory=dict)
