@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import io
 import itertools
 import os
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import orjson
 import pytest
 import trio
+from rich.console import Console
 
 from trio_sampler import SamplerConfig
 from trio_sampler._receive_time import kernel_timestamps_available
@@ -30,7 +32,9 @@ from trio_sampler.loadtest import (
     SyntheticWorkload,
     run_load_test,
 )
+from trio_sampler.loadtest._display import summary_table
 from trio_sampler.loadtest._runner import _NEVER, cpu_wait
+from trio_sampler.loadtest._words import shared_read_words
 from trio_sampler.testing import EmulatorTransport
 
 BASE = "http://emulator.test/v1"
@@ -94,8 +98,9 @@ async def test_reported_ttft_and_itl_match_the_programmed_pacing(
     for values, expected in ((ttft, 120.0), (itl, 15.0), (tpot, 15.0)):
         assert values["p50"] == pytest.approx(expected, abs=1.0)
         assert values["p99"] == pytest.approx(expected, abs=5.0)
-    # 12 tokens: 11 gaps per request.
+    # 12 tokens: 11 gaps per request, each token in a read of its own.
     assert itl["count"] == 11 * 2 * streams
+    assert stage.summary["itl_shared_read_fraction"] == 0.0
     # The emulator reports usage, and the results say the counts are the server's.
     assert stage.summary["tokens"]["output"] == 12 * 2 * streams
     assert stage.summary["tokens"]["output_source"] == "server"
@@ -626,3 +631,22 @@ def test_the_runs_memory_cap_is_shared_by_its_samplers() -> None:
     assert sampler_cap(gib, worker_streams=8, all_streams=8, samplers=1) == gib
     assert sampler_cap(None, worker_streams=8, all_streams=8, samplers=1) is None
     assert sampler_cap(10, worker_streams=1, all_streams=1000, samplers=1) == 1
+
+
+async def test_events_that_share_a_read_are_counted_and_noted(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Every token at once: each comes with the one before it, its gap 0.
+    test = LoadTest(
+        _paced(50, 0),
+        [Concurrency(2)],
+        SyntheticWorkload(Fixed(8), Fixed(6)),
+        Limits(duration_s=None, requests=4),
+    )
+    result = await _run(test)
+    [stage] = result.stages
+    assert stage.summary["itl_shared_read_fraction"] == 1.0
+    assert shared_read_words(stage.summary).startswith("100.0% of the token gaps are 0")
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(summary_table(result))
+    assert "C=2: 100.0% of the token gaps are 0" in console.export_text()

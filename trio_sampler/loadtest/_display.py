@@ -15,7 +15,7 @@ from rich.text import Text
 from ._results import LoadTestResult, StageResult
 from ._runner import Progress
 from ._stats import counter_percentile
-from ._words import slo_words, tokens_words
+from ._words import shared_read_words, slo_words, tokens_words
 
 __all__ = [
     "LiveDisplay",
@@ -172,6 +172,9 @@ def summary_table(result: LoadTestResult) -> Group:
             latency.add_row(stage.label if index == 0 else "", name, *cells)
         latency.add_section()
         notes.append(f"{stage.label}: tokens from {tokens_words(stage.summary['tokens'])}")
+        shared = shared_read_words(stage.summary)
+        if shared:
+            notes.append(f"{stage.label}: {shared}")
         notes += [f"{stage.label}: client-bound: {r}" for r in stage.summary["client"]["reasons"]]
     return Group(rates, latency, *(Text(note) for note in notes))
 

@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from ._results import LoadTestResult, StageResult
-from ._words import limits_words, machine_words, slo_words, tokens_words, workload_words
+from ._words import (
+    limits_words,
+    machine_words,
+    shared_read_words,
+    slo_words,
+    tokens_words,
+    workload_words,
+)
 
 __all__ = ["render_report", "write_report"]
 
@@ -239,7 +246,9 @@ def _client(runs: Sequence[tuple[str, LoadTestResult]]) -> str:
             if client["client_bound"]
             else f"kept up ({measured})"
         )
-        items.append(f"<li><b>{html.escape(label)}</b>: {state}</li>")
+        shared = shared_read_words(stage.summary)
+        note = f" {html.escape(shared[0].upper() + shared[1:])}." if shared else ""
+        items.append(f"<li><b>{html.escape(label)}</b>: {state}.{note}</li>")
     return "<ul>" + "".join(items) + "</ul>"
 
 

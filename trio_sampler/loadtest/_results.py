@@ -38,6 +38,13 @@ def _source(from_server: int, completed: int, fallback: str, best: str = "server
     return fallback if from_server == 0 else "mixed"
 
 
+def shared_reads(stats: StageStats) -> float | None:
+    """The share of ITL gaps that were zero: events that arrived in one read with the
+    event before. ``None`` without gaps."""
+    gaps = stats.histograms["itl"].count
+    return stats.shared_read_gaps / gaps if gaps else None
+
+
 def summarize_stage(
     load: Mapping[str, Any],
     label: str,
@@ -133,6 +140,7 @@ def summarize_stage(
         },
         "latency_ms": {name: histograms[name].summary(0.001) for name in LATENCY_METRICS},
         "latency_timed_from": _source(stats.wire_timed, stats.completed, "submit", "wire"),
+        "itl_shared_read_fraction": shared_reads(stats),
         "stream_output_tokens_per_s": histograms["stream_output_tps"].summary(0.001),
         "open_loop": (
             {

@@ -361,6 +361,8 @@ class StageRunner:
                 histograms["ttft_from_schedule"].record(round((ttft + late) * 1e6))
         if gaps:
             histograms["itl"].record_many(gaps)
+            # Events of one read share its stamp (the arrival of its last bytes).
+            stats.shared_read_gaps += gaps.count(0)
         if e2e > 0:
             histograms["stream_output_tps"].record(round(output / e2e * 1000))
         if self._good(ttft, tpot, e2e):

@@ -265,6 +265,9 @@ class StageStats:
     #: How many completed requests' latencies were timed from the wire (the request's
     #: write), not from the submit (a transport that does not report the write).
     wire_timed: int = 0
+    #: ITL gaps of zero: an output event that arrived in the same network read as the one
+    #: before it (the server sent them together, or the client read late).
+    shared_read_gaps: int = 0
     first_sent: float | None = None
     last_done: float | None = None
     #: The measured window (same clock): from the first measured send to the stop.
@@ -336,6 +339,7 @@ class StageStats:
             "input_from_server",
             "output_from_server",
             "wire_timed",
+            "shared_read_gaps",
             "window_completed",
             "window_input_tokens",
             "window_output_tokens",

@@ -9,6 +9,7 @@ __all__ = [
     "length_words",
     "limits_words",
     "machine_words",
+    "shared_read_words",
     "slo_words",
     "tokens_words",
     "workload_words",
@@ -128,4 +129,21 @@ def tokens_words(tokens: Mapping[str, Any]) -> str:
         return _TOKEN_SOURCES.get(output, output)
     return (
         f"output: {_TOKEN_SOURCES.get(output, output)}, input: {_TOKEN_SOURCES.get(given, given)}"
+    )
+
+
+#: The share of zero ITL gaps from which a stage's note says so.
+SHARED_READS_NOTED = 0.01
+
+
+def shared_read_words(summary: Mapping[str, Any]) -> str:
+    """A note when many output events arrived in one read with the event before (empty
+    otherwise): their gaps read 0 and the gap before them is stamped one read late."""
+    fraction = summary.get("itl_shared_read_fraction")
+    if not isinstance(fraction, float) or fraction < SHARED_READS_NOTED:
+        return ""
+    return (
+        f"{fraction:.1%} of the token gaps are 0: those events came in one network read "
+        "with the event before (sent together, or read late); a read is stamped with its "
+        "last bytes, so the gap before such a pair counts both"
     )
