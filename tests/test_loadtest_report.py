@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import io
 import re
+from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from trio_sampler import SamplerConfig
+from trio_sampler.cli import main
 from trio_sampler.loadtest import (
     SLO,
     Concurrency,
@@ -155,10 +157,8 @@ def test_workloads_in_words(workload: SyntheticWorkload, words: str) -> None:
     assert "{" not in workload_words(workload.describe())
 
 
-def test_a_dataset_limits_and_slos_in_words(tmp_path: object) -> None:
-    from pathlib import Path
-
-    path = Path(str(tmp_path)) / "chats.jsonl"
+def test_a_dataset_limits_and_slos_in_words(tmp_path: Path) -> None:
+    path = tmp_path / "chats.jsonl"
     described = DatasetWorkload(path, limit=500).describe()
     assert workload_words(described) == (
         "the first 500 conversations of the dataset chats.jsonl, output tokens the "
@@ -169,3 +169,26 @@ def test_a_dataset_limits_and_slos_in_words(tmp_path: object) -> None:
         "(whichever comes first), then up to 60 s for the requests in flight"
     )
     assert slo_words({}).startswith("no SLO given")
+
+
+def test_compare_from_the_command_line_warns_on_stderr_and_pairs_by_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before, after = tmp_path / "before.json", tmp_path / "after.json"
+    _result([Concurrency(1), Concurrency(2)]).write_json(before)
+    _result([Concurrency(2), Concurrency(4)]).write_json(after)
+    page = tmp_path / "compare.html"
+    assert main(["loadtest", "compare", str(before), str(after), "--html", str(page)]) == 0
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [
+        "trio-sampler loadtest: warning: before C=1 has no stage at that load in after",
+        "trio-sampler loadtest: warning: after C=4 has no stage at that load in before",
+    ]
+    assert "C=2" in out and "C=1 " not in out and "C=4" not in out
+    assert "Warning: before C=1 has no stage at that load in after" in page.read_text()
+    # Nothing in common: nothing to compare.
+    _result([Concurrency(8)]).write_json(after)
+    assert main(["loadtest", "compare", str(before), str(after)]) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "trio-sampler loadtest: before and after have no stage at the same load to compare"
+    )
