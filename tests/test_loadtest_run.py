@@ -622,7 +622,7 @@ async def test_one_memory_cap_for_the_run_reported_when_it_stops_streams(
 
 
 def test_the_runs_memory_cap_is_shared_by_its_samplers() -> None:
-    from trio_sampler.loadtest._runner import sampler_cap
+    from trio_sampler.loadtest._runner import sampler_cap, worker_peaks
 
     # One GiB for 1,000 streams over two workers: each worker's 500 streams run on five
     # samplers of 100, each with a tenth of the whole (one cap, not one per 100 streams).
@@ -631,6 +631,13 @@ def test_the_runs_memory_cap_is_shared_by_its_samplers() -> None:
     assert sampler_cap(gib, worker_streams=8, all_streams=8, samplers=1) == gib
     assert sampler_cap(None, worker_streams=8, all_streams=8, samplers=1) is None
     assert sampler_cap(10, worker_streams=1, all_streams=1000, samplers=1) == 1
+    # The workers' most streams at once add up to the whole: closed loop, and an open
+    # loop (without a cap on the requests in flight, 1,024 a worker) split over two.
+    three = LoadTest(_config(), [Concurrency(8), Concurrency(1000)], workers=3)
+    assert worker_peaks(three) == [334, 333, 333]
+    two = LoadTest(_config(), [Rate(50)], workers=2)
+    assert worker_peaks(two) == [1024, 1024]
+    assert sampler_cap(gib, worker_streams=1024, all_streams=2048, samplers=11) == gib // 2 // 11
 
 
 async def test_events_that_share_a_read_are_counted_and_noted(

@@ -504,14 +504,25 @@ def _no_full_collections() -> Iterator[None]:
 _NEVER = 2**30
 
 
+def worker_peaks(test: LoadTest) -> list[int]:
+    """The most streams each worker runs at once, over the stages (0: none)."""
+    peaks = []
+    for worker in range(test.workers):
+        shares = [stage.share(worker, test.workers) for stage in test.stages]
+        peaks.append(max((s.peak_streams for s in shares if s is not None), default=0))
+    return peaks
+
+
 def sampler_cap(
     run_cap: int | None, *, worker_streams: int, all_streams: int, samplers: int
 ) -> int | None:
     """One sampler's part of the run's memory cap ``run_cap``.
 
-    A sampler accounts for the streams it carries; the run's streams are spread evenly
-    over its workers' samplers, so each sampler gets the cap in proportion to its streams
-    (never less than a byte) and the run as a whole holds at most ``run_cap``.
+    A sampler accounts for the streams it carries; a worker's streams are spread evenly
+    over its samplers, and the workers get the cap in proportion to their most streams
+    at once (``worker_streams`` of ``all_streams``, the sum over the workers), so each
+    sampler gets its share (never less than a byte) and the run as a whole holds at most
+    ``run_cap``.
     """
     if run_cap is None:
         return None
@@ -541,13 +552,13 @@ async def run_stages(
     # A clock the machine's processes share, so merged windows line up.
     offset = time.monotonic() - trio.current_time()
     results: list[StageStats | None] = []
-    shares = [stage.share(worker, test.workers) for stage in test.stages]
-    peak = max((share.peak_streams for share in shares if share is not None), default=1)
+    peaks = worker_peaks(test)
+    peak = max(peaks[worker], 1)
     count = -(-peak // STREAMS_PER_SAMPLER)
     cap = sampler_cap(
         test.max_buffered_response_bytes,
         worker_streams=peak,
-        all_streams=max(stage.peak_streams for stage in test.stages),
+        all_streams=max(sum(peaks), 1),
         samplers=count,
     )
     async with AsyncExitStack() as stack:
