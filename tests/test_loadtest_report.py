@@ -140,6 +140,17 @@ def test_compare_pairs_stages_by_load_and_warns_about_the_rest() -> None:
     ]
     same, none = pair_stages(a, a, ("a", "a2"))
     assert len(same) == 2 and none == []
+    # Settings that differ are said in words.
+    other = _result([Concurrency(1)])
+    other = LoadTestResult(
+        test={**other.test, "limits": Limits(duration_s=60).describe()}, stages=other.stages
+    )
+    _, [warning] = pair_stages(_result([Concurrency(1)]), other, ("a", "b"))
+    assert warning == (
+        "the runs' limits differ: each stage: a warm-up of 5 s not measured, then measured "
+        "for 30 s, then up to 60 s for the requests in flight / each stage: measured for "
+        "60 s, then up to 60 s for the requests in flight"
+    )
 
 
 @pytest.mark.parametrize(
@@ -164,9 +175,10 @@ def test_a_dataset_limits_and_slos_in_words(tmp_path: Path) -> None:
         "the first 500 conversations of the dataset chats.jsonl, output tokens the "
         "dataset's own at most"
     )
-    assert limits_words(Limits(duration_s=30, warmup_s=5, warmup_requests=10).describe()) == (
+    limits = Limits(duration_s=30, requests=500, warmup_s=5, warmup_requests=10)
+    assert limits_words(limits.describe()) == (
         "each stage: a warm-up of 5 s and 10 requests not measured, then measured for 30 s "
-        "(whichever comes first), then up to 60 s for the requests in flight"
+        "or 500 requests (whichever comes first), then up to 60 s for the requests in flight"
     )
     assert slo_words({}).startswith("no SLO given")
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from rich import box
 from rich.console import Console, Group
@@ -15,7 +16,7 @@ from rich.text import Text
 from ._results import LoadTestResult, StageResult
 from ._runner import Progress
 from ._stats import counter_percentile
-from ._words import shared_read_words, slo_words, tokens_words
+from ._words import limits_words, shared_read_words, slo_words, tokens_words, workload_words
 
 __all__ = [
     "LiveDisplay",
@@ -202,6 +203,28 @@ def _load_key(stage: StageResult) -> tuple[str, float]:
     )
 
 
+def _target_words(target: Mapping[str, Any]) -> str:
+    extra = f", extra body {dict(target['extra_body'])}" if target.get("extra_body") else ""
+    return f"{target.get('model')} at {target.get('base_url')} ({target.get('backend')}){extra}"
+
+
+def _load_words(load: Mapping[str, Any]) -> str:
+    if load["kind"] == "concurrency":
+        return f"{load['streams']} streams, ramp {load.get('ramp_s', 0):g} s"
+    cap = load.get("max_in_flight")
+    in_flight = "" if cap is None else f", at most {cap} in flight"
+    return f"{load['per_second']:g}/s {load.get('arrivals')} arrivals{in_flight}"
+
+
+#: The settings two compared runs should share, and how each is said.
+_SETTINGS: dict[str, Callable[[Any], str]] = {
+    "target": _target_words,
+    "workload": workload_words,
+    "limits": limits_words,
+    "workers": lambda workers: f"{workers} worker(s)",
+}
+
+
 def pair_stages(
     a: LoadTestResult, b: LoadTestResult, names: tuple[str, str]
 ) -> tuple[list[tuple[StageResult, StageResult]], list[str]]:
@@ -217,15 +240,14 @@ def pair_stages(
             if _load_key(stage) not in matched:
                 other = names[1] if name == names[0] else names[0]
                 warnings.append(f"{name} {stage.label} has no stage at that load in {other}")
-    for key in ("target", "workload", "limits", "workers"):
+    for key, words in _SETTINGS.items():
         if a.test.get(key) != b.test.get(key):
-            warnings.append(f"the runs' {key} differ: {a.test.get(key)} / {b.test.get(key)}")
+            first, second = (words(r.test.get(key) or {}) for r in (a, b))
+            warnings.append(f"the runs' {key} differ: {first} / {second}")
     for stage_a, stage_b in pairs:
         if stage_a.load != stage_b.load:
-            warnings.append(
-                f"{stage_a.label}: the loads differ in detail: {dict(stage_a.load)} / "
-                f"{dict(stage_b.load)}"
-            )
+            first, second = (_load_words(s.load) for s in (stage_a, stage_b))
+            warnings.append(f"{stage_a.label}: the loads differ: {first} / {second}")
     return pairs, warnings
 
 

@@ -75,8 +75,9 @@ def limits_words(limits: Mapping[str, Any]) -> str:
     if limits.get("requests") is not None:
         stop.append(f"{limits['requests']:,} requests")
     start = f"a warm-up of {' and '.join(warm)} not measured, then " if warm else ""
+    first = " (whichever comes first)" if len(stop) > 1 else ""
     return (
-        f"each stage: {start}measured for {' or '.join(stop)} (whichever comes first), "
+        f"each stage: {start}measured for {' or '.join(stop)}{first}, "
         f"then up to {limits.get('drain_timeout_s', 0):g} s for the requests in flight"
     )
 
