@@ -117,6 +117,9 @@ async def test_open_loop_from_the_command_line(emulator: EmulatorFixture, tmp_pa
         (["--input-tokens", "lots"], "uniform:LOW:HIGH"),
         (["--api-key-env", "LOADTEST_UNSET_VARIABLE"], "empty or unset"),
         (["--dataset", "missing.jsonl"], "missing.jsonl"),
+        (["--fail-if", "ttft.p99"], "write METRIC>VALUE, e.g. ttft.p99>500ms"),
+        (["--memory-cap", "lots"], "write a size such as 1GiB, 512MiB or 65536"),
+        (["--memory-cap", "0"], "at least one byte"),
     ],
 )
 def test_bad_arguments_exit_2_naming_the_problem(
@@ -129,6 +132,13 @@ def test_bad_arguments_exit_2_naming_the_problem(
         status = int(exc.code or 0)
     assert status == 2
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("text", "size"), [("1GiB", 1 << 30), ("512MiB", 512 << 20), ("65536", 65536), ("none", None)]
+)
+def test_memory_cap_sizes(text: str, size: int | None) -> None:
+    assert _loadtest._size(text) == size
 
 
 def test_bad_results_file_is_one_line(tmp_path: Path) -> None:
@@ -151,3 +161,31 @@ def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _loadtest._missing_extra() == (
         "needs the loadtest extra: pip install 'trio-sampler[loadtest]' (hdrh is not installed)"
     )
+
+
+def test_against_a_dead_server_it_exits_1_listing_the_error_kinds(tmp_path: Path) -> None:
+    # Port 9 (discard) has no listener on loopback: every connection is refused.
+    path = tmp_path / "dead.json"
+    result = run(
+        "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--concurrency", "2",
+        "--requests", "6", "--no-progress", "--json", str(path),
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "trio-sampler loadtest: failed: C=2: every request failed (transport 6)" in result.stderr
+    # The table lists the error kinds with an example message.
+    assert "transport" in result.stdout and "6" in result.stdout
+    stage = orjson.loads(path.read_bytes())["stages"][0]
+    assert stage["requests"]["errors"] == {"transport": 6}
+    assert stage["requests"]["error_examples"]["transport"]
+
+
+async def test_fail_if_exits_1_with_a_one_line_reason(emulator: EmulatorFixture) -> None:
+    args = [
+        *_target(emulator), "--concurrency", "1", "--requests", "2", "--output-tokens", "3",
+        "--no-progress", "--fail-if", "ttft.p50>1ms", "--fail-if", "error_rate>1%",
+    ]  # fmt: skip
+    result = await trio.to_thread.run_sync(lambda: run(*args))
+    assert result.returncode == 1
+    [line] = [line for line in result.stderr.splitlines() if "fail" in line]
+    assert line.startswith("trio-sampler loadtest: failed: C=1: ttft.p50 ")
+    assert line.endswith(" ms (ttft.p50>1ms)")

@@ -46,6 +46,7 @@ EXTRA_PACKAGES = {
     "opentelemetry": "otel",
     "coredis": "fleet",
     "hdrh": "loadtest",
+    "pydantic": "structured",
 }
 
 

@@ -177,19 +177,26 @@ def test_histogram_encoding_round_trips_and_merges_across_processes() -> None:
     stats = StageStats()
     stats.histograms["ttft"].record_many([120_000, 121_000, 119_500])
     stats.started = stats.completed = 3
-    stats.error("overloaded")
+    stats.error("overloaded", "HTTP 529: Overloaded")
     stats.window(10.0, 12.5)
-    stats.client.append((0.5, 2.5, 1 << 20))
+    stats.window_start, stats.window_end = 10.0, 12.0
+    stats.in_window(30, 40)
+    stats.client.append((0.5, 2.5, 1 << 20, 0.25))
     stats.second(0).sent = 3
     stats.second(0).ttft.update([120_000, 121_000])
     other = StageStats.from_wire(
         orjson.loads(orjson.dumps(stats.to_wire(), option=orjson.OPT_NON_STR_KEYS))
     )
     other.window(9.0, 11.0)
+    other.window_start, other.window_end = 9.5, 11.5
     stats.merge(other)
     assert stats.histograms["ttft"].count == 6
     assert stats.completed == 6 and stats.errors == {"overloaded": 2}
     assert stats.duration == pytest.approx(3.5)
+    # The workers' measured windows make one, their completions in it add up.
+    assert stats.window_s == pytest.approx(2.5)
+    assert (stats.window_completed, stats.window_output_tokens) == (2, 80)
+    assert stats.error_examples == {"overloaded": "HTTP 529: Overloaded"}
     assert len(stats.client) == 2
     [row] = stats.timeline_rows()
     assert row["sent"] == 6 and row["ttft_p50_ms"] == pytest.approx(120, rel=0.001)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import functools
 import gc
+import io
 import itertools
+import os
 from typing import Any
 
 import orjson
 import pytest
 import trio
+from rich.console import Console
 
 from trio_sampler import SamplerConfig
 from trio_sampler._receive_time import kernel_timestamps_available
@@ -29,7 +32,9 @@ from trio_sampler.loadtest import (
     SyntheticWorkload,
     run_load_test,
 )
-from trio_sampler.loadtest._runner import _NEVER
+from trio_sampler.loadtest._display import summary_table
+from trio_sampler.loadtest._runner import _NEVER, cpu_wait
+from trio_sampler.loadtest._words import shared_read_words
 from trio_sampler.testing import EmulatorTransport
 
 BASE = "http://emulator.test/v1"
@@ -93,8 +98,9 @@ async def test_reported_ttft_and_itl_match_the_programmed_pacing(
     for values, expected in ((ttft, 120.0), (itl, 15.0), (tpot, 15.0)):
         assert values["p50"] == pytest.approx(expected, abs=1.0)
         assert values["p99"] == pytest.approx(expected, abs=5.0)
-    # 12 tokens: 11 gaps per request.
+    # 12 tokens: 11 gaps per request, each token in a read of its own.
     assert itl["count"] == 11 * 2 * streams
+    assert stage.summary["itl_shared_read_fraction"] == 0.0
     # The emulator reports usage, and the results say the counts are the server's.
     assert stage.summary["tokens"]["output"] == 12 * 2 * streams
     assert stage.summary["tokens"]["output_source"] == "server"
@@ -351,8 +357,9 @@ async def test_goodput_against_slos(
     )
     [stage] = (await _run(test)).stages
     assert stage.summary["goodput"]["fraction"] == good
-    duration = stage.summary["duration_s"]
-    assert stage.summary["goodput"]["requests_per_s"] == pytest.approx(good * 20 / duration)
+    throughput = stage.summary["throughput"]["requests_per_s"]
+    assert throughput > 0
+    assert stage.summary["goodput"]["requests_per_s"] == pytest.approx(good * throughput)
 
 
 async def test_drain_timeout_cancels_and_counts_unfinished(
@@ -411,8 +418,242 @@ async def test_result_document_round_trips(autojump_clock: trio.abc.Clock, tmp_p
     data = orjson.loads(path.read_bytes())
     assert data["schema"] == "trio-sampler.loadtest/2"
     assert data["target"]["extra_headers"] == ["x-emulator-script"]
+    # The machine it ran on: a report is read elsewhere.
+    # How long the client was runnable but waited for a CPU, where the system says.
+    [worker] = data["stages"][0]["client"]["workers"]
+    assert (worker["cpu_wait_fraction"] is None) == (cpu_wait() is None)
+    machine = data["machine"]
+    assert machine["cores"] == os.cpu_count()
+    assert machine["versions"]["trio"] == trio.__version__
     assert "sk-test" not in path.read_text()
     stage = StageResult(data["stages"][1])
     assert stage.histogram("ttft").count == 8
     rows = result.csv().splitlines()
     assert len(rows) == 3 and rows[1].startswith("C=1,concurrency,1,")
+
+
+class CompletionsApp(LimitedApp):
+    """The emulator noting when it finished each response (its completion rate is the
+    truth a load generator's throughput is checked against)."""
+
+    def __init__(self, slots: int = 10_000) -> None:
+        super().__init__(slots)
+        self.completions: list[float] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async def noting_the_end(message: Any) -> None:
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                self.completions.append(trio.current_time())
+
+        await super().__call__(scope, receive, noting_the_end)
+
+
+def _server_rate(app: CompletionsApp, start: float, end: float) -> float:
+    """Responses the server finished per second between ``start`` and ``end``."""
+    return sum(start <= at < end for at in app.completions) / (end - start)
+
+
+@pytest.mark.parametrize(
+    ("load", "warmup_s"),
+    [
+        # 10 streams, 285 ms per request (120 + 11 * 15): 35.1 requests/s. Reported over
+        # "first send to last end", it was 5 % low (the last requests' E2E in the window).
+        (Concurrency(10, ramp_s=0.3), 1.0),
+        # Below capacity an open loop completes what arrives: 20/s.
+        (Rate(20, "poisson"), 1.0),
+        # Past capacity (4 slots: 14 requests/s) it completes what the server can.
+        (Rate(30, "constant", max_in_flight=400), 2.0),
+    ],
+)
+async def test_throughput_is_the_servers_completion_rate(
+    autojump_clock: trio.abc.Clock, load: Concurrency | Rate, warmup_s: float
+) -> None:
+    app = CompletionsApp(slots=4 if isinstance(load, Rate) and load.per_second == 30 else 10_000)
+    test = LoadTest(
+        _paced(120, 15),
+        [load],
+        SyntheticWorkload(Fixed(16), Fixed(12)),
+        Limits(duration_s=10.0, warmup_s=warmup_s, drain_timeout_s=600),
+        seed=3,
+    )
+    start = trio.current_time()
+    [stage] = (await _run(test, app)).stages
+    throughput = stage.summary["throughput"]
+    assert throughput["window_s"] == pytest.approx(10.0, abs=0.06)
+    server = _server_rate(app, start + warmup_s, start + warmup_s + 10.0)
+    assert throughput["requests_per_s"] == pytest.approx(server, rel=0.02)
+    assert throughput["output_tokens_per_s"] == pytest.approx(12 * server, rel=0.02)
+
+
+async def test_a_short_open_loop_reports_the_rate_it_offered(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # 0.2 requests/s for 10 s: two requests of 0.3 s each. Divided by first send to last
+    # end of one request it read 2.8 requests/s; over the window it is what happened.
+    test = LoadTest(
+        _paced(120, 15),
+        [Rate(0.2, "constant")],
+        SyntheticWorkload(Fixed(16), Fixed(12)),
+        Limits(duration_s=10.0),
+    )
+    [stage] = (await _run(test)).stages
+    assert stage.summary["requests"]["completed"] == 2
+    assert stage.summary["throughput"]["requests_per_s"] == pytest.approx(0.2)
+
+
+async def test_open_loop_reports_latency_from_the_schedule_and_the_pacing_error(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # One slot, 0.285 s per request, arrivals every 0.25 s: each waits a little longer in
+    # the server's queue. Sent on time, the latency from the schedule is the latency.
+    test = LoadTest(
+        _paced(120, 15),
+        [Rate(4, "constant")],
+        SyntheticWorkload(Fixed(16), Fixed(12)),
+        Limits(duration_s=2.0, drain_timeout_s=60),
+    )
+    [stage] = (await _run(test, LimitedApp(1))).stages
+    open_loop = stage.summary["open_loop"]
+    assert open_loop["pacing_error_ms"]["count"] == 8
+    assert open_loop["pacing_error_ms"]["p99"] < 0.01
+    for metric in ("ttft", "e2e"):
+        scheduled = open_loop[f"{metric}_from_schedule_ms"]
+        actual = stage.summary["latency_ms"][metric]
+        assert scheduled["count"] == actual["count"] == 8
+        assert scheduled["p99"] == pytest.approx(actual["p99"], abs=0.5)
+    longest = stage.latency("ttft", "max")
+    assert longest is not None and longest > 300  # queued behind the others
+
+
+async def test_open_loop_latency_from_the_schedule_counts_a_late_send(
+    autojump_clock: trio.abc.Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A client that falls behind its schedule: every send is 50 ms late. The server's
+    # latency does not show it; the latency from the schedule (what a user whose request
+    # waited in the client's queue sees) and the pacing error do.
+    from trio_sampler.loadtest import _runner
+
+    real = _runner.StageRunner.one
+
+    async def late(self: Any, sampler: Any, item: Any, measured: bool, due: Any) -> None:
+        await trio.sleep(0.05)
+        await real(self, sampler, item, measured, due)
+
+    monkeypatch.setattr(_runner.StageRunner, "one", late)
+    test = LoadTest(
+        _paced(100, 10),
+        [Rate(4, "constant")],
+        SyntheticWorkload(Fixed(16), Fixed(4)),
+        Limits(duration_s=2.0),
+    )
+    [stage] = (await _run(test)).stages
+    open_loop = stage.summary["open_loop"]
+    assert open_loop["pacing_error_ms"]["p50"] == pytest.approx(50, abs=0.1)
+    assert stage.latency("ttft", "p50") == pytest.approx(100, abs=0.5)
+    assert open_loop["ttft_from_schedule_ms"]["p50"] == pytest.approx(150, abs=0.5)
+    assert stage.summary["open_loop"] is not None
+
+
+async def test_a_closed_loop_has_no_schedule(autojump_clock: trio.abc.Clock) -> None:
+    test = LoadTest(
+        _paced(10, 1),
+        [Concurrency(1)],
+        SyntheticWorkload(Fixed(8), Fixed(2)),
+        Limits(duration_s=None, requests=2),
+    )
+    [stage] = (await _run(test)).stages
+    assert stage.summary["open_loop"] is None
+
+
+@pytest.mark.parametrize("request_usage", [True, False])
+async def test_token_counts_are_the_servers_on_the_generic_provider(
+    autojump_clock: trio.abc.Clock, request_usage: bool
+) -> None:
+    # The generic profile leaves stream_options off (strict servers reject unknown fields);
+    # a load test asks for usage anyway unless told not to, so the counts are the server's.
+    app = EmulatorApp()
+    config = SamplerConfig.for_provider(
+        "openai_compatible",
+        base_url=BASE,
+        model="gpt-4o-mini",
+        extra_headers={"x-emulator-script": orjson.dumps({"scenario": "usage"}).decode()},
+    )
+    test = LoadTest(
+        config,
+        [Concurrency(1)],
+        SyntheticWorkload(Fixed(16), Fixed(4)),
+        Limits(duration_s=None, requests=2),
+        request_usage=request_usage,
+    )
+    [stage] = (await _run(test, app)).stages
+    [body, _] = [r["body"] for r in app.requests("usage")]
+    tokens = stage.summary["tokens"]
+    if request_usage:
+        assert body["stream_options"] == {"include_usage": True}
+        assert (tokens["input_source"], tokens["output_source"]) == ("server", "server")
+    else:
+        assert "stream_options" not in body
+        assert (tokens["input_source"], tokens["output_source"]) == ("planned", "counted")
+
+
+async def test_one_memory_cap_for_the_run_reported_when_it_stops_streams(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Four streams of 400 tokens (4 characters each) hold 6,400 bytes together at the end;
+    # the run's cap of 2,000 bytes stops the largest until the rest fit.
+    test = LoadTest(
+        _paced(10, 1),
+        [Concurrency(4)],
+        SyntheticWorkload(Fixed(8), Fixed(400)),
+        Limits(duration_s=None, requests=4),
+        max_buffered_response_bytes=2_000,
+    )
+    [stage] = (await _run(test)).stages
+    requests = stage.summary["requests"]
+    assert requests["errors"]["memory_cap"] >= 1
+    assert "max_buffered_response_bytes" in requests["error_examples"]["memory_cap"]
+    client = stage.summary["client"]
+    assert client["memory_cap_bytes"] == 2_000
+    assert client["client_bound"]
+    stopped = requests["errors"]["memory_cap"]
+    prefix = f"the run's memory cap (2,000 bytes) stopped {stopped} "
+    assert any(reason.startswith(prefix) for reason in client["reasons"])
+
+
+def test_the_runs_memory_cap_is_shared_by_its_samplers() -> None:
+    from trio_sampler.loadtest._runner import sampler_cap, worker_peaks
+
+    # One GiB for 1,000 streams over two workers: each worker's 500 streams run on five
+    # samplers of 100, each with a tenth of the whole (one cap, not one per 100 streams).
+    gib = 1 << 30
+    assert sampler_cap(gib, worker_streams=500, all_streams=1000, samplers=5) == gib // 10
+    assert sampler_cap(gib, worker_streams=8, all_streams=8, samplers=1) == gib
+    assert sampler_cap(None, worker_streams=8, all_streams=8, samplers=1) is None
+    assert sampler_cap(10, worker_streams=1, all_streams=1000, samplers=1) == 1
+    # The workers' most streams at once add up to the whole: closed loop, and an open
+    # loop (without a cap on the requests in flight, 1,024 a worker) split over two.
+    three = LoadTest(_config(), [Concurrency(8), Concurrency(1000)], workers=3)
+    assert worker_peaks(three) == [334, 333, 333]
+    two = LoadTest(_config(), [Rate(50)], workers=2)
+    assert worker_peaks(two) == [1024, 1024]
+    assert sampler_cap(gib, worker_streams=1024, all_streams=2048, samplers=11) == gib // 2 // 11
+
+
+async def test_events_that_share_a_read_are_counted_and_noted(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Every token at once: each comes with the one before it, its gap 0.
+    test = LoadTest(
+        _paced(50, 0),
+        [Concurrency(2)],
+        SyntheticWorkload(Fixed(8), Fixed(6)),
+        Limits(duration_s=None, requests=4),
+    )
+    result = await _run(test)
+    [stage] = result.stages
+    assert stage.summary["itl_shared_read_fraction"] == 1.0
+    assert shared_read_words(stage.summary).startswith("100.0% of the token gaps are 0")
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(summary_table(result))
+    assert "C=2: 100.0% of the token gaps are 0" in console.export_text()

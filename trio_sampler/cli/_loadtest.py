@@ -30,6 +30,27 @@ def _numbers(kind: type, text: str) -> list[Any]:
     return values
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+
+
+def _size(text: str) -> int | None:
+    """``1GiB``, ``512MiB``, ``65536`` (bytes) or ``none`` (no cap)."""
+    spec = text.strip().lower()
+    if spec == "none":
+        return None
+    number = spec.rstrip("kmgib")
+    unit = spec[len(number) :]
+    try:
+        value = float(number) * _SIZE_UNITS[unit]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: write a size such as 1GiB, 512MiB or 65536 (bytes), or none"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: the cap must be at least one byte")
+    return int(value)
+
+
 def _header(text: str) -> tuple[str, str]:
     name, sep, value = text.partition(":")
     if not sep or not name.strip():
@@ -85,6 +106,14 @@ def add_parser(commands: Any) -> None:
         "--ignore-eos",
         action="store_true",
         help='send "ignore_eos": true (vLLM, SGLang): generate exactly max_tokens',
+    )
+    target.add_argument(
+        "--no-usage",
+        action="store_true",
+        help=(
+            "do not send stream_options.include_usage (only for a strict server that "
+            "rejects it): token counts are then counted events and planned lengths"
+        ),
     )
     load = parser.add_argument_group("load (one of)")
     shape = load.add_mutually_exclusive_group()
@@ -145,10 +174,31 @@ def add_parser(commands: Any) -> None:
     run = parser.add_argument_group("running and output")
     run.add_argument("--workers", type=int, default=1, help="processes sharing the load")
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument(
+        "--memory-cap",
+        type=_size,
+        default=1 << 30,
+        metavar="SIZE",
+        help=(
+            "response text all streams of the run may hold together (default 1GiB; none: "
+            "no cap); past it the largest streams fail as memory_cap errors"
+        ),
+    )
     run.add_argument("--json", type=Path, metavar="PATH", help="write the results JSON")
     run.add_argument("--csv", type=Path, metavar="PATH", help="write one CSV row per stage")
     run.add_argument("--html", type=Path, metavar="PATH", help="write the HTML report")
     run.add_argument("--no-progress", action="store_true", help="no live display")
+    run.add_argument(
+        "--fail-if",
+        action="append",
+        default=[],
+        metavar="CONDITION",
+        help=(
+            "exit 1 when a stage meets CONDITION (repeatable), e.g. ttft.p99>500ms, "
+            "itl.p95>50ms, error_rate>1%%, goodput<95%%, throughput<20; a stage where every "
+            "request failed always exits 1"
+        ),
+    )
     parser.set_defaults(run=run_loadtest)
 
     tools = parser.add_subparsers(dest="loadtest_command", metavar="[compare | report]")
@@ -246,7 +296,17 @@ def _build(args: argparse.Namespace) -> Any:
         drain_timeout_s=args.drain_timeout,
     )
     slo = SLO(ttft_ms=args.slo_ttft, tpot_ms=args.slo_tpot, e2e_ms=args.slo_e2e)
-    return LoadTest(config, stages, workload, limits, slo, workers=args.workers, seed=args.seed)
+    return LoadTest(
+        config,
+        stages,
+        workload,
+        limits,
+        slo,
+        workers=args.workers,
+        seed=args.seed,
+        request_usage=not args.no_usage,
+        max_buffered_response_bytes=args.memory_cap,
+    )
 
 
 def run_loadtest(args: argparse.Namespace) -> int:
@@ -255,12 +315,13 @@ def run_loadtest(args: argparse.Namespace) -> int:
         return _fail(missing, 1)
     from rich.console import Console
 
-    from ..loadtest import DatasetError, LoadTestError, run
-    from ..loadtest._display import LiveDisplay, summary_table
+    from ..loadtest import DatasetError, LoadTestError, Threshold, run, verdict
+    from ..loadtest._display import LiveDisplay, errors_table, summary_table
     from ..loadtest._report import write_report
 
     try:
         test = _build(args)
+        thresholds = [Threshold.parse(text) for text in args.fail_if]
     except (ValueError, TypeError, DatasetError) as exc:
         return _fail(str(exc))
     except OSError as exc:
@@ -275,18 +336,21 @@ def run_loadtest(args: argparse.Namespace) -> int:
                 result = run(test, on_progress=display.update)
     except LoadTestError as exc:
         return _fail(str(exc), 1)
-    _stdout_console().print(summary_table(result))
-    for stage in result.stages:
-        if stage.client_bound:
-            reasons = "; ".join(stage.summary["client"]["reasons"])
-            console.print(f"[yellow]{stage.label}: client-bound: {reasons}[/yellow]")
+    out = _stdout_console()
+    out.print(summary_table(result))
+    errors = errors_table(result)
+    if errors is not None:
+        out.print(errors)
     if args.json:
         result.write_json(args.json)
     if args.csv:
         args.csv.write_text(result.csv(), encoding="utf-8")
     if args.html:
         write_report(args.html, [("run", result)])
-    return 0
+    failures = verdict(result, thresholds)
+    for reason in failures:
+        _fail(f"failed: {reason}")
+    return 1 if failures else 0
 
 
 def _stdout_console() -> Any:
@@ -308,7 +372,7 @@ def run_compare(args: argparse.Namespace) -> int:
     if missing is not None:
         return _fail(missing, 1)
 
-    from ..loadtest._display import compare_table
+    from ..loadtest._display import compare_table, pair_stages
     from ..loadtest._report import write_report
 
     try:
@@ -316,9 +380,16 @@ def run_compare(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         return _fail(str(exc))
     names = (args.a.stem, args.b.stem)
-    _stdout_console().print(compare_table(a, b, names))
+    if names[0] == names[1]:
+        names = (str(args.a), str(args.b))
+    pairs, warnings = pair_stages(a, b, names)
+    for warning in warnings:
+        _fail(f"warning: {warning}")
+    if not pairs:
+        return _fail(f"{names[0]} and {names[1]} have no stage at the same load to compare", 1)
+    _stdout_console().print(compare_table(pairs, names))
     if args.html:
-        write_report(args.html, [(names[0], a), (names[1], b)])
+        write_report(args.html, [(names[0], a), (names[1], b)], warnings=warnings)
     return 0
 
 

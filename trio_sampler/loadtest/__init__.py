@@ -23,6 +23,8 @@ from ._runner import Progress as Progress
 from ._stats import SLO as SLO
 from ._stats import LatencyHistogram as LatencyHistogram
 from ._stats import StageStats as StageStats
+from ._verdict import Threshold as Threshold
+from ._verdict import verdict as verdict
 from ._workload import DatasetError as DatasetError
 from ._workload import DatasetWorkload as DatasetWorkload
 from ._workload import Fixed as Fixed
@@ -56,10 +58,12 @@ __all__ = [
     "StageResult",
     "StageStats",
     "SyntheticWorkload",
+    "Threshold",
     "Uniform",
     "WorkItem",
     "Workload",
     "parse_length",
     "run",
     "run_load_test",
+    "verdict",
 ]

@@ -13,7 +13,10 @@ from ..wire import backend_name
 from ._stats import SLO
 from ._workload import SyntheticWorkload, Workload
 
-__all__ = ["Concurrency", "Limits", "Load", "LoadTest", "Rate"]
+__all__ = ["RUN_MEMORY_CAP", "Concurrency", "Limits", "Load", "LoadTest", "Rate"]
+
+#: The response text a whole run may hold by default: 1 GiB (a sampler's own default).
+RUN_MEMORY_CAP = 1 << 30
 
 
 def _finite_seconds(_: object, attribute: attrs.Attribute[Any], value: float) -> None:
@@ -178,6 +181,14 @@ class Limits:
         return attrs.asdict(self)
 
 
+def _bytes_or_none(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(
+            f"{attribute.name} must be a whole number of bytes, at least 1 (e.g. 1 << 30), "
+            f"or None for no limit; got {value!r}"
+        )
+
+
 def _stages(stages: Iterable[Load]) -> tuple[Load, ...]:
     return tuple(stages)
 
@@ -199,6 +210,13 @@ class LoadTest:
         seed: seeds the workload draws and arrivals (worker ``i`` uses ``seed + i``).
         client_cpu_bound: a worker using at least this share of one core is saturated.
         client_lag_bound_ms: an event-loop lag p99 at or above this marks the client bound.
+        request_usage: ask the server for its token counts on every backend, including
+            Chat Completions profiles that leave ``stream_options.include_usage`` off
+            (``openai_compatible``). Turn it off only for a strict server that rejects the
+            field; the counts are then the client's (see ``docs/loadtest.md``).
+        max_buffered_response_bytes: the response text all the run's streams may hold
+            together (1 GiB; ``None``: no limit). Past it the largest streams fail
+            (counted as ``memory_cap`` errors, and the stage marked client-bound).
     """
 
     config: SamplerConfig
@@ -210,6 +228,11 @@ class LoadTest:
     seed: int = 0
     client_cpu_bound: float = attrs.field(default=0.9, validator=attrs.validators.gt(0))
     client_lag_bound_ms: float = attrs.field(default=10.0, validator=attrs.validators.gt(0))
+    request_usage: bool = True
+    max_buffered_response_bytes: int | None = attrs.field(
+        default=RUN_MEMORY_CAP,
+        validator=_bytes_or_none,
+    )
 
     def __attrs_post_init__(self) -> None:
         if not self.stages:
@@ -233,6 +256,7 @@ class LoadTest:
             "slo": self.slo.describe(),
             "workers": self.workers,
             "seed": self.seed,
+            "max_buffered_response_bytes": self.max_buffered_response_bytes,
         }
 
 

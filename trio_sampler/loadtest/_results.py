@@ -38,6 +38,13 @@ def _source(from_server: int, completed: int, fallback: str, best: str = "server
     return fallback if from_server == 0 else "mixed"
 
 
+def shared_reads(stats: StageStats) -> float | None:
+    """The share of ITL gaps that were zero: events that arrived in one read with the
+    event before. ``None`` without gaps."""
+    gaps = stats.histograms["itl"].count
+    return stats.shared_read_gaps / gaps if gaps else None
+
+
 def summarize_stage(
     load: Mapping[str, Any],
     label: str,
@@ -46,19 +53,22 @@ def summarize_stage(
     cpu_bound: float,
     lag_bound_ms: float,
     slo_given: bool,
+    memory_cap: int | None = None,
 ) -> dict[str, Any]:
     """The JSON summary of one stage's (merged) statistics."""
-    duration = stats.duration
-    per_s = (lambda n: n / duration) if duration > 0 else (lambda n: 0.0)
+    window = stats.window_s
+    per_s = (lambda n: n / window) if window > 0 else (lambda n: 0.0)
+    throughput = per_s(stats.window_completed)
     histograms = stats.histograms
-    client_rows = [
+    client_rows: list[dict[str, Any]] = [
         {
             "cpu_s": cpu,
             "wall_s": wall,
             "cpu_fraction": cpu / wall if wall > 0 else 0.0,
+            "cpu_wait_fraction": None if waited is None or wall <= 0 else waited / wall,
             "peak_rss_bytes": rss,
         }
-        for cpu, wall, rss in stats.client
+        for cpu, wall, rss, waited in stats.client
     ]
     loop_lag = histograms["loop_lag"].summary(0.001)
     send_lag = histograms["send_lag"].summary(0.001)
@@ -71,18 +81,30 @@ def summarize_stage(
         reason = f"event-loop lag p99 {lag_p99:.1f} ms (bound: {lag_bound_ms:g} ms)"
         if busiest < cpu_bound:
             # Late wake-ups without a busy process: it was waiting for a CPU.
+            waited = max(
+                (w / wall for _, wall, _, w in stats.client if w is not None and wall > 0),
+                default=None,
+            )
+            waiting = "" if waited is None else f" and waiting for a CPU {waited:.0%} of the time"
             reason += (
-                f" while using only {busiest:.0%} of a core: the machine's CPUs are "
+                f" while using only {busiest:.0%} of a core{waiting}: the machine's CPUs are "
                 "oversubscribed (other processes, or the server itself)"
             )
         reasons.append(reason)
     send_p99 = send_lag.get("p99")
     if isinstance(send_p99, float) and send_p99 >= lag_bound_ms:
         reasons.append(f"arrivals sent late, p99 {send_p99:.1f} ms (bound: {lag_bound_ms:g} ms)")
+    stopped = stats.errors.get("memory_cap", 0)
+    if stopped:
+        reasons.append(
+            f"the run's memory cap ({memory_cap or 0:,} bytes) stopped {stopped:,} "
+            "streams holding the most response text (raise --memory-cap if the server's "
+            "answers are that long)"
+        )
     return {
         "load": dict(load),
         "label": label,
-        "duration_s": duration,
+        "duration_s": stats.duration,
         "requests": {
             "started": stats.started,
             "completed": stats.completed,
@@ -90,15 +112,21 @@ def summarize_stage(
             "dropped": stats.dropped,
             "unfinished": stats.unfinished,
             "errors": dict(sorted(stats.errors.items())),
+            "error_examples": dict(sorted(stats.error_examples.items())),
         },
         "throughput": {
-            "requests_per_s": per_s(stats.completed),
-            "input_tokens_per_s": per_s(stats.input_tokens),
-            "output_tokens_per_s": per_s(stats.output_tokens),
+            "window_s": window,
+            "completed": stats.window_completed,
+            "requests_per_s": throughput,
+            "input_tokens_per_s": per_s(stats.window_input_tokens),
+            "output_tokens_per_s": per_s(stats.window_output_tokens),
         },
         "goodput": (
             {
-                "requests_per_s": per_s(stats.good),
+                # The window's completions at the measured requests' share of good ones.
+                "requests_per_s": throughput * stats.good / stats.completed
+                if stats.completed
+                else 0.0,
                 "fraction": stats.good / stats.started if stats.started else 0.0,
             }
             if slo_given
@@ -112,12 +140,23 @@ def summarize_stage(
         },
         "latency_ms": {name: histograms[name].summary(0.001) for name in LATENCY_METRICS},
         "latency_timed_from": _source(stats.wire_timed, stats.completed, "submit", "wire"),
+        "itl_shared_read_fraction": shared_reads(stats),
         "stream_output_tokens_per_s": histograms["stream_output_tps"].summary(0.001),
+        "open_loop": (
+            {
+                "pacing_error_ms": send_lag,
+                "ttft_from_schedule_ms": histograms["ttft_from_schedule"].summary(0.001),
+                "e2e_from_schedule_ms": histograms["e2e_from_schedule"].summary(0.001),
+            }
+            if load.get("kind") == "rate"
+            else None
+        ),
         "client": {
             "workers": client_rows,
             "loop_lag_ms": loop_lag,
             "send_lag_ms": send_lag,
             "request_write_ms": histograms["request_write"].summary(0.001),
+            "memory_cap_bytes": memory_cap,
             "client_bound": bool(reasons),
             "reasons": reasons,
         },
@@ -236,8 +275,10 @@ def csv_row(summary: Mapping[str, Any]) -> dict[str, Any]:
     }
     for key in ("started", "completed", "failed", "dropped", "unfinished"):
         row[key] = summary["requests"][key]
-    for key, value in summary["throughput"].items():
-        row[key] = round(value, 3)
+    throughput = summary["throughput"]
+    for key in ("window_s", "requests_per_s", "input_tokens_per_s", "output_tokens_per_s"):
+        value = throughput.get(key)  # version 1 and early version 2: no window_s
+        row[key] = None if value is None else round(value, 3)
     goodput = summary["goodput"]
     row["goodput_requests_per_s"] = None if goodput is None else round(goodput["requests_per_s"], 3)
     for metric, values in summary["latency_ms"].items():

@@ -14,6 +14,7 @@ import httpx2
 import trio
 
 from ..types import TrioSamplerError
+from ._machine import load_average, machine
 from ._plan import LoadTest
 from ._results import LoadTestResult, StageResult, summarize_stage
 from ._runner import Progress, run_stages
@@ -37,7 +38,9 @@ def _version() -> str:
     return __version__
 
 
-def build_result(test: LoadTest, merged: list[StageStats]) -> LoadTestResult:
+def build_result(
+    test: LoadTest, merged: list[StageStats], load_before: list[float] | None = None
+) -> LoadTestResult:
     stages = tuple(
         StageResult(
             summarize_stage(
@@ -47,11 +50,13 @@ def build_result(test: LoadTest, merged: list[StageStats]) -> LoadTestResult:
                 cpu_bound=test.client_cpu_bound,
                 lag_bound_ms=test.client_lag_bound_ms,
                 slo_given=test.slo.given,
+                memory_cap=test.max_buffered_response_bytes,
             )
         )
         for stage, stats in zip(test.stages, merged, strict=True)
     )
-    return LoadTestResult(test=test.describe(), stages=stages, version=_version())
+    described = {**test.describe(), "machine": machine(load_before)}
+    return LoadTestResult(test=described, stages=stages, version=_version())
 
 
 async def run_load_test(
@@ -71,8 +76,10 @@ async def run_load_test(
             f"run_load_test runs in this process; for workers={test.workers} call "
             "trio_sampler.loadtest.run(test), which starts the worker processes"
         )
+    load_before = load_average()
     stages = await run_stages(test, progress=progress, transport=transport)
-    return build_result(test, [s if s is not None else StageStats() for s in stages])
+    merged = [s if s is not None else StageStats() for s in stages]
+    return build_result(test, merged, load_before)
 
 
 def run(
@@ -196,6 +203,7 @@ def _from_snapshot(snapshot: dict[str, Any], partial: dict[str, dict[int, int]] 
 def _run_workers(
     test: LoadTest, on_progress: Callable[[int, list[Progress]], None] | None
 ) -> LoadTestResult:
+    load_before = load_average()
     context = multiprocessing.get_context("spawn")
     messages = context.Queue()
     barrier = context.Barrier(test.workers)
@@ -253,4 +261,4 @@ def _run_workers(
             if stats is not None:
                 total.merge(stats)
         merged.append(total)
-    return build_result(test, merged)
+    return build_result(test, merged, load_before)

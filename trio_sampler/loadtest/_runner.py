@@ -37,7 +37,16 @@ import trio
 from ..actor import SamplerHandle, open_sampler
 from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy
-from ..types import Cancelled, ChannelToken, Completed, Failed, RequestMetrics, ToolCallDelta
+from ..types import (
+    ApiBackend,
+    Cancelled,
+    ChannelToken,
+    Completed,
+    Failed,
+    RequestMetrics,
+    SamplingErrorInfo,
+    ToolCallDelta,
+)
 from ._plan import Concurrency, Limits, Load, LoadTest, Rate
 from ._stats import SLO, StageStats, quantize
 from ._workload import WorkItem
@@ -70,20 +79,50 @@ class Progress:
     stats: StageStats | None = None
 
 
-def load_test_config(config: SamplerConfig, stages: tuple[Load, ...]) -> SamplerConfig:
+def load_test_config(
+    config: SamplerConfig, stages: tuple[Load, ...], *, request_usage: bool = True
+) -> SamplerConfig:
     """``config`` as a load generator needs it: no retries, keep-alive for every stream,
-    reads timed by their bytes' arrival."""
+    reads timed by their bytes' arrival, and (``request_usage``) the server's token counts
+    asked for where the provider's profile leaves them off."""
     peak = max(stage.peak_streams for stage in stages)
-    return config.evolve(
+    config = config.evolve(
         retry=RetryPolicy(max_retries=0),
         max_keepalive_connections=max(config.max_keepalive_connections, peak),
         receive_timestamps=True,
     )
+    return _with_usage(config) if request_usage else config
+
+
+def _with_usage(config: SamplerConfig) -> SamplerConfig:
+    """``config`` asking for usage on a Chat Completions stream: the other backends always
+    report it, and a profile that sends ``stream_options`` already asks."""
+    profile = config.profile
+    asks = profile is None or profile.supports_stream_usage
+    if config.backend is not ApiBackend.CHAT_COMPLETIONS or asks:
+        return config
+    if "stream_options" in config.extra_body:
+        return config  # the user's own stream_options win
+    extra = {**config.extra_body, "stream_options": {"include_usage": True}}
+    return config.evolve(extra_body=extra)
 
 
 def _peak_rss() -> int:
     # ru_maxrss is in KiB on Linux (the platform this measures on).
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def cpu_wait() -> float | None:
+    """Seconds this process's main thread has been runnable but waiting for a CPU (the
+    run queue), from Linux's ``/proc/self/schedstat``; ``None`` elsewhere.
+
+    A client whose event loop wakes late while it uses little CPU was waiting here: the
+    machine's cores were busy with other processes (or the server)."""
+    try:
+        with open("/proc/self/schedstat", encoding="ascii") as file:
+            return int(file.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _latencies(
@@ -100,6 +139,38 @@ def _latencies(
     first_ms = metrics.time_to_first_token_ms
     ttft = None if first is None or first_ms is None else (first_ms - start_ms) / 1000
     return ttft, (metrics.time_to_last_byte_ms - start_ms) / 1000, sent_ms
+
+
+#: The sampler's error code when its memory cap stopped a stream.
+MEMORY_CAP_CODE = "sampler_memory_cap"
+
+
+def error_kind(error: SamplingErrorInfo) -> tuple[str, str]:
+    """The kind a failed request is counted under, and its message as an example.
+
+    The sampler's :class:`SamplingErrorKind`, except a stream the run's memory cap stopped
+    (``memory_cap``: the client's limit, not the server's fault); the example starts with
+    the HTTP status when there is one.
+    """
+    kind = "memory_cap" if error.error_code == MEMORY_CAP_CODE else error.kind.value
+    status = "" if error.status_code is None else f"HTTP {error.status_code}: "
+    return kind, status + error.message
+
+
+def _tokens(terminal: Completed, item: WorkItem, counted: int) -> tuple[int, int, int, int]:
+    """Input and output tokens of a completed request, and whether each is the server's
+    (1) or else planned / counted (0): the server's usage where it reported one."""
+    usage = terminal.response.usage
+    if usage is None:
+        return item.input_tokens, counted, 0, 0
+    input_server = 1 if usage.input_tokens else 0
+    output_server = 1 if usage.output_tokens else 0
+    return (
+        usage.input_tokens if input_server else item.input_tokens,
+        usage.output_tokens if output_server else counted,
+        input_server,
+        output_server,
+    )
 
 
 class StageRunner:
@@ -132,6 +203,7 @@ class StageRunner:
         self.measure_start: float | None = None
         self.measured_sent = 0
         self.stopped = False
+        self.window_end: float | None = None
         self.start = 0.0
         self.idle = trio.Event()
         self.idle.set()
@@ -149,13 +221,30 @@ class StageRunner:
             self.measure_start = now
             self.progress.measuring = True
         limits = self.limits
-        if (limits.duration_s is not None and now >= self.measure_start + limits.duration_s) or (
-            limits.requests is not None and self.measured_sent >= limits.requests
-        ):
-            self.stopped = True
+        if limits.duration_s is not None and now >= self.measure_start + limits.duration_s:
+            self.stop(self.measure_start + limits.duration_s)
+            return None
+        if limits.requests is not None and self.measured_sent >= limits.requests:
+            self.stop(now)
             return None
         self.measured_sent += 1
         return True
+
+    def stop(self, at: float) -> None:
+        """The stage stops sending; its measured window ends ``at``."""
+        self.stopped = True
+        self.window_end = at
+
+    def in_window(self, at: float) -> bool:
+        """Whether ``at`` falls in the measured window: from the first measured send to
+        the stage's stop (its time limit, or the send its request limit refused)."""
+        start = self.measure_start
+        if start is None or at < start:
+            return False
+        end = self.window_end
+        if end is None and self.limits.duration_s is not None:
+            end = start + self.limits.duration_s
+        return end is None or at <= end
 
     # -- one request ----------------------------------------------------------------------
 
@@ -197,6 +286,8 @@ class StageRunner:
                         last = at
                         count += 1
             done = now()
+            if self.in_window(done) and isinstance(stream.terminal, Completed):
+                self.stats.in_window(*_tokens(stream.terminal, item, count))
         except trio.Cancelled:
             if measured:
                 stats.unfinished += 1
@@ -211,7 +302,7 @@ class StageRunner:
                 if scheduled is not None:
                     stats.histograms["send_lag"].record(round((submitted - scheduled) * 1e6))
         if measured:
-            self.record(item, stream.terminal, submitted, first, done, count, gaps)
+            self.record(item, stream.terminal, submitted, first, done, count, gaps, scheduled)
 
     def record(
         self,
@@ -222,31 +313,27 @@ class StageRunner:
         done: float,
         count: int,
         gaps: list[int],
+        scheduled: float | None,
     ) -> None:
         """Record a measured request: ``submitted``, ``first`` (its first output event
-        read, if any) and ``done`` are the sending task's timestamps; the wire's come from
-        the terminal's metrics (see the module)."""
+        read, if any) and ``done`` are the sending task's timestamps, ``scheduled`` its
+        arrival's time in an open loop; the wire's come from the terminal's metrics (see
+        the module)."""
         stats = self.stats
         stats.window(submitted + self.offset, done + self.offset)
         if isinstance(terminal, Failed):
-            stats.error(terminal.error.kind.value)
+            stats.error(*error_kind(terminal.error))
             self.progress.failed += 1
             return
         if isinstance(terminal, Cancelled) or not isinstance(terminal, Completed):
-            stats.error("cancelled")
+            stats.error("cancelled", "the request was cancelled")
             self.progress.failed += 1
             return
-        usage = terminal.response.usage
-        output = count
-        if usage is not None and usage.output_tokens:
-            output = usage.output_tokens
-            stats.output_from_server += 1
-        stats.input_tokens += (
-            usage.input_tokens if usage is not None and usage.input_tokens else item.input_tokens
-        )
-        if usage is not None and usage.input_tokens:
-            stats.input_from_server += 1
+        input_tokens, output, input_server, output_server = _tokens(terminal, item, count)
+        stats.input_tokens += input_tokens
         stats.output_tokens += output
+        stats.input_from_server += input_server
+        stats.output_from_server += output_server
         stats.completed += 1
         finished = stats.second(int(done - self.start))
         finished.completed += 1
@@ -265,8 +352,17 @@ class StageRunner:
             if output > 1:
                 tpot = (e2e - ttft) / (output - 1)
                 histograms["tpot"].record(round(tpot * 1e6))
+        if scheduled is not None:
+            # What the user behind an arrival waited: from when it was due, so a client
+            # that fell behind its schedule shows it here (and not in TTFT or E2E).
+            late = submitted + (sent_ms or 0.0) / 1000 - scheduled
+            histograms["e2e_from_schedule"].record(round((e2e + late) * 1e6))
+            if ttft is not None:
+                histograms["ttft_from_schedule"].record(round((ttft + late) * 1e6))
         if gaps:
             histograms["itl"].record_many(gaps)
+            # Events of one read share its stamp (the arrival of its last bytes).
+            stats.shared_read_gaps += gaps.count(0)
         if e2e > 0:
             histograms["stream_output_tps"].record(round(output / e2e * 1000))
         if self._good(ttft, tpot, e2e):
@@ -321,14 +417,21 @@ class StageRunner:
     async def run(self) -> StageStats:
         """Send the stage's load, drain, and return its statistics."""
         cpu_start = time.process_time()
+        wait_start = cpu_wait()
         wall_start = time.monotonic()
         start = self.start = trio.current_time()
         self.progress.started_at = start
         self.warm_until = start + self.limits.warmup_s
         with _no_full_collections():
             await self._run()
+        if self.measure_start is not None:
+            end = self.window_end if self.window_end is not None else trio.current_time()
+            self.stats.window_start = self.measure_start + self.offset
+            self.stats.window_end = end + self.offset
+        wait_end = cpu_wait()
+        waited = None if wait_start is None or wait_end is None else wait_end - wait_start
         self.stats.client.append(
-            (time.process_time() - cpu_start, time.monotonic() - wall_start, _peak_rss())
+            (time.process_time() - cpu_start, time.monotonic() - wall_start, _peak_rss(), waited)
         )
         return self.stats
 
@@ -358,7 +461,7 @@ class StageRunner:
                 and start is not None
                 and trio.current_time() >= start + duration
             ):
-                self.stopped = True
+                self.stop(start + duration)
                 return
             await trio.sleep(0.05)
 
@@ -401,6 +504,32 @@ def _no_full_collections() -> Iterator[None]:
 _NEVER = 2**30
 
 
+def worker_peaks(test: LoadTest) -> list[int]:
+    """The most streams each worker runs at once, over the stages (0: none)."""
+    peaks = []
+    for worker in range(test.workers):
+        shares = [stage.share(worker, test.workers) for stage in test.stages]
+        peaks.append(max((s.peak_streams for s in shares if s is not None), default=0))
+    return peaks
+
+
+def sampler_cap(
+    run_cap: int | None, *, worker_streams: int, all_streams: int, samplers: int
+) -> int | None:
+    """One sampler's part of the run's memory cap ``run_cap``.
+
+    A sampler accounts for the streams it carries; a worker's streams are spread evenly
+    over its samplers, and the workers get the cap in proportion to their most streams
+    at once (``worker_streams`` of ``all_streams``, the sum over the workers), so each
+    sampler gets its share (never less than a byte) and the run as a whole holds at most
+    ``run_cap``.
+    """
+    if run_cap is None:
+        return None
+    share = run_cap * min(worker_streams, all_streams) // all_streams
+    return max(1, share // samplers)
+
+
 async def run_stages(
     test: LoadTest,
     *,
@@ -419,12 +548,19 @@ async def run_stages(
     progress = progress if progress is not None else Progress()
     rng = random.Random(test.seed + worker)
     items = test.workload.items(rng)
-    config = load_test_config(test.config, test.stages)
+    config = load_test_config(test.config, test.stages, request_usage=test.request_usage)
     # A clock the machine's processes share, so merged windows line up.
     offset = time.monotonic() - trio.current_time()
     results: list[StageStats | None] = []
-    shares = [stage.share(worker, test.workers) for stage in test.stages]
-    peak = max((share.peak_streams for share in shares if share is not None), default=1)
+    peaks = worker_peaks(test)
+    peak = max(peaks[worker], 1)
+    count = -(-peak // STREAMS_PER_SAMPLER)
+    cap = sampler_cap(
+        test.max_buffered_response_bytes,
+        worker_streams=peak,
+        all_streams=max(sum(peaks), 1),
+        samplers=count,
+    )
     async with AsyncExitStack() as stack:
         samplers = [
             await stack.enter_async_context(
@@ -433,9 +569,10 @@ async def run_stages(
                     doom_loop=DoomLoopPolicy(enabled=False),
                     seed=test.seed + number,
                     transport=transport,
+                    max_buffered_response_bytes=cap,
                 )
             )
-            for number in range(-(-peak // STREAMS_PER_SAMPLER))
+            for number in range(count)
         ]
         for index, stage in enumerate(test.stages):
             if before_stage is not None:

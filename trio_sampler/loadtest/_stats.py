@@ -36,6 +36,8 @@ HISTOGRAMS = {
     "e2e": "us",
     "stream_output_tps": "milli_tokens_per_s",
     "send_lag": "us",
+    "ttft_from_schedule": "us",
+    "e2e_from_schedule": "us",
     "loop_lag": "us",
     "request_write": "us",
 }
@@ -249,6 +251,8 @@ class StageStats:
     completed: int = 0
     good: int = 0
     errors: dict[str, int] = attrs.field(factory=dict)
+    #: The first message seen of each error kind.
+    error_examples: dict[str, str] = attrs.field(factory=dict)
     #: Open loop: arrivals not sent because ``max_in_flight`` requests were in flight.
     dropped: int = 0
     #: Requests still running when the drain timed out (cancelled, not counted as errors).
@@ -261,10 +265,21 @@ class StageStats:
     #: How many completed requests' latencies were timed from the wire (the request's
     #: write), not from the submit (a transport that does not report the write).
     wire_timed: int = 0
+    #: ITL gaps of zero: an output event that arrived in the same network read as the one
+    #: before it (the server sent them together, or the client read late).
+    shared_read_gaps: int = 0
     first_sent: float | None = None
     last_done: float | None = None
-    #: Per worker: (CPU seconds, wall seconds, peak RSS bytes).
-    client: list[tuple[float, float, int]] = attrs.field(factory=list)
+    #: The measured window (same clock): from the first measured send to the stop.
+    window_start: float | None = None
+    window_end: float | None = None
+    #: Requests (measured or not) completed in the window, and their tokens.
+    window_completed: int = 0
+    window_input_tokens: int = 0
+    window_output_tokens: int = 0
+    #: Per worker: (CPU seconds, wall seconds, peak RSS bytes, seconds runnable but
+    #: waiting for a CPU: ``None`` where the system does not say).
+    client: list[tuple[float, float, int, float | None]] = attrs.field(factory=list)
     #: Per second of the stage (from its start): TTFT values (rounded µs, by count) of
     #: the requests sent in that second, and requests sent, completed and output tokens.
     timeline: dict[int, Second] = attrs.field(factory=dict)
@@ -275,8 +290,22 @@ class StageStats:
             entry = self.timeline[index] = Second()
         return entry
 
-    def error(self, kind: str) -> None:
+    def error(self, kind: str, example: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
+        self.error_examples.setdefault(kind, example)
+
+    def in_window(self, input_tokens: int, output_tokens: int, *_: int) -> None:
+        """A request completed in the measured window."""
+        self.window_completed += 1
+        self.window_input_tokens += input_tokens
+        self.window_output_tokens += output_tokens
+
+    @property
+    def window_s(self) -> float:
+        """The measured window's length in seconds (0 when nothing was measured)."""
+        if self.window_start is None or self.window_end is None:
+            return 0.0
+        return max(self.window_end - self.window_start, 0.0)
 
     def window(self, sent: float, done: float) -> None:
         self.first_sent = sent if self.first_sent is None else min(self.first_sent, sent)
@@ -297,6 +326,8 @@ class StageStats:
             histogram.merge(other.histograms[name])
         for kind, count in other.errors.items():
             self.errors[kind] = self.errors.get(kind, 0) + count
+        for kind, example in other.error_examples.items():
+            self.error_examples.setdefault(kind, example)
         for field in (
             "started",
             "completed",
@@ -308,10 +339,19 @@ class StageStats:
             "input_from_server",
             "output_from_server",
             "wire_timed",
+            "shared_read_gaps",
+            "window_completed",
+            "window_input_tokens",
+            "window_output_tokens",
         ):
             setattr(self, field, getattr(self, field) + getattr(other, field))
         if other.first_sent is not None and other.last_done is not None:
             self.window(other.first_sent, other.last_done)
+        if other.window_start is not None and other.window_end is not None:
+            # The workers' windows, which start at a barrier, make one: their union.
+            starts = [t for t in (self.window_start, other.window_start) if t is not None]
+            ends = [t for t in (self.window_end, other.window_end) if t is not None]
+            self.window_start, self.window_end = min(starts), max(ends)
         self.client.extend(other.client)
         for index, entry in other.timeline.items():
             self.second(index).merge(entry)
