@@ -132,7 +132,7 @@ async def test_the_request_on_the_wire_is_complete() -> None:
     seen, transport = recording(sse_ok(b""))
     cfg = config(
         extra_headers={"X-Title": "t"},
-        timeouts=Timeouts(connect=3.0, write=5.0, first_token=7.0, idle=6.0),
+        timeouts=Timeouts(connect=3.0, write=5.0, response_headers=4.0, first_token=7.0, idle=6.0),
     )
     other = config(base_url="https://other.test/api")
     async with SamplingClient(cfg, transport=transport) as client:

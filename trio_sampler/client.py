@@ -50,9 +50,9 @@ import trio
 
 from ._by_identity import ByIdentity
 from ._network import TrioNetworkBackend, is_stamped
-from ._receive_time import LAST_RECEIVED, LAST_SENT, hold_kernel_timestamps
+from ._receive_time import LAST_RECEIVED, LAST_SENT, NothingWritten, hold_kernel_timestamps
 from ._redact import RedactingFilter, Redactor, install_log_filter, redactor_for
-from .config import SamplerConfig
+from .config import SamplerConfig, Timeouts
 from .types import SamplingErrorInfo, SamplingErrorKind
 from .wire._request import WireRequest
 from .wire.errors import classify_http_error, classify_transport_error
@@ -94,6 +94,23 @@ _REQUEST_ERRORS = (
     httpcore2.ProxyError,
     httpcore2.UnsupportedProtocol,
 )
+_CONNECT_TIMEOUTS = (httpx2.ConnectTimeout, httpcore2.ConnectTimeout)
+_READ_TIMEOUTS = (httpx2.ReadTimeout, httpcore2.ReadTimeout)
+
+
+def _timeout_info(which: str, what: str, seconds: float) -> SamplingErrorInfo:
+    """A timeout's failure, saying which timeout fired and after how long."""
+    return SamplingErrorInfo(
+        kind=SamplingErrorKind.TRANSPORT if which == "connect" else SamplingErrorKind.IDLE_TIMEOUT,
+        message=f"{which} timeout: {what} within {seconds:g} s",
+        retryable=True,
+    )
+
+
+def _headers_timeout(seconds: float) -> SamplingErrorInfo:
+    return _timeout_info("response headers", "no response headers", seconds)
+
+
 #: The direct path's request line, as httpx2 logs it for the requests it sends.
 _log = logging.getLogger("trio_sampler.http")
 
@@ -485,27 +502,31 @@ class ResponseStream:
 
 
 class _ConnectionTrace:
-    """An httpcore ``trace`` extension: was the request sent on a reused connection, and
-    when was its last byte written?
+    """An httpcore ``trace`` extension: was the request sent on a reused connection,
+    did it provably not reach the server, and when was its last byte written?
 
     Reused when httpcore sent it over HTTP/1.1 or HTTP/2 without first opening a
-    connection for it. ``sent_at`` is when httpcore handed the request's last byte to the
+    connection for it. ``unwritten`` when writing it failed before any byte of it was
+    written: the failed write was refused whole (:class:`~trio_sampler._receive_time.
+    NothingWritten`, raised by the client's own connections only) and no write of it
+    succeeded before. ``sent_at`` is when httpcore handed the request's last byte to the
     connection (the end of its ``send_request_body`` step): the write's own time on the
     client's own connections (they time their writes, ``trio_sampler._network``), else
     the time at that step, a schedule point after the write. A transport that is not
     httpcore's (a mock, the in-memory emulator) emits no events: its requests count as
-    not reused, and ``sent_at`` stays ``None``.
+    not reused and not unwritten, and ``sent_at`` stays ``None``.
 
-    Once the body is sent both answers are known, and the trace takes itself out of the
+    Once the body is sent every answer is known, and the trace takes itself out of the
     request's extensions (httpcore reads them at each step): the rest of the exchange (the
     response, the close) is not traced at all."""
 
-    __slots__ = ("_extensions", "_started_at", "connected", "sent", "sent_at")
+    __slots__ = ("_extensions", "_started_at", "connected", "sent", "sent_at", "unwritten")
 
     def __init__(self, extensions: MutableMapping[str, Any]) -> None:
         self._extensions = extensions
         self.connected = False
         self.sent = False
+        self.unwritten = False
         self.sent_at: float | None = None
         self._started_at = 0.0
 
@@ -513,7 +534,7 @@ class _ConnectionTrace:
     def reused(self) -> bool:
         return self.sent and not self.connected
 
-    async def __call__(self, event: str, info: object) -> None:
+    async def __call__(self, event: str, info: Mapping[str, object]) -> None:
         if event.endswith("send_request_body.complete"):  # http11. or http2.
             # The client's own connections time their writes; else now, a schedule
             # point after the write.
@@ -523,12 +544,28 @@ class _ConnectionTrace:
             self.sent_at = written
             if self._extensions.get("trace") is self:
                 del self._extensions["trace"]
+        elif event.endswith(("send_request_headers.failed", "send_request_body.failed")):
+            written = LAST_SENT.get()
+            self.unwritten = _refused_whole(info.get("exception")) and (
+                written is None or written < self._started_at
+            )
         elif event.startswith("connection.connect_"):  # connect_tcp, connect_unix_socket
             self.connected = True
         elif event.startswith(("http11.send_request_headers", "http2.send_request_headers")):
             if not self.sent:
                 self._started_at = trio.current_time()
             self.sent = True
+
+
+def _refused_whole(exc: object) -> bool:
+    """Whether ``exc`` (a failed write, as httpcore raised it) is a write the connection
+    refused whole (see :class:`_ConnectionTrace`)."""
+    seen = 0
+    while isinstance(exc, BaseException) and seen < 4:
+        if isinstance(exc, NothingWritten):
+            return True
+        exc, seen = exc.__cause__, seen + 1
+    return False
 
 
 def _own_pool(client: httpx2.AsyncClient) -> httpcore2.AsyncConnectionPool | None:
@@ -667,7 +704,9 @@ class _Exchange:
             index = load.index(min(load)) if len(load) > 1 else 0
             load[index] += 1
             try:
-                response, sent_at = await client._send(index, request, self._headers_timeout)
+                response, sent_at = await client._send(
+                    index, request, config.timeouts, self._headers_timeout
+                )
                 try:
                     await client._raise_for_status(response, config.timeouts.response_headers)
                     body = ResponseStream(response, config.max_response_bytes, sent_at)
@@ -947,39 +986,51 @@ class SamplingClient:
         return found
 
     async def _send(
-        self, index: int, request: httpx2.Request | httpcore2.Request, headers_timeout: float
+        self,
+        index: int,
+        request: httpx2.Request | httpcore2.Request,
+        timeouts: Timeouts,
+        headers_timeout: float,
     ) -> tuple[_AnyResponse, float | None]:
         """The response from pool ``index``, and when the request's last byte was written
-        (``None`` when the transport does not say)."""
+        (``None`` when the transport does not say).
+
+        Each wait is bounded by its own timeout and says which fired: connecting by
+        ``timeouts.connect``, the response head by ``headers_timeout`` alone (the socket
+        read timeout is a backstop no shorter than it: see ``Timeouts.read``)."""
+        started = trio.current_time()
         try:
             # A bare scope rather than ``fail_after`` (the same, plus two context managers).
             with trio.CancelScope(relative_deadline=headers_timeout):
-                return await self._send_resending_stale(index, request)
+                return await self._send_resending_unwritten(index, request)
             # Left without a response: the scope caught its own deadline's cancellation.
-            info = SamplingErrorInfo(
-                kind=SamplingErrorKind.IDLE_TIMEOUT,
-                message=f"no response headers within {headers_timeout:g} s",
-                retryable=True,
-            )
+            info = _headers_timeout(headers_timeout)
+        except _CONNECT_TIMEOUTS:
+            info = _timeout_info("connect", "no connection", timeouts.connect)
+        except _READ_TIMEOUTS:
+            # The backstop fired first (a deadline check that came late): still the head.
+            info = _headers_timeout(max(headers_timeout, trio.current_time() - started))
         except _REQUEST_ERRORS as exc:
             # Not chained: an httpx exception holds the request, and the request the key.
             info = classify_transport_error(exc)
         raise SamplingClientError(info)
 
-    async def _send_resending_stale(
+    async def _send_resending_unwritten(
         self, index: int, request: httpx2.Request | httpcore2.Request
     ) -> tuple[_AnyResponse, float | None]:
-        """Send (:meth:`_send_once`), resending at once when a reused connection failed
-        before any response arrived.
+        """Send (:meth:`_send_once`), resending at once only a request that provably did
+        not reach the server.
 
-        The keep-alive race: a server closes a connection that sat idle in the pool just
-        as a request is sent on it (the pool checks each idle connection before reuse, so
-        only a close that arrives during the send gets through). Nothing of a response was
-        received and the server dropped the connection without reading on, so the request
-        is sent again on another connection, invisibly: no ``Retrying``, no backoff, no
-        retry spent. The same failure on a connection opened for this request is a real
-        one and is raised (the actor's retry policy decides). Bounded by
-        :data:`STALE_CONNECTION_RESENDS`; the header timeout spans every resend.
+        **The resend rule.** A request is sent again without the caller seeing it only
+        when its connection failed before any byte of it was written: a reused
+        connection that the server had already closed refused the request's first write
+        whole (:class:`_ConnectionTrace` ``unwritten``). Anything else that fails before
+        a response head (the server read the request and closed or reset the
+        connection, after none or some of a head's bytes) may have reached the server:
+        it is raised, and the actor makes it a visible attempt (``Retrying``, an
+        ``AttemptRecord``, a retry spent), or no retry at all for a request that must
+        not be repeated. Bounded by :data:`STALE_CONNECTION_RESENDS`; the header timeout
+        spans every resend.
         """
         resends = 0
         while True:
@@ -988,7 +1039,7 @@ class SamplingClient:
             try:
                 return await self._send_once(index, request), trace.sent_at
             except _STALE_CONNECTION_ERRORS:
-                if not trace.reused or resends >= STALE_CONNECTION_RESENDS:
+                if not (trace.reused and trace.unwritten) or resends >= STALE_CONNECTION_RESENDS:
                     raise
             resends += 1
             self.stale_connection_resends += 1
