@@ -16,6 +16,7 @@ import httpx2
 import orjson
 import trio
 
+from trio_sampler._http import Body, HttpRequest, MemoryResponse, MemoryTransport
 from trio_sampler.config import SamplerConfig
 from trio_sampler.types import ApiBackend
 
@@ -35,28 +36,48 @@ class Reply:
     then: str = "end"
 
 
-class _Body(httpx2.AsyncByteStream):
+async def _body(reply: Reply) -> AsyncIterator[bytes]:
+    for item in reply.chunks:
+        if isinstance(item, float | int):
+            await trio.sleep(float(item))
+        else:
+            yield item
+    if reply.then == "drop":
+        raise httpx2.ReadError("connection reset by peer")
+    if reply.then == "stall":
+        await trio.sleep_forever()
+
+
+def as_httpx_request(request: HttpRequest) -> httpx2.Request:
+    """``request`` as an ``httpx2.Request`` (what the script and the tests look at)."""
+    return httpx2.Request(
+        request.method,
+        request.url,
+        params=list(request.params) or None,
+        headers=request.headers.fields,
+        content=request.body,
+    )
+
+
+class _HttpxBody(httpx2.AsyncByteStream):
     def __init__(self, reply: Reply, transport: ScriptedTransport) -> None:
         self._reply = reply
         self._transport = transport
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        for item in self._reply.chunks:
-            if isinstance(item, float | int):
-                await trio.sleep(float(item))
-            else:
-                yield item
-        if self._reply.then == "drop":
-            raise httpx2.ReadError("connection reset by peer")
-        if self._reply.then == "stall":
-            await trio.sleep_forever()
+        async for chunk in _body(self._reply):
+            yield chunk
 
     async def aclose(self) -> None:
-        self._transport.closed_bodies += 1
+        await self._transport._closed()
 
 
 class ScriptedTransport(httpx2.AsyncBaseTransport):
-    """Serves ``script`` replies in order (the last one repeats), recording requests."""
+    """Serves ``script`` replies in order (the last one repeats), recording requests.
+
+    A transport of the library's seam (``trio_sampler._http.Transport``: ``open``), in
+    memory, and an ``httpx2`` transport too (``handle_async_request``), for the tests that
+    put it behind one of their own."""
 
     def __init__(self, script: Sequence[Reply] | Callable[[httpx2.Request, int], Reply]) -> None:
         self._script = script
@@ -70,9 +91,11 @@ class ScriptedTransport(httpx2.AsyncBaseTransport):
             return self._script(request, index)
         return self._script[min(index, len(self._script) - 1)]
 
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        self.requests.append(request)
-        reply = self._next(request)
+    async def reply_to(self, recorded: httpx2.Request) -> Reply:
+        """Record ``recorded``, wait as its reply says, and return the reply (or raise
+        its error)."""
+        self.requests.append(recorded)
+        reply = self._next(recorded)
         if reply.delay_headers:
             if math.isinf(reply.delay_headers):
                 await trio.sleep_forever()
@@ -80,9 +103,28 @@ class ScriptedTransport(httpx2.AsyncBaseTransport):
         if reply.error is not None:
             raise reply.error
         self.opened_bodies += 1
-        return httpx2.Response(
-            reply.status, headers=reply.headers, stream=_Body(reply, self), request=request
+        return reply
+
+    async def _closed(self) -> None:
+        self.closed_bodies += 1
+
+    async def open(self, request: HttpRequest) -> Body:
+        return await MemoryTransport(self._respond).open(request)
+
+    async def _respond(self, request: HttpRequest) -> MemoryResponse:
+        reply = await self.reply_to(as_httpx_request(request))
+        return MemoryResponse(
+            reply.status, list(reply.headers.items()), _body(reply), on_close=self._closed
         )
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        reply = await self.reply_to(request)
+        return httpx2.Response(
+            reply.status, headers=reply.headers, stream=_HttpxBody(reply, self), request=request
+        )
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
 
 
 def chat_chunk(delta: dict[str, object], finish: str | None = None) -> bytes:
