@@ -32,6 +32,7 @@ import httpx2
 import trio
 
 from .._by_identity import ByIdentity
+from .._http import Transport
 from .._redact import Redactor, redactor_for
 from ..admission import Admission, AdmissionGate, RoutedAdmission
 from ..client import SamplingClient
@@ -289,7 +290,7 @@ def open_sampler(
     doom_loop: DoomLoopPolicy | None = None,
     max_concurrency: int | None = None,
     max_buffered_batches: int = DEFAULT_MAX_BUFFERED_BATCHES,
-    transport: httpx2.AsyncBaseTransport | None = None,
+    transport: Transport | httpx2.AsyncBaseTransport | None = None,
     seed: int | None = None,
     models: ModelCatalog | None = None,
     admission: Admission | None = None,
@@ -313,8 +314,10 @@ def open_sampler(
         max_concurrency: at most this many requests talk to the server at once; the rest
             wait their turn (cancellable, inside ``Timeouts.total``). ``None``: no limit.
         max_buffered_batches: network reads a request may buffer for a slow consumer.
-        transport: an ``httpx2`` transport replacing the network (tests, the emulator's
-            in-memory transport).
+        transport: what replaces the network: a transport of the library's seam
+            (``trio_sampler._http.Transport``: the emulator's in-memory
+            ``EmulatorTransport``, a scripted one in tests), or an ``httpx2`` transport,
+            run through ``httpx2.AsyncClient``. The same actor code runs over any.
         seed: seeds the jitter so runs are reproducible.
         models: prices used to compute a response's cost when the server reports none
             (default: the shipped ``default_models.json``).
@@ -344,7 +347,10 @@ def open_sampler(
             "1 << 30 (or None for no limit)",
         )
     _check_type(
-        "transport", transport, httpx2.AsyncBaseTransport | None, "an httpx2.AsyncBaseTransport"
+        "transport",
+        transport,
+        Transport | httpx2.AsyncBaseTransport | None,
+        "an httpx2.AsyncBaseTransport or a trio_sampler._http.Transport",
     )
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise TypeError(f"seed must be an int or None, not {seed!r}")
@@ -399,7 +405,7 @@ async def _open_sampler(
     doom_loop: DoomLoopPolicy | None,
     max_concurrency: int | None,
     max_buffered_batches: int,
-    transport: httpx2.AsyncBaseTransport | None,
+    transport: Transport | httpx2.AsyncBaseTransport | None,
     seed: int | None,
     models: ModelCatalog | None,
     admission: Admission | None,
