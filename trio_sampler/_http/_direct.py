@@ -190,16 +190,22 @@ def to_own_pool(client: httpx2.AsyncClient, url: httpx2.URL) -> bool:
     return callable(choose) and choose(url) is getattr(client, "_transport", None)
 
 
-def use_own_backend(pool: httpcore2.AsyncConnectionPool | None, *, stamped: bool) -> bool:
-    """Put :class:`~trio_sampler._network.TrioNetworkBackend` under a client's own
-    connection pool (see :func:`own_pool`), for the connections it opens from now on.
+def use_own_backend(
+    pool: httpcore2.AsyncConnectionPool | None,
+    *,
+    stamped: bool,
+    backend: httpcore2.AsyncNetworkBackend | None = None,
+) -> bool:
+    """Put :class:`~trio_sampler._network.TrioNetworkBackend` (or ``backend``) under a
+    client's own connection pool (see :func:`own_pool`), for the connections it opens
+    from now on.
     httpx2 does not take a network backend, so this sets the pool's (private) backend
     attribute, checked by type; anything else is left as it is (``False``)."""
     if pool is None or not isinstance(
         getattr(pool, "_network_backend", None), httpcore2.AsyncNetworkBackend
     ):
         return False
-    pool._network_backend = TrioNetworkBackend(stamped=stamped)
+    pool._network_backend = backend if backend is not None else TrioNetworkBackend(stamped=stamped)
     return True
 
 
@@ -424,7 +430,17 @@ class DirectTransport:
     and end: measured in ``docs/benchmarks-actor.md``); ``config.connection_pools`` pools
     of fewer streams each do not."""
 
-    def __init__(self, config: SamplerConfig) -> None:
+    def __init__(
+        self,
+        config: SamplerConfig,
+        *,
+        network_backend: httpcore2.AsyncNetworkBackend | None = None,
+    ) -> None:
+        """``network_backend``: where the pools' connections come from (an
+        ``httpcore2`` network backend); by default TCP and TLS through
+        :class:`~trio_sampler._network.TrioNetworkBackend`. Another one (connections in
+        memory, for tests under the mock clock) changes where the bytes come from and
+        nothing else."""
         # One TLS context for every pool: building one loads the CA store (about 20 ms),
         # and httpx2 would otherwise build one per pool. ``create_ssl_context`` is what
         # httpx2 itself uses for ``verify=True`` (``SSL_CERT_FILE`` / ``SSL_CERT_DIR``).
@@ -433,7 +449,9 @@ class DirectTransport:
         self._clients = [client_for(config, verify=verify) for _ in range(shards)]
         self._pools = [own_pool(client) for client in self._clients]
         stamped = config.receive_timestamps
-        own = [use_own_backend(pool, stamped=stamped) for pool in self._pools]
+        own = [
+            use_own_backend(pool, stamped=stamped, backend=network_backend) for pool in self._pools
+        ]
         # Kept open while the transport is, so the kernel stamps from the first read on.
         self._release_kernel_timestamps: Callable[[], object] | None = None
         if stamped:
