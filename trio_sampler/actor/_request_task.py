@@ -31,7 +31,7 @@ from ..admission import (
     RoutedGate,
 )
 from ..client import ResponseStream, SamplingClient, SamplingClientError
-from ..config import RetryPolicy, SamplerConfig
+from ..config import RetryPolicy, SamplerConfig, Timeouts
 from ..doom_loop import DoomLoopPolicy, TailRepetitionDetector, parse_trigger
 from ..models import ModelCatalog
 from ..retry import Decision, RetryAction, RetryBudget, classify
@@ -1179,7 +1179,7 @@ class RequestRunner:
                             holding.guard(None)
                             holding.check()
                     if timed_out:
-                        events = transform.abort(self._timeout_error(emitted))
+                        events = transform.abort(self._timeout_error(emitted, timeouts))
                     elif chunk is None:
                         body_done = True
                         events = self._close(transform, decoder)
@@ -1271,17 +1271,18 @@ class RequestRunner:
             await trio.lowlevel.checkpoint()
 
     @staticmethod
-    def _timeout_error(emitted: bool) -> SamplingErrorInfo:
+    def _timeout_error(emitted: bool, timeouts: Timeouts) -> SamplingErrorInfo:
+        """Which of the two content timers fired, and after how long."""
         if emitted:
             return _error(
                 SamplingErrorKind.IDLE_TIMEOUT,
-                "the stream went idle: no content within the idle timeout",
+                f"idle timeout: no content within {timeouts.idle:g} s",
                 retryable=True,
                 code="idle_timeout",
             )
         return _error(
             SamplingErrorKind.IDLE_TIMEOUT,
-            "no first token within the first-token timeout",
+            f"first token timeout: no first token within {timeouts.first_token:g} s",
             retryable=True,
             code="first_token_timeout",
         )
