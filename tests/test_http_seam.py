@@ -6,10 +6,15 @@ httpx2, through the direct transport over in-memory connections and over loopbac
 the production path), under the mock clock, and the calls the actor and the client make
 to the HTTP seam (``Transport.open`` and each ``Body`` method) are counted: they are the
 same on every carrier, and so are the events the caller sees.
+
+The five timeouts (connect, response headers, first token, idle, total) are independent
+and each failure says which fired and after how long, on every carrier (the connect
+timeout needs a real connection: ``test_http_resend_rule``).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import pytest
@@ -19,8 +24,8 @@ from carriers import CARRIERS
 from fakes import Reply, ScriptedTransport, chat_chunk, chat_stream, error_reply, make_config
 
 from trio_sampler.actor import open_sampler
-from trio_sampler.config import RetryPolicy
-from trio_sampler.types import ConversationRequest, SamplingEvent, User
+from trio_sampler.config import RetryPolicy, Timeouts
+from trio_sampler.types import Completed, ConversationRequest, Failed, SamplingEvent, User
 
 REQUEST = ConversationRequest(items=[User("hello")])
 
@@ -56,3 +61,66 @@ async def test_every_carrier_takes_the_same_path_through_the_seam(
     assert memory[0]["open"] >= 1 and memory[0]["aclose"] == memory[0]["open"]
     for carrier, result in runs.items():
         assert result == memory, f"{carrier} differs from the in-memory run: {runs}"
+
+
+# -- the five timeouts ----------------------------------------------------------------
+
+STALL_AFTER_CONTENT = Reply(chunks=[chat_chunk({"content": "x"})], then="stall")
+TIMEOUTS = [
+    pytest.param(
+        Reply(delay_headers=math.inf),
+        "response headers timeout: no response headers within 2 s",
+        id="response_headers",
+    ),
+    pytest.param(
+        Reply(chunks=[], then="stall"),
+        "first token timeout: no first token within 3 s",
+        id="first_token",
+    ),
+    pytest.param(STALL_AFTER_CONTENT, "idle timeout: no content within 4 s", id="idle"),
+]
+
+
+@pytest.mark.parametrize("carrier", CARRIERS)
+@pytest.mark.parametrize(("reply", "message"), TIMEOUTS)
+async def test_each_timeout_says_which_fired_and_after_how_long(
+    reply: Reply, message: str, carrier: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    transport = ScriptedTransport([reply], carrier=carrier)
+    timeouts = Timeouts(response_headers=2.0, first_token=3.0, idle=4.0, total=60.0)
+    config = make_config(timeouts=timeouts, retry=RetryPolicy(max_retries=0))
+    async with open_sampler(config, transport=transport) as sampler:
+        events = [event async for event in await sampler.submit(REQUEST)]
+    end = events[-1]
+    assert isinstance(end, Failed)
+    assert end.error.message == message
+
+
+@pytest.mark.parametrize("carrier", CARRIERS)
+async def test_the_total_timeout_says_so_and_after_how_long(
+    carrier: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    transport = ScriptedTransport([STALL_AFTER_CONTENT], carrier=carrier)
+    timeouts = Timeouts(response_headers=2.0, first_token=3.0, idle=40.0, total=5.0)
+    config = make_config(timeouts=timeouts, retry=RetryPolicy(max_retries=0))
+    async with open_sampler(config, transport=transport) as sampler:
+        events = [event async for event in await sampler.submit(REQUEST)]
+    end = events[-1]
+    assert isinstance(end, Failed)
+    assert end.error.message == "the request did not finish within its total timeout of 5 s"
+
+
+@pytest.mark.parametrize("carrier", CARRIERS)
+async def test_no_timeout_caps_another(
+    carrier: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A head after 1.5 s with ``response_headers=2`` and ``first_token=idle=0.5``, then
+    content every 0.4 s: nothing fires, on any carrier (the socket read timeout is a
+    backstop no shorter than the longest of them)."""
+    late = Reply(delay_headers=1.5, chunks=chat_stream("a", "b", "c", pause=0.4))
+    transport = ScriptedTransport([late], carrier=carrier)
+    timeouts = Timeouts(response_headers=2.0, first_token=0.5, idle=0.5)
+    config = make_config(timeouts=timeouts, retry=RetryPolicy(max_retries=0))
+    async with open_sampler(config, transport=transport) as sampler:
+        events = [event async for event in await sampler.submit(REQUEST)]
+    assert isinstance(events[-1], Completed), events[-1]
