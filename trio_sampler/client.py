@@ -170,7 +170,7 @@ class ResponseStream:
     :meth:`SamplingClient.open_stream` block exits.
     """
 
-    __slots__ = ("_body", "_decoder", "_downloaded", "_ended", "_raw", "detached")
+    __slots__ = ("_body", "_closed", "_decoder", "_downloaded", "_ended", "_raw", "detached")
 
     def __init__(self, body: Body, max_bytes: int) -> None:
         self._body = body
@@ -180,6 +180,7 @@ class ResponseStream:
         self._downloaded = 0
         #: The body was read to its end (and the response closed then).
         self._ended = False
+        self._closed = False
         #: Taken out of its ``open_stream`` block (:meth:`detach`): the block leaves it open.
         self.detached = False
 
@@ -245,8 +246,9 @@ class ResponseStream:
                 try:
                     chunk = await self._raw.__anext__()
                 except StopAsyncIteration:
-                    # Read to its end: closed now, giving its connection back to the pool.
-                    self._ended = True
+                    # Read to its end: closed now, giving its connection back to the pool
+                    # (local work: nothing to shield or bound).
+                    self._ended = self._closed = True
                     await body.aclose()
                     raise
                 except body.read_errors as exc:
@@ -281,14 +283,17 @@ class ResponseStream:
             pass  # the end of the body, or a connection that will not be reused
 
     async def aclose(self) -> None:
-        """Close the response (and its connection, if the body is unfinished). Idempotent."""
-        raw = self._raw
-        if raw is not None and not self._ended:
+        """Close the response (and its connection, if the body is unfinished), shielded
+        and bounded in time. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        with trio.CancelScope(shield=True, relative_deadline=CLOSE_TIMEOUT):
+            raw = self._raw
             closer = getattr(raw, "aclose", None)
             if closer is not None:
-                with trio.CancelScope(shield=True, relative_deadline=CLOSE_TIMEOUT):
-                    await closer()
-        await self._body.aclose()
+                await closer()
+            await self._body.aclose()
 
 
 def _transport_for(
@@ -347,7 +352,8 @@ class _Exchange:
             try:
                 await client._raise_for_status(body, config.timeouts.response_headers)
             except BaseException:
-                await body.aclose()
+                with trio.CancelScope(shield=True, relative_deadline=CLOSE_TIMEOUT):
+                    await body.aclose()
                 raise
         except SamplingClientError as exc:
             raise SamplingClientError(redactor.error(exc.info)) from None

@@ -164,7 +164,8 @@ class Body(Protocol):
 
     async def aclose(self) -> None:
         """Close the response (and its connection, if the body is unfinished); give the
-        connection back if it ended. Idempotent, and bounded in time."""
+        connection back if it ended. Idempotent. Local work (a socket close, an h2
+        ``RST_STREAM``): the caller shields and bounds it when it must."""
         ...
 
 

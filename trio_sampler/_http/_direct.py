@@ -359,8 +359,7 @@ class _DirectBody:
             return
         self._closed = True
         try:
-            with trio.CancelScope(shield=True, relative_deadline=CLOSE_TIMEOUT):
-                await self._core.aclose()
+            await self._core.aclose()
         except _REQUEST_ERRORS as exc:
             raise SamplingClientError(classify_transport_error(exc)) from None
         finally:
@@ -572,26 +571,26 @@ class DirectTransport:
         client = self._clients[0]
         headers = request.headers
         address = self._url(request)
-        merged = headers.memo.get(self)
-        if merged is None:
-            # The client's default headers we did not set, in front (as httpx2 merges).
-            merged = headers.memo[self] = [
-                *(pair for key, pair in self._default_headers.items() if key not in headers.names),
-                *headers.fields,
-            ]
+        memo = headers.memo.get(self)
+        if memo is None:
+            # The client's default headers we did not set, in front (as httpx2 merges),
+            # and whether a header httpx2 adds itself is among them.
+            memo = headers.memo[self] = (
+                [
+                    *(p for key, p in self._default_headers.items() if key not in headers.names),
+                    *headers.fields,
+                ],
+                not _USER_AGENT_DEFAULTS.isdisjoint(headers.names),
+            )
+        merged, sets_own = cast("tuple[list[tuple[bytes, bytes]], bool]", memo)
         extensions = {"timeout": dict(headers.timeout)}
-        if (
-            address.direct is None
-            or len(client.cookies)
-            or request.method != "POST"
-            or not _USER_AGENT_DEFAULTS.isdisjoint(headers.names)
-        ):
+        if address.direct is None or len(client.cookies) or request.method != "POST" or sets_own:
             # A proxy, cookies to send, a header httpx2 adds itself, or a method whose
             # empty body it sends without a Content-Length: its way.
             return client.build_request(
                 request.method,
                 address.url,
-                headers=cast("list[tuple[bytes, bytes]]", merged),
+                headers=merged,
                 content=request.body,
                 extensions=extensions,
             )
@@ -601,7 +600,7 @@ class DirectTransport:
         # Bytes already: not checked header by header again.
         direct.headers = [
             (b"Host", address.host),
-            *cast("list[tuple[bytes, bytes]]", merged),
+            *merged,
             (b"Content-Length", b"%d" % len(request.body)),
         ]
         return direct

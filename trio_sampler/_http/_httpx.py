@@ -163,14 +163,13 @@ class HttpxBody:
     async def aclose(self) -> None:
         if self._response.is_closed:
             return
-        with trio.CancelScope(shield=True, relative_deadline=CLOSE_TIMEOUT):
-            chunks = self._chunks
-            if isinstance(chunks, AsyncGenerator):
-                await chunks.aclose()
-            try:
-                await self._response.aclose()
-            except REQUEST_ERRORS as exc:
-                raise SamplingClientError(classify_transport_error(exc)) from None
+        chunks = self._chunks
+        if isinstance(chunks, AsyncGenerator):
+            await chunks.aclose()
+        try:
+            await self._response.aclose()
+        except REQUEST_ERRORS as exc:
+            raise SamplingClientError(classify_transport_error(exc)) from None
 
 
 async def send_through(
