@@ -13,6 +13,7 @@ same table serves the direct transport, whose failures are httpcore2's.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import socket
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
@@ -74,8 +75,6 @@ def _socket_timeouts(config: SamplerConfig) -> dict[str, float | None]:
 
 
 def _h2_available() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("h2") is not None
 
 
