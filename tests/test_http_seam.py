@@ -124,3 +124,9 @@ async def test_no_timeout_caps_another(
     async with open_sampler(config, transport=transport) as sampler:
         events = [event async for event in await sampler.submit(REQUEST)]
     assert isinstance(events[-1], Completed), events[-1]
+
+
+async def test_a_transport_of_neither_kind_is_refused_by_name() -> None:
+    with pytest.raises(TypeError, match=r"transport must be an httpx2.AsyncBaseTransport or a"):
+        async with open_sampler(make_config(), transport=object()):  # type: ignore[arg-type]
+            pass
