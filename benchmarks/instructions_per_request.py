@@ -16,7 +16,7 @@ its own orders), whatever else the machine does; what the kernel does for a requ
 system calls) is not counted.
 
     python benchmarks/instructions_per_request.py [--tokens 1,200] [--requests 100]
-        [--warmup 30] [--impls ours,skeleton,floor]
+        [--warmup 30] [--impls ours,skeleton,floor,ours_httpx]
         [--json benchmarks/results/instructions_per_request.json]
 
 It needs ``valgrind`` on the ``PATH`` (Debian's package). Under callgrind a request runs
@@ -43,7 +43,9 @@ if __package__ in (None, ""):  # run as a script: the checkout's packages first
 from benchmarks.bench_actor import Contender, RawServer, Rec
 from benchmarks.common import write_results
 
-CONTENDERS = ("ours", "skeleton", "floor")
+#: ``ours_httpx``: ours over the plain httpx transport of the HTTP seam (an
+#: ``httpx2.AsyncHTTPTransport`` passed in), beside ``ours`` on the default, direct one.
+CONTENDERS = ("ours", "skeleton", "floor", "ours_httpx")
 
 
 def drive(impl: str, origin: str, tokens: int, warmup: int, requests: int) -> None:
@@ -51,7 +53,14 @@ def drive(impl: str, origin: str, tokens: int, warmup: int, requests: int) -> No
     the other; raise if one fails (what runs under callgrind)."""
 
     async def run() -> None:
-        contender = Contender(impl, origin, tokens, "", headers={"x-bench-events": str(tokens)})
+        contender = Contender(
+            "ours" if impl == "ours_httpx" else impl,
+            origin,
+            tokens,
+            "",
+            headers={"x-bench-events": str(tokens)},
+            through_httpx2=impl == "ours_httpx",
+        )
 
         async def body() -> None:
             for _ in range(warmup + requests):
@@ -133,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", default="1,200", help="text deltas per stream (1,200)")
     parser.add_argument("--requests", type=int, default=100, help="requests of the short run")
     parser.add_argument("--warmup", type=int, default=30, help="unmeasured requests first (30)")
-    parser.add_argument("--impls", default=",".join(CONTENDERS), help="contenders (all three)")
+    parser.add_argument(
+        "--impls", default="ours,skeleton,floor", help="contenders (" + ",".join(CONTENDERS) + ")"
+    )
     parser.add_argument(
         "--json", default="benchmarks/results/instructions_per_request.json", help="results file"
     )

@@ -8,14 +8,29 @@ so under ``autojump_clock`` minutes of backoff and timeouts pass in microseconds
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from contextlib import aclosing
+from typing import Any
 
 import attrs
+import carriers
 import httpx2
 import orjson
 import trio
 
+from trio_sampler._http import (
+    Body,
+    DirectTransport,
+    HttpRequest,
+    HttpxTransport,
+    MemoryResponse,
+    MemoryTransport,
+    SamplingClientError,
+    Transport,
+)
 from trio_sampler.config import SamplerConfig
 from trio_sampler.types import ApiBackend
 
@@ -35,34 +50,99 @@ class Reply:
     then: str = "end"
 
 
-class _Body(httpx2.AsyncByteStream):
+async def _body(reply: Reply) -> AsyncGenerator[bytes, None]:
+    for item in reply.chunks:
+        if isinstance(item, float | int):
+            await trio.sleep(float(item))
+        else:
+            yield item
+    if reply.then == "drop":
+        raise httpx2.ReadError("connection reset by peer")
+    if reply.then == "stall":
+        await trio.sleep_forever()
+
+
+def as_httpx_request(request: HttpRequest) -> httpx2.Request:
+    """``request`` as an ``httpx2.Request`` (what the script and the tests look at)."""
+    return httpx2.Request(
+        request.method,
+        request.url,
+        params=list(request.params) or None,
+        headers=request.headers.fields,
+        content=request.body,
+    )
+
+
+class _HttpxBody(httpx2.AsyncByteStream):
     def __init__(self, reply: Reply, transport: ScriptedTransport) -> None:
         self._reply = reply
         self._transport = transport
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        for item in self._reply.chunks:
-            if isinstance(item, float | int):
-                await trio.sleep(float(item))
-            else:
-                yield item
-        if self._reply.then == "drop":
-            raise httpx2.ReadError("connection reset by peer")
-        if self._reply.then == "stall":
-            await trio.sleep_forever()
+        async with aclosing(_body(self._reply)) as chunks:
+            async for chunk in chunks:
+                yield chunk
 
     async def aclose(self) -> None:
-        self._transport.closed_bodies += 1
+        await self._transport._closed()
+
+
+class _Counted:
+    """A body of the seam, its calls counted (and its close, ``count_close``)."""
+
+    def __init__(self, body: Body, transport: ScriptedTransport, count_close: bool) -> None:
+        self._body = body
+        self._transport = transport
+        self._count_close = count_close
+        self._closed = False
+        self.read_errors = body.read_errors
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._body, name)
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        self._transport.seam_calls["chunks"] += 1
+        return self._body.chunks()
+
+    def end_received(self, downloaded: int) -> bool:
+        self._transport.seam_calls["end_received"] += 1
+        return self._body.end_received(downloaded)
+
+    def read_failure(self, exc: BaseException) -> SamplingClientError:
+        return self._body.read_failure(exc)
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._transport.seam_calls["aclose"] += 1
+            if self._count_close:
+                await self._transport._closed()
+        await self._body.aclose()
 
 
 class ScriptedTransport(httpx2.AsyncBaseTransport):
-    """Serves ``script`` replies in order (the last one repeats), recording requests."""
+    """Serves ``script`` replies in order (the last one repeats), recording requests.
 
-    def __init__(self, script: Sequence[Reply] | Callable[[httpx2.Request, int], Reply]) -> None:
+    A transport of the library's seam (``trio_sampler._http.Transport``: ``open``), in
+    memory, and an ``httpx2`` transport too (``handle_async_request``), for the tests that
+    put it behind one of their own."""
+
+    def __init__(
+        self,
+        script: Sequence[Reply] | Callable[[httpx2.Request, int], Reply],
+        *,
+        carrier: str | None = None,
+    ) -> None:
         self._script = script
         self.requests: list[httpx2.Request] = []
         self.opened_bodies = 0
         self.closed_bodies = 0
+        #: Which transport of the seam carries the exchanges (``tests/carriers.py``).
+        self.carrier = carrier or carriers.current
+        self._carried: Transport | None = None
+        self._loopback_port = 0
+        #: Calls to the seam, by name (``open`` and each ``Body`` method the client made).
+        self.seam_calls: Counter[str] = Counter()
 
     def _next(self, request: httpx2.Request) -> Reply:
         index = len(self.requests) - 1
@@ -70,9 +150,11 @@ class ScriptedTransport(httpx2.AsyncBaseTransport):
             return self._script(request, index)
         return self._script[min(index, len(self._script) - 1)]
 
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        self.requests.append(request)
-        reply = self._next(request)
+    async def reply_to(self, recorded: httpx2.Request) -> Reply:
+        """Record ``recorded``, wait as its reply says, and return the reply (or raise
+        its error)."""
+        self.requests.append(recorded)
+        reply = self._next(recorded)
         if reply.delay_headers:
             if math.isinf(reply.delay_headers):
                 await trio.sleep_forever()
@@ -80,9 +162,47 @@ class ScriptedTransport(httpx2.AsyncBaseTransport):
         if reply.error is not None:
             raise reply.error
         self.opened_bodies += 1
+        return reply
+
+    async def _closed(self) -> None:
+        self.closed_bodies += 1
+
+    async def open(self, request: HttpRequest) -> Body:
+        self.seam_calls["open"] += 1
+        if self.carrier == "memory":
+            return _Counted(await MemoryTransport(self._respond).open(request), self, True)
+        if self._carried is None:
+            self._carried = await self._carrier()
+        if self.carrier == "loopback":
+            request = attrs.evolve(request, base_url=f"http://127.0.0.1:{self._loopback_port}/v1")
+        body = await self._carried.open(request)
+        # Over httpx2 the script's own body counts its close; else it is counted here.
+        return _Counted(body, self, self.carrier != "httpx")
+
+    async def _carrier(self) -> Transport:
+        config = make_config(connection_pools=1)
+        if self.carrier == "httpx":
+            return HttpxTransport.borrowing(self, config)
+        serve = functools.partial(carriers.serve_script, self)
+        if self.carrier == "direct":
+            return DirectTransport(config, network_backend=carriers.MemoryNetworkBackend(serve))
+        assert self.carrier == "loopback", self.carrier
+        serve = functools.partial(carriers.serve_script, self, keep_alive=False)
+        self._loopback_port = await carriers.listen_for(serve)
+        return DirectTransport(config)
+
+    async def _respond(self, request: HttpRequest) -> MemoryResponse:
+        reply = await self.reply_to(as_httpx_request(request))
+        return MemoryResponse(reply.status, list(reply.headers.items()), _body(reply))
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        reply = await self.reply_to(request)
         return httpx2.Response(
-            reply.status, headers=reply.headers, stream=_Body(reply, self), request=request
+            reply.status, headers=reply.headers, stream=_HttpxBody(reply, self), request=request
         )
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
 
 
 def chat_chunk(delta: dict[str, object], finish: str | None = None) -> bytes:

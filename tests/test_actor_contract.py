@@ -2,12 +2,18 @@
 
 Every test checks the same rule from a different angle: exactly one terminal event, it is
 the last event, it arrives promptly, and no task outlives its request.
+
+Every test runs once per carrier of the script's bytes (``tests/carriers.py``): in
+memory, through httpx2, through the direct transport over in-memory connections, and
+through the direct transport over loopback TCP. The actor and the client are the same
+code on each; only the transport under the seam differs.
 """
 
 from __future__ import annotations
 
 import math
 
+import carriers
 import httpx2
 import pytest
 import trio
@@ -44,6 +50,15 @@ from trio_sampler.types import (
 )
 
 REQUEST = ConversationRequest(items=[User("hello")])
+
+
+@pytest.fixture(autouse=True, params=carriers.CARRIERS)
+def carrier(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The carrier of every scripted transport the test makes."""
+    monkeypatch.setattr(carriers, "current", request.param)
+    return str(request.param)
+
+
 TERMINALS = (Completed, Failed, Cancelled)
 
 

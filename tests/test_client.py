@@ -12,6 +12,7 @@ import orjson
 import pytest
 import trio
 
+from trio_sampler._http import DirectTransport, HttpxTransport
 from trio_sampler.client import SamplingClient, SamplingClientError
 from trio_sampler.config import AuthScheme, SamplerConfig, Timeouts
 from trio_sampler.testing import EmulatorFixture
@@ -79,6 +80,13 @@ def sse_ok(*chunks: bytes) -> Callable[[httpx2.Request], httpx2.Response]:
     )
 
 
+def direct_of(client: SamplingClient) -> DirectTransport:
+    """The direct transport under ``client`` (its default)."""
+    transport = client.transport
+    assert isinstance(transport, DirectTransport)
+    return transport
+
+
 async def read_all(client: SamplingClient, wire: WireRequest = WIRE) -> list[bytes]:
     async with client.open_stream(wire) as stream:
         assert stream.status == 200
@@ -132,11 +140,13 @@ async def test_the_request_on_the_wire_is_complete() -> None:
     seen, transport = recording(sse_ok(b""))
     cfg = config(
         extra_headers={"X-Title": "t"},
-        timeouts=Timeouts(connect=3.0, write=5.0, first_token=7.0, idle=6.0),
+        timeouts=Timeouts(connect=3.0, write=5.0, response_headers=4.0, first_token=7.0, idle=6.0),
     )
     other = config(base_url="https://other.test/api")
     async with SamplingClient(cfg, transport=transport) as client:
-        client._clients[0].cookies.set("affinity", "node-7", domain="api.example.test")
+        carrier = client.transport
+        assert isinstance(carrier, HttpxTransport)
+        carrier.cookies.set("affinity", "node-7", domain="api.example.test")
         await read_all(client)
         await read_all(client)
         await read_all(client)
@@ -426,7 +436,7 @@ def test_pools_share_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     client = SamplingClient(config)
     assert len(built) == 1
-    assert len(client._clients) == 8
+    assert direct_of(client).pools == 8
 
 
 async def test_streams_spread_over_the_least_busy_pools(emulator: EmulatorFixture) -> None:
@@ -443,12 +453,12 @@ async def test_streams_spread_over_the_least_busy_pools(emulator: EmulatorFixtur
     wire = build_request(ApiBackend.CHAT_COMPLETIONS, request, BuildOptions(model="m"))
     async with SamplingClient(config) as client:
         async with client.open_stream(wire) as first, client.open_stream(wire) as second:
-            assert client._in_flight == [1, 1, 0]
+            assert direct_of(client).in_flight == [1, 1, 0]
             async with client.open_stream(wire) as third:
-                assert client._in_flight == [1, 1, 1]
+                assert direct_of(client).in_flight == [1, 1, 1]
                 for stream in (first, second, third):
                     assert stream.status == 200
-        assert client._in_flight == [0, 0, 0]
+        assert direct_of(client).in_flight == [0, 0, 0]
 
 
 @pytest.mark.parametrize(
@@ -468,7 +478,10 @@ async def test_the_request_built_is_the_one_httpx2_builds(cfg: SamplerConfig) ->
     ``httpcore2.Request`` httpx2's transport would make of that one."""
     for transport in (httpx2.MockTransport(lambda request: httpx2.Response(200)), None):
         async with SamplingClient(cfg, transport=transport) as client:
-            ours = client._build(WIRE, cfg, stream=True)
+            request = client._request(WIRE, cfg, stream=True)
+            carrier = client.transport
+            assert isinstance(carrier, DirectTransport | HttpxTransport)
+            ours = carrier.build(request)
             if transport is None:
                 assert isinstance(ours, httpcore2.Request)
                 raw_headers = ours.headers
@@ -477,7 +490,7 @@ async def test_the_request_built_is_the_one_httpx2_builds(cfg: SamplerConfig) ->
             else:
                 assert isinstance(ours, httpx2.Request)
                 raw_headers, url, content = ours.headers.raw, ours.url, ours.content
-            theirs = client._clients[0].build_request(
+            theirs = httpx2.AsyncClient().build_request(
                 "POST",
                 url,
                 content=WIRE.body,
@@ -548,6 +561,5 @@ async def test_every_way_out_of_an_exchange_closes_and_gives_the_pool_back() -> 
                 )
         assert KEY not in str(raised.value)
         assert KEY not in raised.value.info.message
-        assert client._in_flight == [0]
     assert len(bodies) == 6
     assert all(body.closed for body in bodies)

@@ -28,7 +28,9 @@ from hypothesis import given
 from log_capture import LogCapture
 from loopback import read_request, serve
 
-from trio_sampler.client import SamplingClient, SamplingClientError, _header_fields
+from trio_sampler._http import DirectTransport, HttpxTransport
+from trio_sampler._http._direct import header_fields as _header_fields
+from trio_sampler.client import SamplingClient, SamplingClientError
 from trio_sampler.config import AuthScheme, RetryPolicy, SamplerConfig, Timeouts
 from trio_sampler.emulator import EmulatorApp
 from trio_sampler.types import (
@@ -74,6 +76,13 @@ async def server(handler: Handler) -> AsyncIterator[Server]:
     async with serve(on_connection) as port:
         state.port = port
         yield state
+
+
+def direct_of(client: SamplingClient) -> DirectTransport:
+    """The direct transport under ``client`` (its default)."""
+    transport = client.transport
+    assert isinstance(transport, DirectTransport)
+    return transport
 
 
 async def answer(stream: trio.SocketStream, _: Server) -> None:
@@ -124,8 +133,8 @@ async def test_the_direct_path_sends_the_bytes_httpx2_sends() -> None:
     async with server(answer) as origin:
         config = config_for(origin.base_url, extra_headers={"X-Title": "t"})
         async with both_paths(config) as (direct, through_httpx2):
-            assert direct._url(config.base_url, WIRE.path, ()).direct is not None
-            assert through_httpx2._url(config.base_url, WIRE.path, ()).direct is None
+            assert direct_of(direct).takes_direct_path(config.base_url, WIRE.path)
+            assert isinstance(through_httpx2.transport, HttpxTransport)
             assert await read_all(direct) == await read_all(through_httpx2) == BODY
             assert await read_all(direct) == BODY  # and again, on the kept connection
     first, second, third = origin.requests
@@ -167,7 +176,7 @@ async def test_a_proxy_from_the_environment_is_used_as_httpx2_uses_it(
         monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
         config = config_for("http://origin.invalid/v1")
         async with SamplingClient(config) as client:
-            assert client._url(config.base_url, WIRE.path, ()).direct is None
+            assert not direct_of(client).takes_direct_path(config.base_url, WIRE.path)
             assert await read_all(client) == BODY
     (head, _), *_ = proxy.requests
     assert head.startswith(b"POST http://origin.invalid/v1/chat/completions HTTP/1.1\r\n")
@@ -244,7 +253,7 @@ async def test_a_failure_is_classified_as_it_is_through_httpx2(
     async with server(handler) as origin:
         config = config_for(origin.base_url)
         async with both_paths(config) as clients:
-            assert clients[0]._url(config.base_url, WIRE.path, ()).direct is not None
+            assert direct_of(clients[0]).takes_direct_path(config.base_url, WIRE.path)
             direct, through_httpx2 = [await failure(client) for client in clients]
     assert direct == through_httpx2
     assert direct.kind is kind
@@ -306,10 +315,10 @@ async def test_http2_over_tls_takes_the_direct_path_as_httpx2_takes_it(
             SamplingClient(config) as direct,
             SamplingClient(config, transport=transport) as through_httpx2,
         ):
-            assert direct._url(config.base_url, wire.path, ()).direct is not None
+            assert direct_of(direct).takes_direct_path(config.base_url, wire.path)
             for client in (direct, through_httpx2, direct):
                 async with client.open_stream(wire) as stream:
-                    assert stream._response.http_version == "HTTP/2"
+                    assert stream.http_version == "HTTP/2"
                     assert not stream.end_received()
                     bodies.append(b"".join([chunk async for chunk in stream]))
     # The same answer but for the clock: ``created`` is the second each was rendered in.
@@ -335,7 +344,7 @@ async def test_no_key_in_the_http2_stacks_debug_records(
             base_url, http2=True, backend=backend, auth_scheme=auth, timeouts=TLS_TIMEOUTS
         )
         async with SamplingClient(config) as client, client.open_stream(wire) as stream:
-            assert stream._response.http_version == "HTTP/2"
+            assert stream.http_version == "HTTP/2"
             assert [chunk async for chunk in stream]
     assert any(name.startswith("hpack") for name in debug_logs.names)
     assert not [text for text in debug_logs.texts if SECRET in text]

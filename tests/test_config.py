@@ -128,7 +128,9 @@ def test_timeouts_defaults_and_read_backstop() -> None:
         None,
     )
     assert t.read == 300.0
-    assert Timeouts(first_token=10, idle=50).read == 50
+    assert Timeouts(first_token=10, idle=50, response_headers=5).read == 50
+    # The backstop never cuts the wait for the response head short.
+    assert Timeouts(response_headers=2, first_token=0.5, idle=0.5).read == 2
 
 
 @pytest.mark.parametrize(

@@ -10,11 +10,11 @@ import orjson
 import pytest
 import trio
 
+from trio_sampler._http import classify_transport_error
 from trio_sampler.types import SamplingErrorKind as K
 from trio_sampler.wire.errors import (
     classify_http_error,
     classify_stream_error,
-    classify_transport_error,
     scrub_secrets,
 )
 

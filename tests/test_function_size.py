@@ -23,6 +23,8 @@ MODULES = sorted(
         *(_PACKAGE / "_http").glob("*.py"),
         _PACKAGE / "routing.py",
         _PACKAGE / "admission.py",
+        _PACKAGE / "client.py",
+        _PACKAGE / "_network.py",
     ]
 )
 

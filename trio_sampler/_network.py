@@ -153,7 +153,10 @@ class _Connection(httpcore2.AsyncNetworkStream):
 
     def get_extra_info(self, info: str) -> Any:
         if info == "ssl_object" and isinstance(self._stream, trio.SSLStream):
-            return self._stream._ssl_object  # as TrioStream does
+            # The TLS stream itself: it forwards the ``ssl.SSLObject`` queries httpcore2
+            # makes (``selected_alpn_protocol``, ``getpeercert``, ``version``, ...) through
+            # trio's public interface, where ``TrioStream`` hands out trio's private one.
+            return self._stream
         if info == "client_addr":
             return self._socket_stream().socket.getsockname()
         if info == "server_addr":

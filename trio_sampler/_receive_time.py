@@ -28,9 +28,12 @@ import time
 
 import trio
 
+from .types import TrioSamplerError
+
 __all__ = [
     "LAST_RECEIVED",
     "LAST_SENT",
+    "NothingWritten",
     "StampedSocketStream",
     "hold_kernel_timestamps",
     "kernel_timestamps_available",
@@ -61,6 +64,16 @@ LAST_SENT: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 LAST_RECEIVED: contextvars.ContextVar[float | None] = contextvars.ContextVar(
     "trio_sampler_last_received", default=None
 )
+
+
+class NothingWritten(TrioSamplerError, trio.BrokenResourceError):
+    """A write the connection refused whole: not one byte of it reached the kernel (the
+    connection was broken before it). The one failure after which a request provably
+    did not reach the server."""
+
+
+#: ``os.write`` errors that say only "not now": the write is retried by waiting.
+_NOT_NOW = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR})
 
 
 def kernel_timestamps_available() -> bool:
@@ -164,7 +177,9 @@ class StampedSocketStream(trio.abc.HalfCloseableStream):
         after the write, or the process the write woke (a server on the same machine gets
         the bytes inside the call and can take the CPU before the call returns; measured
         at 0.45 ms with the server at a higher priority). What the socket does not take
-        (or an error) goes through the wrapped stream, and is timed when that returns."""
+        (or a full socket) goes through the wrapped stream, and is timed when that returns.
+        A connection already broken (the write refused whole) raises
+        :class:`NothingWritten`."""
         await trio.lowlevel.checkpoint_if_cancelled()
         with memoryview(data) as view:
             written = 0
@@ -172,8 +187,10 @@ class StampedSocketStream(trio.abc.HalfCloseableStream):
                 before = trio.current_time()
                 try:
                     written = os.write(self.socket.fileno(), view)
-                except OSError:  # full, closed or broken: the wrapped stream says which
-                    written = 0
+                except OSError as exc:
+                    if exc.errno not in _NOT_NOW and exc.errno != errno.EBADF:
+                        raise NothingWritten(f"socket connection broken: {exc}") from exc
+                    written = 0  # full, or closed: the wrapped stream waits or says so
             if not view or written < len(view):
                 await self._inner.send_all(view[written:])
                 LAST_SENT.set(trio.current_time())

@@ -119,8 +119,11 @@ class Timeouts:
     * ``total`` (None): a deadline for the whole request, off by default because agent
       turns legitimately run long.
 
-    The client uses ``max(first_token, idle)`` as the socket read timeout: a backstop for a
-    dead connection, while the actor enforces the precise first-token and idle timers.
+    The five are independent: none caps another, and each failure says which fired and
+    after how long. The socket read timeout is only a backstop for a dead connection,
+    ``max(response_headers, first_token, idle)`` (:attr:`read`), so it never fires before
+    the wait it backs: the client bounds the wait for the response head by
+    ``response_headers`` and the actor the first-token and idle waits by theirs.
     """
 
     connect: float = 10.0
@@ -137,8 +140,9 @@ class Timeouts:
 
     @property
     def read(self) -> float:
-        """The socket read (inter-chunk) timeout given to the HTTP client."""
-        return max(self.first_token, self.idle)
+        """The socket read timeout given to the HTTP library: a backstop no shorter than
+        any wait it could cut short (the response head, the first token, idleness)."""
+        return max(self.response_headers, self.first_token, self.idle)
 
 
 @attrs.frozen

@@ -32,6 +32,7 @@ import httpx2
 import trio
 
 from .._by_identity import ByIdentity
+from .._http import Transport
 from .._redact import Redactor, redactor_for
 from ..admission import Admission, AdmissionGate
 from ..client import SamplingClient
@@ -305,7 +306,7 @@ def open_sampler(
     doom_loop: DoomLoopPolicy | None = None,
     max_concurrency: int | None = None,
     max_buffered_batches: int = DEFAULT_MAX_BUFFERED_BATCHES,
-    transport: httpx2.AsyncBaseTransport | None = None,
+    transport: Transport | httpx2.AsyncBaseTransport | None = None,
     seed: int | None = None,
     models: ModelCatalog | None = None,
     admission: Admission | None = None,
@@ -332,8 +333,10 @@ def open_sampler(
         max_concurrency: at most this many requests talk to the server at once; the rest
             wait their turn (cancellable, inside ``Timeouts.total``). ``None``: no limit.
         max_buffered_batches: network reads a request may buffer for a slow consumer.
-        transport: an ``httpx2`` transport replacing the network (tests, the emulator's
-            in-memory transport).
+        transport: what replaces the network: a transport of the library's seam
+            (``trio_sampler._http.Transport``: the emulator's in-memory
+            ``EmulatorTransport``, a scripted one in tests), or an ``httpx2`` transport,
+            run through ``httpx2.AsyncClient``. The same actor code runs over any.
         seed: seeds the jitter so runs are reproducible.
         models: prices used to compute a response's cost when the server reports none
             (default: the shipped ``default_models.json``).
@@ -359,17 +362,12 @@ def open_sampler(
     )
     config = sampler_config(config, routing, retry_policy)
     _check_type("doom_loop", doom_loop, DoomLoopPolicy | None, "DoomLoopPolicy()")
-    _check_count("max_buffered_batches", max_buffered_batches, "16")
-    if max_concurrency is not None:
-        _check_count("max_concurrency", max_concurrency, "100 (or None for no limit)")
-    if max_buffered_response_bytes is not None:
-        _check_count(
-            "max_buffered_response_bytes",
-            max_buffered_response_bytes,
-            "1 << 30 (or None for no limit)",
-        )
+    _check_limits(max_buffered_batches, max_concurrency, max_buffered_response_bytes)
     _check_type(
-        "transport", transport, httpx2.AsyncBaseTransport | None, "an httpx2.AsyncBaseTransport"
+        "transport",
+        transport,
+        Transport | httpx2.AsyncBaseTransport | None,
+        "an httpx2.AsyncBaseTransport or a trio_sampler._http.Transport",
     )
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise TypeError(f"seed must be an int or None, not {seed!r}")
@@ -447,6 +445,20 @@ def _check_type(name: str, value: object, expected: Any, example: str) -> None:
         raise TypeError(f"{name} must be {example}, not a {type(value).__name__}")
 
 
+def _check_limits(
+    max_buffered_batches: object, max_concurrency: object, max_buffered_response_bytes: object
+) -> None:
+    _check_count("max_buffered_batches", max_buffered_batches, "16")
+    if max_concurrency is not None:
+        _check_count("max_concurrency", max_concurrency, "100 (or None for no limit)")
+    if max_buffered_response_bytes is not None:
+        _check_count(
+            "max_buffered_response_bytes",
+            max_buffered_response_bytes,
+            "1 << 30 (or None for no limit)",
+        )
+
+
 def _check_count(name: str, value: object, example: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(
@@ -462,7 +474,7 @@ async def _open_sampler(
     doom_loop: DoomLoopPolicy | None,
     max_concurrency: int | None,
     max_buffered_batches: int,
-    transport: httpx2.AsyncBaseTransport | None,
+    transport: Transport | httpx2.AsyncBaseTransport | None,
     seed: int | None,
     models: ModelCatalog | None,
     admission: Admission | None,

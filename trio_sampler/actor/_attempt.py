@@ -24,7 +24,7 @@ import trio
 
 from .._by_identity import ByIdentity
 from ..client import ResponseStream, SamplingClient, SamplingClientError
-from ..config import SamplerConfig
+from ..config import SamplerConfig, Timeouts
 from ..doom_loop import DoomLoopPolicy, TailRepetitionDetector, parse_trigger
 from ..types import (
     ApiBackend,
@@ -202,6 +202,7 @@ class _Body:
         self._chunks: AsyncIterator[bytes] = stream.__aiter__()
         self.transform = transform
         self._decoder = SSEDecoder(config.max_sse_event_bytes)
+        self._timeouts = config.timeouts
         self._holding = holding
         #: Content has been produced (reads are parsed whole from then on).
         self.emitted = False
@@ -223,7 +224,7 @@ class _Body:
         else:
             read = await self._read(deadline)
             if read is _TIMED_OUT:
-                return transform.abort(_timeout_error(self.emitted))
+                return transform.abort(_timeout_error(self.emitted, self._timeouts))
             if read is None:
                 self.ended = True
                 events = transform.feed_payloads(self._decoder.close_payloads())
@@ -495,17 +496,18 @@ _EMPTY: Final = error_info(
 )
 
 
-def _timeout_error(emitted: bool) -> SamplingErrorInfo:
+def _timeout_error(emitted: bool, timeouts: Timeouts) -> SamplingErrorInfo:
+    """Which of the two content timers fired, and after how long."""
     if emitted:
         return error_info(
             SamplingErrorKind.IDLE_TIMEOUT,
-            "the stream went idle: no content within the idle timeout",
+            f"idle timeout: no content within {timeouts.idle:g} s",
             retryable=True,
             code="idle_timeout",
         )
     return error_info(
         SamplingErrorKind.IDLE_TIMEOUT,
-        "no first token within the first-token timeout",
+        f"first token timeout: no first token within {timeouts.first_token:g} s",
         retryable=True,
         code="first_token_timeout",
     )

@@ -1,9 +1,15 @@
-"""An in-process, streaming ``httpx2`` transport to an :class:`EmulatorApp`.
+"""An in-process, streaming transport to an :class:`EmulatorApp`.
 
 For unit tests under the mock clock and for examples with no sockets: the emulator's ASGI
 app runs in-process and the body is *streamed* as the app sends it (``httpx2.ASGITransport``
 buffers the whole body). Pacing (``delay_ms``, stalls, ping intervals) uses ``trio.sleep``,
 so under ``autojump_clock`` it costs no wall time.
+
+It is two transports at once: the library's own seam (``open``, a
+``trio_sampler._http.Transport``: what ``open_sampler(transport=EmulatorTransport())``
+uses, with no HTTP library in between) and an ``httpx2`` transport
+(``handle_async_request``, for an ``httpx2.AsyncClient`` of the caller's). Both run the
+same exchange.
 """
 
 from __future__ import annotations
@@ -19,10 +25,15 @@ from wsgiref.handlers import format_date_time
 import httpx2
 import trio
 
+from .._http._base import Body, HttpRequest
+from .._http._memory import MemoryBody, MemoryResponse
 from ._app import EmulatorApp
 from ._cache import PromptCache
 
 __all__ = ["EmulatorTransport"]
+
+
+_Head = tuple[int, list[tuple[bytes, bytes]], "_BodyStream"]
 
 
 class _BodyStream(httpx2.AsyncByteStream):
@@ -105,13 +116,55 @@ class EmulatorTransport(httpx2.AsyncBaseTransport):
             self._nursery = None
             await stack.aclose()
 
+    async def open(self, request: HttpRequest) -> Body:
+        """The library's seam: one exchange with the app, no HTTP library in between."""
+        target = request.path if request.path.startswith("/") else "/" + request.path
+        prefix = request.base_url.split("://", 1)[-1].partition("/")[2]
+        path = f"/{prefix}{target}" if prefix else target
+        scheme, _, rest = request.base_url.partition("://")
+        host, _, port = rest.partition("/")[0].partition(":")
+        query = "&".join(f"{name}={value}" for name, value in request.params).encode()
+        headers = [(name.lower(), value) for name, value in request.headers.fields]
+        status, head, body = await self._exchange(
+            request.method,
+            scheme,
+            (host, int(port) if port else 80),
+            path,
+            query,
+            headers,
+            request.body,
+        )
+        return MemoryBody(MemoryResponse(status, head, body))
+
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        body = b"".join([chunk async for chunk in request.stream])  # type: ignore[union-attr]
+        status, head, stream = await self._exchange(
+            request.method,
+            request.url.scheme,
+            (request.url.host, request.url.port or 80),
+            request.url.path,
+            request.url.query,
+            [(k.lower(), v) for k, v in request.headers.raw],
+            body,
+        )
+        return httpx2.Response(status_code=status, headers=head, stream=stream, request=request)
+
+    async def _exchange(
+        self,
+        method: str,
+        scheme: str,
+        server: tuple[str, int],
+        path: str,
+        query: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> _Head:
+        """Run the app on one request; return its status, headers and the body to come."""
         if self._nursery is None:
             raise RuntimeError(
                 "EmulatorTransport is not open: use the AsyncClient (or the transport) "
                 "in an 'async with' block"
             )
-        body = b"".join([chunk async for chunk in request.stream])  # type: ignore[union-attr]
         send_channel, receive_channel = trio.open_memory_channel[Mapping[str, Any]](math.inf)
         disconnect = trio.Event()
         app_scope = trio.CancelScope()
@@ -119,15 +172,15 @@ class EmulatorTransport(httpx2.AsyncBaseTransport):
             "type": "http",
             "asgi": {"version": "3.0", "spec_version": "2.1"},
             "http_version": "1.1",
-            "method": request.method,
-            "scheme": request.url.scheme,
-            "path": request.url.path,
-            "raw_path": request.url.raw_path.split(b"?")[0],
-            "query_string": request.url.query,
+            "method": method,
+            "scheme": scheme,
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": query,
             "root_path": "",
-            "headers": [(k.lower(), v) for k, v in request.headers.raw],
+            "headers": headers,
             "client": ("127.0.0.1", 1),
-            "server": (request.url.host, request.url.port or 80),
+            "server": server,
             "extensions": {},
         }
         sent_request = False
@@ -157,13 +210,12 @@ class EmulatorTransport(httpx2.AsyncBaseTransport):
                 if message["type"] == "error":
                     raise message["error"]
                 if message["type"] == "http.response.start":
-                    return httpx2.Response(
-                        status_code=message["status"],
-                        # The Date header a server adds (Hypercorn does, as RFC 9110
-                        # asks): what absolute rate-limit resets are read against.
-                        headers=[_date_header(), *message.get("headers", [])],
-                        stream=_BodyStream(receive_channel, disconnect, app_scope),
-                        request=request,
+                    # The Date header a server adds (Hypercorn does, as RFC 9110
+                    # asks): what absolute rate-limit resets are read against.
+                    return (
+                        message["status"],
+                        [_date_header(), *message.get("headers", [])],
+                        _BodyStream(receive_channel, disconnect, app_scope),
                     )
         except BaseException:
             # Given up before the headers (a timeout, a cancel): the client is gone.

@@ -2,13 +2,12 @@
 
 This module holds the shared vocabulary (provider error types and codes, the known
 context-overflow messages) used for errors inside a 200 stream
-(:func:`classify_stream_error`), HTTP error responses (:func:`classify_http_error`) and
-failures of the connection itself (:func:`classify_transport_error`).
+(:func:`classify_stream_error`) and HTTP error responses (:func:`classify_http_error`).
+Failures of the connection itself are the HTTP transports' to classify
+(``trio_sampler._http``): the wire layer knows nothing of any HTTP library.
 
 Sans-I/O like the rest of ``wire``: no clock (an HTTP date is read against the ``now``
-the caller gives, else the response's ``Date`` header), no httpx import (transport
-exceptions are recognised by class name, so this module works with any httpx-compatible
-client).
+the caller gives, else the response's ``Date`` header), and no HTTP library.
 
 ``retryable`` means *the same request, sent again unchanged, may succeed* (the status
 table in ``docs/retry-policy.md``). The actor's ``classify`` makes the final decision: 413
@@ -20,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import re
-import socket
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
@@ -37,7 +35,6 @@ __all__ = [
     "RETRYABLE",
     "classify_http_error",
     "classify_stream_error",
-    "classify_transport_error",
     "error_fields",
     "error_info",
     "internal_error",
@@ -447,110 +444,3 @@ def classify_http_error(
         rate_limit=rate_limit,
         rate_limit_snapshot=parse_lowered_rate_limits(lowered, now=now),
     )
-
-
-# ---------------------------------------------------------------------------------------
-# Transport failures (no response at all)
-# ---------------------------------------------------------------------------------------
-
-_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s'\"<>]+")
-
-# httpx/httpx2 exception class name → (kind, retryable, what happened). Looked up along
-# the MRO, most specific first, so subclasses of these work too.
-_TRANSPORT_TABLE: dict[str, tuple[SamplingErrorKind, bool, str]] = {
-    "ConnectTimeout": (SamplingErrorKind.TRANSPORT, True, "timed out connecting to the server"),
-    "ReadTimeout": (SamplingErrorKind.IDLE_TIMEOUT, True, "timed out waiting for data"),
-    "WriteTimeout": (SamplingErrorKind.TRANSPORT, True, "timed out sending the request"),
-    "PoolTimeout": (
-        SamplingErrorKind.TRANSPORT,
-        True,
-        "timed out waiting for a free connection",
-    ),
-    "TooSlowError": (SamplingErrorKind.IDLE_TIMEOUT, True, "timed out"),
-    "ConnectError": (SamplingErrorKind.TRANSPORT, True, "could not connect to the server"),
-    "ReadError": (SamplingErrorKind.TRANSPORT, True, "the connection failed while reading"),
-    "WriteError": (SamplingErrorKind.TRANSPORT, True, "the connection failed while sending"),
-    "CloseError": (SamplingErrorKind.TRANSPORT, True, "the connection failed while closing"),
-    "RemoteProtocolError": (
-        SamplingErrorKind.TRANSPORT,
-        True,
-        "the server broke the HTTP protocol (connection dropped mid-response?)",
-    ),
-    "LocalProtocolError": (
-        SamplingErrorKind.TRANSPORT,
-        False,
-        "the request could not be sent (invalid header or URL?)",
-    ),
-    "UnsupportedProtocol": (
-        SamplingErrorKind.TRANSPORT,
-        False,
-        "unsupported URL scheme: base_url must start with http:// or https://",
-    ),
-    "ProxyError": (SamplingErrorKind.TRANSPORT, True, "the proxy failed"),
-    "DecodingError": (SamplingErrorKind.SERIALIZATION, False, "the response could not be decoded"),
-    "SSLError": (SamplingErrorKind.TRANSPORT, True, "the TLS connection failed"),
-    "ConnectionError": (SamplingErrorKind.TRANSPORT, True, "the connection failed"),
-    "TimeoutError": (SamplingErrorKind.TRANSPORT, True, "timed out"),
-    "OSError": (SamplingErrorKind.TRANSPORT, True, "network error"),
-}
-
-
-def _safe_detail(exc: BaseException) -> str:
-    """``str(exc)`` with every URL cut down to scheme and host, and secrets scrubbed."""
-    detail = _URL.sub(lambda m: _strip_url(m.group(0)), str(exc))
-    return scrub_secrets(" ".join(detail.split()))[:200]
-
-
-def _strip_url(url: str) -> str:
-    scheme, _, rest = url.partition("://")
-    host = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0].rsplit("@", 1)[-1]
-    return f"{scheme}://{host}/…" if host else f"{scheme}://…"
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in seen and len(seen) < 8:
-        seen.append(current)
-        current = current.__cause__ or current.__context__
-    return seen
-
-
-# getaddrinfo answers that will not change on a retry: the name does not exist (as opposed
-# to EAI_AGAIN, a temporary failure of the resolver, which is retried).
-_PERMANENT_DNS_ERRORS = frozenset(
-    getattr(socket, name)
-    for name in ("EAI_NONAME", "EAI_NODATA", "EAI_ADDRFAMILY", "EAI_SERVICE")
-    if hasattr(socket, name)
-)
-
-
-def classify_transport_error(exc: BaseException) -> SamplingErrorInfo:
-    """Classify a failure that produced no HTTP response (connect, TLS, read, timeout).
-
-    Connect, TLS and read errors → TRANSPORT, retryable; a read timeout (no bytes for the
-    read timeout, i.e. idle) → IDLE_TIMEOUT, retryable; connect/write/pool timeouts →
-    TRANSPORT, retryable. A certificate verification failure and a host name that does not
-    resolve are *not* retryable (they fail the same way again; a temporary resolver failure
-    is). The message never contains a URL's path or query (which may hold
-    keys), nor anything that looks like a credential.
-    """
-    chain = _chain(exc)
-    kind, retryable, what = SamplingErrorKind.TRANSPORT, True, "network error"
-    for klass in type(exc).__mro__:
-        entry = _TRANSPORT_TABLE.get(klass.__name__)
-        if entry is not None:
-            kind, retryable, what = entry
-            break
-    texts = " ".join(f"{type(e).__name__} {e}" for e in chain)
-    if "SSLCertVerificationError" in texts or "CERTIFICATE_VERIFY_FAILED" in texts:
-        kind, retryable = SamplingErrorKind.TRANSPORT, False
-        what = "TLS certificate verification failed (check the server's certificate or CA bundle)"
-    elif kind is SamplingErrorKind.TRANSPORT and ("SSLError" in texts or "TLS" in texts):
-        what = "the TLS handshake failed"
-    elif any(isinstance(e, socket.gaierror) and e.errno in _PERMANENT_DNS_ERRORS for e in chain):
-        kind, retryable = SamplingErrorKind.TRANSPORT, False
-        what = "the server's host name does not resolve (check the base URL)"
-    detail = next((d for d in (_safe_detail(e) for e in chain) if d), "")
-    message = f"{what}: {detail}" if detail else what
-    return SamplingErrorInfo(kind=kind, message=message, status_code=None, retryable=retryable)

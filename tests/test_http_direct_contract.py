@@ -1,0 +1,179 @@
+"""What the direct transport relies on that httpx2, httpcore2 and h11 keep private.
+
+``trio_sampler._http._direct`` is the one module that touches their private state, and
+it checks each step by type so that a change makes it answer "not taken" (the httpx2
+path, no end-of-body probe) rather than fail a request. Silently slower is still a
+regression: each test here names one thing relied on and fails loudly, with what
+changed, when an upgrade of those libraries changes it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import h11
+import httpcore2
+import httpx2
+import pytest
+import trio
+from fakes import http11_sse_response
+from loopback import read_request, serve
+
+from trio_sampler._http._direct import (
+    POOL_TO_H11,
+    TO_POOL_STREAM,
+    _ConnectionTrace,
+    own_pool,
+    to_own_pool,
+    use_own_backend,
+)
+from trio_sampler._network import TrioNetworkBackend, _Connection
+
+BODY = b"data: [DONE]\n\n"
+
+
+async def answer(stream: trio.SocketStream) -> None:
+    while await read_request(stream) is not None:
+        await stream.send_all(http11_sse_response(BODY))
+
+
+def test_the_client_keeps_its_pool_where_the_direct_path_finds_it() -> None:
+    """``AsyncClient._transport`` is an ``AsyncHTTPTransport`` whose ``_pool`` is an
+    ``httpcore2.AsyncConnectionPool``."""
+    client = httpx2.AsyncClient()
+    transport = getattr(client, "_transport", None)
+    assert type(transport) is httpx2.AsyncHTTPTransport, (
+        f"httpx2.AsyncClient._transport is now {type(transport)!r}"
+    )
+    pool = getattr(transport, "_pool", None)
+    assert type(pool) is httpcore2.AsyncConnectionPool, (
+        f"httpx2.AsyncHTTPTransport._pool is now {type(pool)!r}"
+    )
+    assert own_pool(client) is pool
+
+
+def test_the_client_says_which_transport_a_url_takes() -> None:
+    """``AsyncClient._transport_for_url(url)`` returns its own transport for a URL no
+    proxy is mounted for, and the proxy's for one that is."""
+    client = httpx2.AsyncClient()
+    choose = getattr(client, "_transport_for_url", None)
+    assert callable(choose), "httpx2.AsyncClient._transport_for_url is gone"
+    assert to_own_pool(client, httpx2.URL("http://127.0.0.1:9/v1"))
+    proxied = httpx2.AsyncClient(proxy="http://127.0.0.1:3128")
+    assert not to_own_pool(proxied, httpx2.URL("http://127.0.0.1:9/v1"))
+
+
+async def test_the_pool_takes_our_network_backend() -> None:
+    """``AsyncConnectionPool._network_backend`` holds an ``AsyncNetworkBackend``, and one
+    set there opens the pool's connections from then on."""
+    async with serve(answer) as port, httpx2.AsyncClient() as client:
+        pool = own_pool(client)
+        backend = getattr(pool, "_network_backend", None)
+        assert isinstance(backend, httpcore2.AsyncNetworkBackend), (
+            f"httpcore2.AsyncConnectionPool._network_backend is now {type(backend)!r}"
+        )
+        assert use_own_backend(pool, stamped=False)
+        assert type(getattr(pool, "_network_backend", None)) is TrioNetworkBackend
+        response = await client.post(f"http://127.0.0.1:{port}/v1", content=b"{}")
+        assert type(response.extensions["network_stream"]) is _Connection
+
+
+def _walk(start: object, steps: tuple[tuple[str, str], ...]) -> object:
+    node = start
+    for attribute, class_name in steps:
+        node = getattr(node, attribute, None)
+        assert type(node).__name__ == class_name, (
+            f"the step {attribute!r} now holds a {type(node).__name__}, not a {class_name}"
+        )
+    return node
+
+
+async def test_a_body_leads_to_its_connections_h11_state() -> None:
+    """From an ``httpx2.Response``'s stream, and from an ``httpcore2`` pool response's
+    stream, the private steps the end-of-body probe walks reach h11's ``Connection``,
+    whose public ``trailing_data`` is ``(bytes, bool)``."""
+    async with serve(answer) as port, httpx2.AsyncClient() as client:
+        url = f"http://127.0.0.1:{port}/v1"
+        async with client.stream("POST", url, content=b"{}") as response:
+            state = _walk(response.stream, TO_POOL_STREAM + POOL_TO_H11)
+            assert isinstance(state, h11.Connection)
+            unparsed = state.trailing_data
+            assert isinstance(unparsed, tuple) and isinstance(unparsed[0], bytes)
+            assert await response.aread() == BODY
+        pool = own_pool(client)
+        assert pool is not None
+        core = await pool.handle_async_request(
+            httpcore2.Request(
+                b"POST", url, headers=[(b"Host", b"x"), (b"Content-Length", b"2")], content=b"{}"
+            )
+        )
+        try:
+            assert type(core.stream).__name__ == "PoolByteStream"
+            assert isinstance(_walk(core.stream, POOL_TO_H11), h11.Connection)
+        finally:
+            await core.aclose()
+
+
+async def test_the_trace_events_the_resend_rule_reads() -> None:
+    """httpcore2 traces ``connection.connect_tcp``, ``http11.send_request_headers`` and
+    ``http11.send_request_body`` (``.complete``; ``.failed`` with the ``exception``), and
+    a response carries ``http_version`` and ``network_stream``."""
+    events: list[tuple[str, Any]] = []
+
+    async def record(event: str, info: Any) -> None:
+        events.append((event, info))
+
+    async with serve(answer) as port, httpx2.AsyncClient() as client:
+        pool = own_pool(client)
+        assert pool is not None
+        request = httpcore2.Request(
+            b"POST",
+            f"http://127.0.0.1:{port}/v1",
+            headers=[(b"Host", b"x"), (b"Content-Length", b"2")],
+            content=b"{}",
+            extensions={"trace": record},
+        )
+        core = await pool.handle_async_request(request)
+        await core.aclose()
+    names = [event for event, _ in events]
+    for expected in (
+        "connection.connect_tcp.started",
+        "http11.send_request_headers.started",
+        "http11.send_request_body.complete",
+    ):
+        assert expected in names, f"httpcore2 no longer traces {expected}: {names}"
+    assert core.extensions["http_version"] == b"HTTP/1.1"
+    assert "network_stream" in core.extensions
+    # The trace object the direct transport installs reads those names.
+    trace = _ConnectionTrace({})
+    for event, info in events:
+        await trace(event, info)
+    assert trace.connected and trace.sent and not trace.reused
+    assert trace.sent_at is not None
+
+
+async def test_a_failed_write_is_traced_with_its_exception() -> None:
+    """httpcore2 reports a failed step as ``<name>.failed`` with ``{"exception": exc}``:
+    what the resend rule reads to tell a write refused whole (here the body is longer
+    than its ``Content-Length``, which h11 refuses before writing it)."""
+    seen: list[tuple[str, Any]] = []
+
+    async def record(event: str, info: Any) -> None:
+        seen.append((event, info))
+
+    async with serve(answer) as port, httpx2.AsyncClient() as client:
+        pool = own_pool(client)
+        assert pool is not None
+        request = httpcore2.Request(
+            b"POST",
+            f"http://127.0.0.1:{port}/v1",
+            headers=[(b"Host", b"x"), (b"Content-Length", b"1")],
+            content=b"{}",
+            extensions={"trace": record},
+        )
+        refused = (httpcore2.LocalProtocolError, h11.LocalProtocolError)
+        with pytest.raises(refused):
+            await pool.handle_async_request(request)
+    failed = [(event, info) for event, info in seen if event.endswith(".failed")]
+    assert failed and failed[0][0] == "http11.send_request_body.failed", seen
+    assert isinstance(failed[0][1].get("exception"), refused)
