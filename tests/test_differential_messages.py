@@ -61,7 +61,6 @@ from trio_sampler.wire._replay import replay
 
 CORPUS = corpus.root()
 MANIFEST = corpus.manifest("messages")
-IDS = [Path(e["file"]).stem for e in MANIFEST]
 
 pytestmark = pytest.mark.real_streams
 
@@ -120,9 +119,9 @@ def blocks(message: Any, *types: str) -> list[Any]:
     return [b for b in message.content if b.type in types]
 
 
-@pytest.mark.parametrize("entry", MANIFEST, ids=IDS)
+@pytest.mark.parametrize("entry", corpus.params("messages"))
 def test_same_result_as_the_official_sdk(entry: dict[str, Any]) -> None:
-    body = (CORPUS / entry["file"]).read_bytes()
+    body = entry["path"].read_bytes()
     sdk = sdk_message(body)
     mine = ours(body)
 

@@ -395,9 +395,10 @@ class ChatCompletionsTransform(StreamTransform):
                 self._on_executed_tool(entry, out)
 
     def _on_content_parts(self, parts: list[Any], out: list[SamplingEvent]) -> None:
-        """``delta.content`` as a list of parts (Mistral / Magistral): ``text`` parts are
-        answer text, ``thinking`` parts (whose ``thinking`` is itself a list of text parts,
-        or a string) are reasoning, in the order sent."""
+        """``delta.content`` as a list of parts (Mistral / Magistral, Databricks): ``text``
+        parts are answer text; ``thinking`` parts (whose ``thinking`` is itself a list of
+        text parts, or a string) and ``reasoning`` parts (whose ``summary`` is a list of
+        ``summary_text`` parts) are reasoning, in the order sent."""
         acc = self.acc
         for part in parts:
             if type(part) is not dict:
@@ -413,6 +414,11 @@ class ChatCompletionsTransform(StreamTransform):
                             acc.reasoning(self._reasoning_key, str_field(inner, "text"), out)
                 else:
                     acc.reasoning(self._reasoning_key, str_field(part, "thinking"), out)
+            elif kind == "reasoning":
+                # Databricks (gpt-oss): {type: reasoning, summary: [{type: summary_text, text}]}
+                for inner in part.get("summary") or ():
+                    if type(inner) is dict and inner.get("type") == "summary_text":
+                        acc.reasoning(self._reasoning_key, str_field(inner, "text"), out)
             else:
                 self.unknown_events += 1  # images, references, future part types
 
@@ -645,6 +651,6 @@ class ChatCompletionsTransform(StreamTransform):
             )
         if self._refused:
             acc.stop_reason = StopReason.CONTENT_FILTER  # the wire value stays in raw_stop_reason
-        elif acc.stop_reason is None:
-            acc.stop_reason = StopReason.TOOL_CALLS if self._tool_count else StopReason.STOP
+        # No finish_reason at all (the stream ended with [DONE] alone): the stop reason stays
+        # unknown (None), never a guessed ``stop``.
         acc.complete(out)
