@@ -37,8 +37,6 @@ from trio_sampler.wire import collect, replay
 
 pytestmark = pytest.mark.real_streams
 
-CAPTURES = corpus.manifest()
-
 
 def _content(response: ConversationResponse) -> tuple[Any, ...]:
     """The items without the per-turn metadata (model, message id) only a terminal has."""
@@ -74,10 +72,10 @@ def _replaying(body: bytes, content_type: str) -> Callable[[trio.SocketStream], 
     return handler
 
 
-@pytest.mark.parametrize("capture", CAPTURES, ids=[c["file"] for c in CAPTURES])
+@pytest.mark.parametrize("capture", corpus.params())
 async def test_every_path_gives_the_same_response(capture: dict[str, Any]) -> None:
     backend = ApiBackend(capture["backend"])
-    body = corpus.path(capture["file"]).read_bytes()
+    body = capture["path"].read_bytes()
 
     # 1. The wire layer alone.
     events = replay(backend, body)
