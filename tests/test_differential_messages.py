@@ -53,6 +53,7 @@ from trio_sampler.types import (
     BackendToolCall,
     Completed,
     ConversationResponse,
+    OpaqueItem,
     Reasoning,
     StopReason,
     Usage,
@@ -225,9 +226,22 @@ def test_advisor_tool_result_the_sdk_cannot_model() -> None:
     assert [r["type"] for r in call.raw] == ["server_tool_use", "advisor_tool_result"]
 
 
-def test_compaction_block_the_sdk_cannot_model_is_ignored() -> None:
+def test_compaction_block_the_sdk_cannot_model_is_kept_verbatim() -> None:
     response = _by_name("anthropic-claude-sonnet-4.6-compaction-cache-read")
     assert response.text == "Hello! 👋"
-    assert [type(i).__name__ for i in response.items] == ["Assistant"]
+    assert [type(i).__name__ for i in response.items] == ["OpaqueItem", "Assistant"]
+    (block,) = [i for i in response.items if isinstance(i, OpaqueItem)]
+    # The block as started, each compaction_delta's fields replacing the start's.
+    body = (CORPUS / "messages/anthropic-claude-sonnet-4.6-compaction-cache-read.sse").read_bytes()
+    deltas = [
+        json.loads(line[6:])["delta"]
+        for line in body.decode().splitlines()
+        if line.startswith("data: ") and '"compaction_delta"' in line
+    ]
+    assert deltas
+    expected: dict[str, Any] = {"type": "compaction", "content": None}
+    for delta in deltas:
+        expected.update({k: v for k, v in delta.items() if k != "type"})
+    assert block.raw == expected and block.origin is ApiBackend.MESSAGES
     # message_delta's cumulative usage replaces message_start's (cache read 55096 → 0).
     assert response.usage == Usage(input_tokens=181, output_tokens=8)

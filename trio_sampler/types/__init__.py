@@ -14,6 +14,7 @@ from ._conversation import HostedTool as HostedTool
 from ._conversation import ImagePart as ImagePart
 from ._conversation import MCPServer as MCPServer
 from ._conversation import NamedToolChoice as NamedToolChoice
+from ._conversation import OpaqueItem as OpaqueItem
 from ._conversation import ProviderTool as ProviderTool
 from ._conversation import Reasoning as Reasoning
 from ._conversation import ReasoningEffort as ReasoningEffort
@@ -43,6 +44,7 @@ from ._events import Failed as Failed
 from ._events import FirstToken as FirstToken
 from ._events import ImagesStripped as ImagesStripped
 from ._events import ModelMetadata as ModelMetadata
+from ._events import OpaqueItemReceived as OpaqueItemReceived
 from ._events import ReasoningCompleted as ReasoningCompleted
 from ._events import RequestMetrics as RequestMetrics
 from ._events import Retrying as Retrying
@@ -86,6 +88,8 @@ __all__ = [
     "MCPServer",
     "ModelMetadata",
     "NamedToolChoice",
+    "OpaqueItem",
+    "OpaqueItemReceived",
     "ProviderTool",
     "RateLimitBudget",
     "RateLimitSnapshot",

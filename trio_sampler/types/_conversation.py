@@ -28,6 +28,7 @@ __all__ = [
     "ImagePart",
     "MCPServer",
     "NamedToolChoice",
+    "OpaqueItem",
     "ProviderTool",
     "Reasoning",
     "ReasoningEffort",
@@ -245,6 +246,9 @@ class ToolCall:
     name: str
     arguments: str = "{}"
     arguments_complete: bool = True
+    #: Who made the call, as the server said (Anthropic ``caller``: ``{"type": "direct"}``,
+    #: or a code-execution tool for programmatic calls): sent back as received.
+    caller: Mapping[str, Any] | None = None
 
     def parsed_arguments(self) -> Any:
         """The arguments decoded as JSON (raises ``ValueError`` if the model sent invalid JSON)."""
@@ -269,6 +273,9 @@ class Assistant:
     model: str | None = None
     #: Opaque per-turn id some backends return (Responses message item id).
     id: str | None = None
+    #: Responses ``phase`` of the message (``commentary`` or ``final_answer``): sent back
+    #: as received, since the server reads it on the next turn.
+    phase: str | None = None
 
 
 @attrs.frozen
@@ -335,7 +342,43 @@ class Reasoning:
         return bool(self.encrypted_content or self.signature or self.redacted_data)
 
 
-ConversationItem: TypeAlias = System | User | Assistant | ToolResult | BackendToolCall | Reasoning
+def _required_origin(value: ApiBackend | str) -> ApiBackend:
+    return coerce_enum(ApiBackend, value, "origin")
+
+
+def _raw_object(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping) or not isinstance(value.get("type"), str):
+        raise TypeError(
+            "OpaqueItem.raw must be the provider's object as received, a mapping with a "
+            f'"type" string (e.g. {{"type": "compaction", ...}}); got {type(value).__name__}'
+        )
+    return value
+
+
+@attrs.frozen
+class OpaqueItem:
+    """State the server handed over that the neutral model does not type, kept verbatim.
+
+    A compaction item or block (its ``encrypted_content``), an Anthropic ``fallback`` block,
+    a Responses ``shell_call`` or ``apply_patch_call``, a block type newer than this
+    library: ``raw`` is the provider's object exactly as the stream finished it (deltas
+    applied). It goes back, byte for byte, in its place on the next turn to the backend it
+    came from (``origin``); another backend cannot take it, and the conversion report says
+    it was left out.
+    """
+
+    raw: Mapping[str, Any] = attrs.field(converter=_raw_object)
+    origin: ApiBackend = attrs.field(converter=_required_origin)
+
+    @property
+    def kind(self) -> str:
+        """The object's wire ``type`` (``"compaction"``, ``"fallback"``, ...)."""
+        return str(self.raw["type"])
+
+
+ConversationItem: TypeAlias = (
+    System | User | Assistant | ToolResult | BackendToolCall | Reasoning | OpaqueItem
+)
 
 
 # ---------------------------------------------------------------------------
@@ -526,7 +569,7 @@ class ResponseSchema:
     description: str | None = None
 
 
-_ITEM_TYPES = (System, User, Assistant, ToolResult, BackendToolCall, Reasoning)
+_ITEM_TYPES = (System, User, Assistant, ToolResult, BackendToolCall, Reasoning, OpaqueItem)
 #: What to write instead of an OpenAI-style ``{"role": ..., "content": ...}`` dict.
 _ROLE_HINTS = {
     "system": 'System("...")',
@@ -551,7 +594,7 @@ def _items(value: Sequence[ConversationItem]) -> tuple[ConversationItem, ...]:
 
 
 def _item_hint(index: int, item: object) -> str:
-    kinds = "System, User, Assistant, ToolResult, BackendToolCall or Reasoning"
+    kinds = "System, User, Assistant, ToolResult, BackendToolCall, Reasoning or OpaqueItem"
     if isinstance(item, Mapping):
         role = item.get("role")
         hint = _ROLE_HINTS.get(role, 'User("...")') if isinstance(role, str) else 'User("...")'

@@ -31,7 +31,14 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from ._conversation import BackendToolCall, ConversationResponse, Reasoning, ToolCall, Usage
+from ._conversation import (
+    BackendToolCall,
+    ConversationResponse,
+    OpaqueItem,
+    Reasoning,
+    ToolCall,
+    Usage,
+)
 from ._ratelimit import RateLimitSnapshot
 
 __all__ = [
@@ -46,6 +53,7 @@ __all__ = [
     "FirstToken",
     "ImagesStripped",
     "ModelMetadata",
+    "OpaqueItemReceived",
     "ReasoningCompleted",
     "RequestMetrics",
     "Retrying",
@@ -333,6 +341,16 @@ class ReasoningCompleted:
 
 
 @attrs.frozen
+class OpaqueItemReceived:
+    """The server handed over an object the neutral model keeps verbatim (an
+    :class:`~trio_sampler.types.OpaqueItem`: a compaction item, a fallback block, ...)."""
+
+    request_id: str
+    item: OpaqueItem
+    item_index: int = 0
+
+
+@attrs.frozen
 class BackendToolCallStarted:
     """The server started running a hosted tool."""
 
@@ -429,6 +447,7 @@ SamplingEvent: TypeAlias = (
     | ReasoningCompleted
     | BackendToolCallStarted
     | BackendToolCallCompleted
+    | OpaqueItemReceived
     | Retrying
     | ImagesStripped
     | Completed

@@ -34,6 +34,8 @@ from ..types import (
     ConversationResponse,
     Failed,
     FirstToken,
+    OpaqueItem,
+    OpaqueItemReceived,
     Reasoning,
     ReasoningCompleted,
     SamplingChannel,
@@ -69,13 +71,14 @@ def held_too_much(limit: int) -> SamplingErrorInfo:
 
 
 class _ToolSlot:
-    __slots__ = ("final_arguments", "id", "index", "name")
+    __slots__ = ("caller", "final_arguments", "id", "index", "name")
 
     def __init__(self, index: int, call_id: str | None, name: str | None) -> None:
         self.index = index
         self.id = call_id
         self.name = name
         self.final_arguments: str | None = None
+        self.caller: dict[str, Any] | None = None
 
 
 class StreamAccumulator:
@@ -357,11 +360,34 @@ class StreamAccumulator:
             return
         out.append(ToolCallDelta(self.request_id, slot.index, None, None, delta))
 
+    def tool_caller(self, key: Hashable, caller: dict[str, Any]) -> None:
+        """Who made call ``key``, as the server said (Anthropic ``caller``)."""
+        slot = self._tools.get(key)
+        if slot is not None:
+            slot.caller = caller
+
     def tool_finish(self, key: Hashable, arguments: str | None) -> None:
         """The server's complete arguments for ``key`` (authoritative over the fragments)."""
         slot = self._tools.get(key)
         if slot is not None and arguments is not None:
             slot.final_arguments = arguments
+
+    # -- hand-over state ------------------------------------------------------------
+
+    def message_phase(self, phase: str) -> None:
+        """The ``phase`` of the message whose text run is open (Responses)."""
+        if self._text_item >= 0:
+            self.fold.phases[self._text_item] = phase
+
+    def opaque(self, raw: dict[str, Any], out: list[SamplingEvent]) -> None:
+        """A block or item the neutral model keeps verbatim, in its place (see
+        :class:`~trio_sampler.types.OpaqueItem`); it needs the transform's ``origin``."""
+        if self.finished or self.origin is None:
+            return
+        item = OpaqueItem(raw=raw, origin=self.origin)
+        index = self._open_item()
+        self.fold.opaque(index, item)
+        out.append(OpaqueItemReceived(self.request_id, item, index))
 
     # -- hosted tools ----------------------------------------------------------------
 
@@ -442,6 +468,7 @@ class StreamAccumulator:
                 name=slot.name or "",
                 arguments=arguments,
                 arguments_complete=arguments_complete(arguments),
+                caller=slot.caller,
             )
             self.fold.tool_completed(slot.index, call)
             out.append(ToolCallCompleted(self.request_id, slot.index, call))

@@ -48,6 +48,8 @@ from ..types import (
     ConversationResponse,
     Failed,
     ModelMetadata,
+    OpaqueItem,
+    OpaqueItemReceived,
     Reasoning,
     ReasoningCompleted,
     Retrying,
@@ -186,7 +188,7 @@ class _Tool:
         self.final: ToolCall | None = None
 
 
-_Slot = _Text | _Thought | BackendToolCall | None
+_Slot = _Text | _Thought | BackendToolCall | OpaqueItem | None
 
 
 class ResponseFold:
@@ -230,6 +232,8 @@ class ResponseFold:
         self.settle_bytes = min(self.roomy_bytes, PENDING_BYTES)
         self._exact = False  # past ``roomy_bytes``: every delta is checked
         self._run: _Text | None = None  # the run of text opened last
+        #: Slot index of a text run → the ``phase`` of the message it belongs to.
+        self.phases: dict[int, str] = {}
         self.model: str | None = None
         self.response_id: str | None = None
         #: The terminal event's own response (``Completed.response`` or a ``partial``).
@@ -389,6 +393,10 @@ class ResponseFold:
         self._slot(index)
         self._slots[index] = call
 
+    def opaque(self, index: int, item: OpaqueItem) -> None:
+        self._slot(index)
+        self._slots[index] = item
+
     def backend_call(self, index: int) -> BackendToolCall | None:
         slot = self._slots[index] if index < len(self._slots) else None
         return slot if isinstance(slot, BackendToolCall) else None
@@ -474,6 +482,9 @@ class ResponseFold:
                 id=event.call_id, name=event.name, result=event.result
             )
             self.backend_completed(event.item_index, call)
+        elif kind is OpaqueItemReceived:
+            assert isinstance(event, OpaqueItemReceived)
+            self.opaque(event.item_index, event.item)
         elif kind is ModelMetadata:
             assert isinstance(event, ModelMetadata)
             self.model = event.model or self.model
@@ -515,13 +526,15 @@ class ResponseFold:
         """The response from what was folded so far, with the terminal's metadata."""
         items: list[ConversationItem] = []
         last_is_text = False
-        for slot in self._slots:
+        phases = self.phases
+        for index, slot in enumerate(self._slots):
             if slot is None:
                 continue
             kind = type(slot)
             if kind is _Text:
                 assert isinstance(slot, _Text)
-                items.append(Assistant(content=self._settled(slot), model=model))
+                phase = phases.get(index) if phases else None
+                items.append(Assistant(content=self._settled(slot), model=model, phase=phase))
                 last_is_text = True
                 continue
             if kind is _Thought:
@@ -531,7 +544,7 @@ class ResponseFold:
                     continue  # an empty block (an id is round-trip state: kept)
                 items.append(reasoning)
             else:
-                assert isinstance(slot, BackendToolCall)
+                assert isinstance(slot, BackendToolCall | OpaqueItem)
                 items.append(slot)
             last_is_text = False
         calls = tuple(self._call(index, tool) for index, tool in enumerate(self._tools))
@@ -541,7 +554,12 @@ class ResponseFold:
             assert isinstance(last, Assistant)
             # Built whole rather than evolved (``attrs.evolve`` reads every field back).
             items[-1] = Assistant(
-                content=last.content, tool_calls=calls, refusal=refusal, model=model, id=message_id
+                content=last.content,
+                tool_calls=calls,
+                refusal=refusal,
+                model=model,
+                id=message_id,
+                phase=last.phase,
             )
         else:
             items.append(Assistant(tool_calls=calls, refusal=refusal, model=model, id=message_id))

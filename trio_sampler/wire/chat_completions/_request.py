@@ -20,6 +20,7 @@ from ...types._conversation import (
     HostedTool,
     ImagePart,
     NamedToolChoice,
+    OpaqueItem,
     ProviderTool,
     Reasoning,
     ResponseSchema,
@@ -135,6 +136,13 @@ def _messages(
             pending_images.clear()
         if isinstance(item, Reasoning):
             pending_reasoning.append((index, item))
+        elif isinstance(item, OpaqueItem):
+            report.note(
+                index,
+                f"{item.kind} handed over by {item.origin.value}",
+                ConversionAction.DROPPED,
+                "only the backend that handed it over can take it back",
+            )
         elif isinstance(item, BackendToolCall):
             # Like the reference, a hosted call between reasoning and its answer does not
             # break the fold: the reasoning still belongs to the assistant turn.

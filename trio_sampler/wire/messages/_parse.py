@@ -18,6 +18,7 @@ from ...types._conversation import (
     ImagePart,
     MCPServer,
     NamedToolChoice,
+    OpaqueItem,
     Reasoning,
     ResponseSchema,
     System,
@@ -233,10 +234,12 @@ def _parse_assistant_turn(blocks: list[Mapping[str, Any]], where: str) -> list[C
                 out.append(Assistant(content=text))
                 open_assistant = len(out) - 1
         elif kind == "tool_use":
+            caller = block.get("caller")
             call = ToolCall(
                 id=req_str(block, "id", w),
                 name=req_str(block, "name", w),
                 arguments=dumps(as_object(block.get("input", {}), f"{w}.input")).decode(),
+                caller=as_object(caller, f"{w}.caller") if caller is not None else None,
             )
             if isinstance(current, Assistant):
                 out[open_assistant] = attrs.evolve(  # type: ignore[index]
@@ -284,7 +287,10 @@ def _parse_other_assistant_block(
         return [
             BackendToolCall(id=str(use_id or ""), name=kind, origin=BACKEND, raw=(dict(block),))
         ]
-    raise ValueError(f"{where}.type {kind!r} is not supported in an assistant turn")
+    if isinstance(kind, str):
+        # compaction, fallback, container_upload, newer block types: kept verbatim.
+        return [OpaqueItem(raw=dict(block), origin=BACKEND)]
+    raise ValueError(f"{where}.type must be a string naming the content block type")
 
 
 def _parse_tools(value: Any) -> tuple[list[ToolSpec], list[HostedTool]]:

@@ -19,6 +19,7 @@ from ...types._conversation import (
     ConversationRequest,
     MCPServer,
     NamedToolChoice,
+    OpaqueItem,
     Reasoning,
     ReasoningEffort,
     ResponseSchema,
@@ -175,6 +176,16 @@ def _item_turn(
         return "assistant", [(index, b) for b in _assistant(index, item, report)]
     if isinstance(item, Reasoning):
         return "assistant", [(index, b) for b in _reasoning(index, item, report)]
+    if isinstance(item, OpaqueItem):
+        if item.origin is BACKEND:  # exactly as received, in its place
+            return "assistant", [(index, dict(item.raw))]
+        report.note(
+            index,
+            f"{item.kind} handed over by {item.origin.value}",
+            ConversionAction.DROPPED,
+            "only the backend that handed it over can take it back",
+        )
+        return "assistant", []
     if item.origin is BACKEND and item.raw:
         return "assistant", [(index, dict(raw)) for raw in item.raw]
     report.note(
@@ -254,14 +265,15 @@ def _assistant(index: int, item: Assistant, report: ReportCollector) -> list[Jso
                 "tool_use input must be a JSON object; sent as {}",
             )
             arguments = {}
-        blocks.append(
-            {
-                "type": "tool_use",
-                "id": _tool_id(index, call.id, report),
-                "name": call.name,
-                "input": arguments,
-            }
-        )
+        block: JsonObject = {
+            "type": "tool_use",
+            "id": _tool_id(index, call.id, report),
+            "name": call.name,
+            "input": arguments,
+        }
+        if call.caller is not None:
+            block["caller"] = dict(call.caller)
+        blocks.append(block)
     return blocks
 
 

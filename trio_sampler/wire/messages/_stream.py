@@ -65,6 +65,7 @@ _THINKING: Final = 1
 _TOOL: Final = 2
 _HOSTED: Final = 3
 _OTHER: Final = 4
+_OPAQUE: Final = 5  # a block kept verbatim (compaction, fallback, ...): an OpaqueItem
 
 _Handler = Callable[[dict[str, Any], list[SamplingEvent]], None]
 _DeltaHandler = Callable[["_Block | None", dict[str, Any], list[SamplingEvent]], None]
@@ -109,14 +110,14 @@ class MessagesTransform(StreamTransform):
 
     Besides :attr:`unknown_events` (unknown event or delta types), :attr:`unknown_blocks`
     counts content blocks of types it does not map (``compaction``, ``container_upload``,
-    future types): they are ignored, never fatal.
+    future types): each is kept verbatim, deltas applied, as an ``OpaqueItem``.
     """
 
     backend: ClassVar[ApiBackend] = ApiBackend.MESSAGES
 
     def __init__(self, request_id: str = "stream", *, provider: str | None = None) -> None:
         super().__init__(request_id, provider=provider)
-        #: Content blocks of unknown type (ignored).
+        #: Content blocks of types not modelled (kept verbatim as ``OpaqueItem``).
         self.unknown_blocks = 0
         self._open: dict[int, _Block] = {}
         self._hosted: dict[str, _Block] = {}
@@ -145,7 +146,7 @@ class MessagesTransform(StreamTransform):
             "thinking_delta": self._on_thinking_delta,
             "signature_delta": self._on_signature_delta,
             "citations_delta": self._ignore_delta,
-            "compaction_delta": self._ignore_delta,
+            "compaction_delta": self._on_compaction_delta,
         }
 
     # -- dispatch --------------------------------------------------------------------
@@ -329,6 +330,9 @@ class MessagesTransform(StreamTransform):
                 name if isinstance(name, str) else None,
                 out,
             )
+            caller = block.get("caller")
+            if isinstance(caller, dict):
+                acc.tool_caller(state, caller)
         elif block_type == "redacted_thinking":
             # Arrives whole: no deltas follow, only content_block_stop.
             state = _Block(_OTHER, block)
@@ -340,8 +344,10 @@ class MessagesTransform(StreamTransform):
         elif isinstance(block_type, str) and block_type.endswith("_tool_result"):
             self._complete_hosted(block, block_type, out)
         else:
-            # compaction, container_upload, future block types: opaque, ignored.
+            # compaction, fallback, container_upload, future block types: kept verbatim
+            # (their deltas applied) as an OpaqueItem when the block closes.
             self.unknown_blocks += 1
+            self._open[index] = _Block(_OPAQUE, dict(block))
 
     def _on_block_stop(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
         index = payload.get("index")
@@ -368,6 +374,8 @@ class MessagesTransform(StreamTransform):
                 self.acc.tool_finish(block, arguments)
         elif kind == _HOSTED:
             self._finish_hosted_input(block)
+        elif kind == _OPAQUE:
+            self.acc.opaque(block.raw, out)
 
     # -- hosted (server-executed) tools ----------------------------------------------
 
@@ -479,3 +487,11 @@ class MessagesTransform(StreamTransform):
         self, block: _Block | None, delta: dict[str, Any], out: list[SamplingEvent]
     ) -> None:
         pass
+
+    def _on_compaction_delta(
+        self, block: _Block | None, delta: dict[str, Any], out: list[SamplingEvent]
+    ) -> None:
+        """A compaction block's summary: each delta *replaces* the fields it carries
+        (``content``, ``encrypted_content``), as Anthropic's own accumulator does."""
+        if block is not None and block.kind == _OPAQUE:
+            block.raw.update((k, v) for k, v in delta.items() if k != "type")

@@ -23,6 +23,7 @@ from ...types._conversation import (
     HostedTool,
     ImagePart,
     NamedToolChoice,
+    OpaqueItem,
     Reasoning,
     ReasoningEffort,
     ResponseSchema,
@@ -138,6 +139,8 @@ def _render_item(index: int, item: ConversationItem, report: ReportCollector) ->
         return _assistant(item)
     if isinstance(item, ToolResult):
         return [_tool_output(index, item, report)]
+    if isinstance(item, OpaqueItem):
+        return _opaque(index, item, report)
     if isinstance(item, Reasoning):
         if reasoning_is_native(item, BACKEND):
             return [_reasoning(item)]
@@ -157,6 +160,19 @@ def _render_item(index: int, item: ConversationItem, report: ReportCollector) ->
         "not produced by Responses; sent as assistant text",
     )
     return [_assistant_message(item.text_summary(), None, None)]
+
+
+def _opaque(index: int, item: OpaqueItem, report: ReportCollector) -> list[JsonObject]:
+    """Hand-over state goes back exactly as received, to the backend that sent it only."""
+    if item.origin is BACKEND:
+        return [dict(item.raw)]
+    report.note(
+        index,
+        f"{item.kind} handed over by {item.origin.value}",
+        ConversionAction.DROPPED,
+        "only the backend that handed it over can take it back",
+    )
+    return []
 
 
 def _drop_orphan_reasoning(
@@ -204,7 +220,9 @@ def _input_part(part: ContentPart) -> JsonObject:
     return {"type": "input_image", "image_url": part.url, "detail": part.detail or "auto"}
 
 
-def _assistant_message(text: str, refusal: str | None, item_id: str | None) -> JsonObject:
+def _assistant_message(
+    text: str, refusal: str | None, item_id: str | None, phase: str | None = None
+) -> JsonObject:
     content: list[JsonObject] = []
     if text:
         content.append({"type": "output_text", "text": text, "annotations": []})
@@ -214,6 +232,8 @@ def _assistant_message(text: str, refusal: str | None, item_id: str | None) -> J
     if item_id is not None:
         message["id"] = item_id
     message["content"] = content
+    if phase is not None:
+        message["phase"] = phase
     return message
 
 
@@ -221,7 +241,7 @@ def _assistant(item: Assistant) -> list[JsonObject]:
     out: list[JsonObject] = []
     # An empty assistant turn renders to nothing: the API rejects an empty message.
     if item.content or item.refusal is not None:
-        out.append(_assistant_message(item.content, item.refusal, item.id))
+        out.append(_assistant_message(item.content, item.refusal, item.id, item.phase))
     out.extend(_function_call(call) for call in item.tool_calls)
     return out
 
@@ -474,7 +494,11 @@ def _parse_other_item(kind: Any, item: Mapping[str, Any], where: str) -> Convers
         return _parse_reasoning(item, where)
     if isinstance(kind, str) and (kind.endswith("_call") or kind.startswith("mcp_")):
         return _parse_hosted_call(kind, item)
-    raise ValueError(f"{where}.type {kind!r} is not a supported input item type")
+    if isinstance(kind, str):
+        # compaction, shell and apply_patch calls and outputs, item references, newer
+        # types: kept verbatim, sent back as they are.
+        return OpaqueItem(raw=dict(item), origin=BACKEND)
+    raise ValueError(f"{where}.type must be a string naming the input item type")
 
 
 def _text_of(value: Any, where: str) -> str:
@@ -517,7 +541,12 @@ def _parse_assistant_message(item: Mapping[str, Any], where: str) -> Assistant:
                 refusal = req_str(part, "refusal", f"{where}.content[{n}]")
             else:
                 text += req_str(part, "text", f"{where}.content[{n}]")
-    return Assistant(content=text, refusal=refusal, id=opt_str(item, "id", where))
+    return Assistant(
+        content=text,
+        refusal=refusal,
+        id=opt_str(item, "id", where),
+        phase=opt_str(item, "phase", where),
+    )
 
 
 def _parse_reasoning(item: Mapping[str, Any], where: str) -> Reasoning:

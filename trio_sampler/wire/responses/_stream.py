@@ -88,6 +88,13 @@ _IGNORED = (
     "response.audio.done",
     "response.audio.transcript.delta",
     "response.audio.transcript.done",
+    # Shell calls and compaction: the item itself (kept verbatim) comes at output_item.done.
+    "response.shell_call_command.added",
+    "response.shell_call_command.delta",
+    "response.shell_call_command.done",
+    "response.shell_call_output_content.delta",
+    "response.shell_call_output_content.done",
+    "response.compaction.compacting",
 )
 
 _DOOM_LOOP_EVENT = "response.doom_loop_check"
@@ -198,7 +205,8 @@ class ResponsesTransform(StreamTransform):
 
     def __init__(self, request_id: str = "stream", *, provider: str | None = None) -> None:
         super().__init__(request_id, provider=provider)
-        #: Output items of types this transform does not model (compaction, ...): dropped.
+        #: Output items of types this transform does not model (compaction, ...): each is
+        #: kept verbatim as an ``OpaqueItem`` in its place.
         self.unknown_items = 0
         #: ``response.doom_loop_check`` events that could not be parsed (never fatal).
         self.malformed_doom_loop_events = 0
@@ -374,10 +382,15 @@ class ResponsesTransform(StreamTransform):
             )
         elif item_type == "message":
             self.acc.message_id = _str(item.get("id")) or self.acc.message_id
+            phase = _str(item.get("phase"))
+            if phase:
+                self.acc.message_phase(phase)
         elif isinstance(item_type, str) and item_type in HOSTED_TOOL_ITEMS:
             self.acc.backend_tool_completed(backend_tool_call(item, item_type), out)
         else:
-            self.unknown_items += 1  # compaction and newer item types: kept out, not fatal
+            # compaction, shell and apply_patch calls, newer item types: kept verbatim.
+            self.unknown_items += 1
+            self.acc.opaque(item, out)
 
     def _on_hosted_progress(
         self, name: str, payload: dict[str, Any], out: list[SamplingEvent]

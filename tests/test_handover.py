@@ -1,0 +1,282 @@
+"""Nothing the server hands over is lost: two turns per backend.
+
+Turn 1 streams state the server reads back on the next turn (a compaction item or block with
+its ``encrypted_content``, an Anthropic ``fallback`` block, a Responses ``phase``, an
+Anthropic ``caller``); turn 2's request body carries each of them exactly as received, in
+its place. Sent to another backend, the state is left out and the conversion report says so.
+The bodies are written here from the documented formats.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+
+from trio_sampler.types import (
+    ApiBackend,
+    Assistant,
+    ConversationRequest,
+    ConversationResponse,
+    OpaqueItem,
+    OpaqueItemReceived,
+    SamplingEvent,
+    User,
+)
+from trio_sampler.wire import collect, replay
+from trio_sampler.wire._registry import build_request, new_transform, parse_request
+from trio_sampler.wire._request import BuildOptions, ConversionAction
+from trio_sampler.wire.sse import SSEDecoder
+
+
+def sse(*payloads: dict[str, Any]) -> bytes:
+    return b"".join(f"event: {p['type']}\ndata: {json.dumps(p)}\n\n".encode() for p in payloads)
+
+
+def turn_two(
+    backend: ApiBackend, first: ConversationResponse, *, model: str = "m"
+) -> tuple[dict[str, Any], Any]:
+    """Turn 2's request body (as sent) and its conversion report."""
+    request = ConversationRequest(items=[User("one"), *first.items, User("two")])
+    wire = build_request(backend, request, BuildOptions(model=model))
+    return json.loads(wire.body), wire.report
+
+
+def compact(value: Any) -> bytes:
+    return orjson.dumps(value)
+
+
+# -- Responses -------------------------------------------------------------------------
+
+COMPACTION_ITEM = {
+    "id": "cmp_0a1",
+    "type": "compaction",
+    "encrypted_content": "gAAAAABo+enc/rypted==",
+}
+SHELL_CALL = {
+    "id": "sh_1",
+    "type": "shell_call",
+    "call_id": "call_sh_1",
+    "status": "completed",
+    "action": {"commands": ["ls -la"], "timeout_ms": 1000, "max_output_length": 4096},
+}
+
+
+def _message(text: str, msg_id: str, phase: str) -> dict[str, Any]:
+    return {
+        "id": msg_id,
+        "type": "message",
+        "status": "completed",
+        "role": "assistant",
+        "phase": phase,
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def _responses_stream() -> bytes:
+    commentary = _message("Looking.", "msg_c", "commentary")
+    final = _message("Done.", "msg_f", "final_answer")
+    response = {"id": "resp_1", "object": "response", "model": "gpt-x", "status": "in_progress"}
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": {**response, "output": []}},
+        {"type": "response.output_item.added", "output_index": 0, "item": COMPACTION_ITEM},
+        {"type": "response.compaction.compacting", "output_index": 0, "item_id": "cmp_0a1"},
+        {"type": "response.output_item.done", "output_index": 0, "item": COMPACTION_ITEM},
+    ]
+    for index, item in ((1, commentary), (3, final)):
+        text = item["content"][0]["text"]
+        events += [
+            {
+                "type": "response.output_item.added",
+                "output_index": index,
+                "item": {**item, "status": "in_progress", "content": []},
+            },
+            {
+                "type": "response.output_text.delta",
+                "output_index": index,
+                "item_id": item["id"],
+                "content_index": 0,
+                "delta": text,
+            },
+            {"type": "response.output_item.done", "output_index": index, "item": item},
+        ]
+        if index == 1:
+            events += [
+                {"type": "response.output_item.added", "output_index": 2, "item": SHELL_CALL},
+                {"type": "response.output_item.done", "output_index": 2, "item": SHELL_CALL},
+            ]
+    output = [COMPACTION_ITEM, commentary, SHELL_CALL, final]
+    usage = {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}
+    completed = {**response, "status": "completed", "output": output, "usage": usage}
+    events.append({"type": "response.completed", "response": completed})
+    return sse(*events)
+
+
+def test_responses_compaction_phase_and_unmodelled_items_go_back_exactly() -> None:
+    events = replay(ApiBackend.RESPONSES, [_responses_stream()])
+    first = collect(events)
+    kinds = [type(i).__name__ for i in first.items]
+    assert kinds[0] == "OpaqueItem" and first.text == "Looking.Done."
+    phases = [i.phase for i in first.items if isinstance(i, Assistant) and i.content]
+    assert phases == ["commentary", "final_answer"]
+
+    body, report = turn_two(ApiBackend.RESPONSES, first)
+    sent = body["input"]
+    assert sent[0] == {"role": "user", "content": "one"}
+    # The compaction item, byte for byte, in its place; the shell call too.
+    assert compact(sent[1]) == compact(COMPACTION_ITEM)
+    assert compact(SHELL_CALL) in compact(sent)
+    assert [m.get("phase") for m in sent if m.get("type") == "message"] == [
+        "commentary",
+        "final_answer",
+    ]
+    assert report.lossless
+
+
+def test_responses_hand_over_state_left_out_of_messages_with_a_note() -> None:
+    first = collect(replay(ApiBackend.RESPONSES, [_responses_stream()]))
+    body, report = turn_two(ApiBackend.MESSAGES, first)
+    assert b"cmp_0a1" not in compact(body)
+    dropped = [n for n in report.notes if n.action is ConversionAction.DROPPED]
+    assert [n.what for n in dropped] == [
+        "compaction handed over by responses",
+        "shell_call handed over by responses",
+    ]
+
+
+# -- Messages --------------------------------------------------------------------------
+
+
+def _messages_stream() -> bytes:
+    message: dict[str, Any] = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+        "content": [],
+        "stop_reason": None,
+        "usage": {"input_tokens": 12, "output_tokens": 1},
+    }
+    fallback = {
+        "type": "fallback",
+        "from": {"model": "claude-x"},
+        "to": {"model": "claude-y"},
+        "trigger": "overloaded",
+    }
+    caller = {"type": "code_execution_20250825", "tool_id": "srvtoolu_1"}
+    return sse(
+        {"type": "message_start", "message": message},
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "compaction", "content": None},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "compaction_delta", "content": "Summary so far."},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "compaction_delta", "encrypted_content": "EnCrYpTeD=="},
+        },
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": fallback},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "text_delta", "text": "Hi"}},
+        {"type": "content_block_stop", "index": 2},
+        {
+            "type": "content_block_start",
+            "index": 3,
+            "content_block": {
+                "type": "tool_use",
+                "id": "toolu_1",
+                "name": "lookup",
+                "input": {},
+                "caller": caller,
+            },
+        },
+        {
+            "type": "content_block_delta",
+            "index": 3,
+            "delta": {"type": "input_json_delta", "partial_json": '{"q": 1}'},
+        },
+        {"type": "content_block_stop", "index": 3},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+            "usage": {"output_tokens": 9},
+        },
+        {"type": "message_stop"},
+    )
+
+
+def test_messages_compaction_fallback_and_caller_go_back_exactly() -> None:
+    events: list[SamplingEvent] = replay(ApiBackend.MESSAGES, [_messages_stream()])
+    first = collect(events)
+    opaque = [i for i in first.items if isinstance(i, OpaqueItem)]
+    # compaction_delta replaces the fields it carries.
+    assert [o.raw for o in opaque] == [
+        {"type": "compaction", "content": "Summary so far.", "encrypted_content": "EnCrYpTeD=="},
+        {
+            "type": "fallback",
+            "from": {"model": "claude-x"},
+            "to": {"model": "claude-y"},
+            "trigger": "overloaded",
+        },
+    ]
+    assert [e.item for e in events if isinstance(e, OpaqueItemReceived)] == opaque
+    (call,) = first.tool_calls
+    assert call.caller == {"type": "code_execution_20250825", "tool_id": "srvtoolu_1"}
+
+    body, report = turn_two(ApiBackend.MESSAGES, first)
+    assistant = body["messages"][1]
+    assert assistant["role"] == "assistant"
+    assert [compact(b) for b in assistant["content"][:2]] == [compact(o.raw) for o in opaque]
+    assert assistant["content"][2] == {"type": "text", "text": "Hi"}
+    tool_use = assistant["content"][3]
+    assert tool_use["caller"] == call.caller and tool_use["input"] == {"q": 1}
+    assert report.lossless
+
+    # The same body read back keeps every block (parse_request → build_request).
+    again = build_request(
+        ApiBackend.MESSAGES, parse_request(ApiBackend.MESSAGES, body), BuildOptions(model="m")
+    )
+    assert json.loads(again.body)["messages"] == body["messages"]
+
+
+def test_messages_hand_over_state_left_out_of_chat_completions_with_notes() -> None:
+    first = collect(replay(ApiBackend.MESSAGES, [_messages_stream()]))
+    body, report = turn_two(ApiBackend.CHAT_COMPLETIONS, first)
+    assert b"EnCrYpTeD" not in compact(body)
+    dropped = [n.what for n in report.notes if n.action is ConversionAction.DROPPED]
+    assert dropped == ["compaction handed over by messages", "fallback handed over by messages"]
+
+
+def test_opaque_item_needs_the_providers_object() -> None:
+    try:
+        OpaqueItem(raw={"no_type": 1}, origin="messages")
+    except TypeError as exc:
+        assert "OpaqueItem.raw" in str(exc) and '"type"' in str(exc)
+    else:
+        raise AssertionError("an object without a type was accepted")
+
+
+def test_shell_and_compaction_events_are_known() -> None:
+    """The shell-call and compaction progress events carry nothing the items do not."""
+    transform = new_transform(ApiBackend.RESPONSES)
+    decoder_events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": {"id": "r", "model": "m", "output": []}},
+        {"type": "response.shell_call_command.added", "output_index": 0, "command_index": 0},
+        {"type": "response.shell_call_command.delta", "output_index": 0, "delta": "ls"},
+        {"type": "response.shell_call_command.done", "output_index": 0, "command": "ls"},
+        {"type": "response.shell_call_output_content.delta", "output_index": 0, "delta": "a"},
+        {"type": "response.shell_call_output_content.done", "output_index": 0, "output": []},
+        {"type": "response.compaction.compacting", "output_index": 1, "item_id": "cmp"},
+    ]
+    for event in SSEDecoder().feed(sse(*decoder_events)):
+        transform.feed(event)
+    assert transform.unknown_events == 0
