@@ -995,3 +995,41 @@ def test_databricks_reasoning_content_parts_are_reasoning() -> None:
     assert text_of(events, SamplingChannel.REASONING) == "Count to 3."
     assert [r.text for r in reasoning_items(resp)] == ["Count to 3."]
     assert resp.text == "1, 2, 3." and resp.stop_reason is StopReason.STOP
+
+
+def test_custom_tool_call_fragments_carry_name_and_input() -> None:
+    """A custom (free-form) tool call streams ``custom: {name, input}`` fragments."""
+    first = {
+        "index": 0,
+        "id": "call_c1",
+        "type": "custom",
+        "custom": {"name": "run_sql", "input": ""},
+    }
+    more = {"index": 0, "type": "custom", "custom": {"input": "SELECT 1"}}
+    rest = {"index": 0, "custom": {"input": " FROM t"}}
+    resp = response(
+        run(
+            body(
+                chunk({"tool_calls": [first]}),
+                chunk({"tool_calls": [more]}),
+                chunk({"tool_calls": [rest]}, "tool_calls"),
+            )
+        )
+    )
+    (call,) = resp.tool_calls
+    assert (call.id, call.name, call.arguments) == ("call_c1", "run_sql", "SELECT 1 FROM t")
+
+
+def test_audio_transcript_is_the_answer_text() -> None:
+    audio = {"id": "audio_1", "data": "AAAA", "expires_at": 1, "transcript": ""}
+    events = run(
+        body(
+            chunk({"role": "assistant", "content": None, "audio": audio}),
+            chunk({"audio": {"transcript": "Hel"}}),
+            chunk({"audio": {"data": "BBBB"}}),
+            chunk({"audio": {"transcript": "lo"}}),
+            chunk({}, "stop"),
+        )
+    )
+    assert text_of(events, SamplingChannel.TEXT) == "Hello"
+    assert response(events).text == "Hello"

@@ -375,6 +375,13 @@ class ChatCompletionsTransform(StreamTransform):
             if type(content) is not str:
                 raise ProviderDataError(f"delta.content is {type(content).__name__}")
             acc.text(content, out)
+        audio = delta.get("audio")
+        if audio and type(audio) is dict:
+            # An audio answer: its transcript is the answer's text (the audio bytes and
+            # their id are not kept).
+            transcript = audio.get("transcript")
+            if transcript and type(transcript) is str:
+                acc.text(transcript, out)
         refusal = str_field(delta, "refusal")
         if refusal:
             self._refused = True
@@ -497,14 +504,16 @@ class ChatCompletionsTransform(StreamTransform):
         call_id = fragment.get("id")
         if not (call_id and type(call_id) is str):
             call_id = None
-        function = fragment.get("function")
+        # A custom (free-form) tool sends ``custom: {name, input}`` where a function tool
+        # sends ``function: {name, arguments}``; its input is text, not JSON.
+        function = fragment.get("function") or fragment.get("custom")
         name: str | None = None
         arguments: str | None = None
         if function and type(function) is dict:
             name = function.get("name")
             if not (name and type(name) is str):
                 name = None
-            arguments = function.get("arguments")
+            arguments = function.get("arguments", function.get("input"))
             if type(arguments) is not str:
                 arguments = None
         current = self._tool_latest if index is None else self._tool_at.get(index)
