@@ -129,8 +129,11 @@ def test_same_result_as_the_official_sdk(entry: dict[str, Any]) -> None:
     # Identity.
     assert (mine.response_id, mine.model) == (sdk.id, sdk.model)
 
-    # Text (difference 3: one string).
+    # Text (difference 3: one string) and its citations, each as received.
     assert mine.text == "".join(b.text for b in blocks(sdk, "text"))
+    assert [dict(c.raw) for c in mine.citations] == [
+        c.to_dict(mode="json") for b in blocks(sdk, "text") for c in b.citations or []
+    ]
 
     # Reasoning, in order, one item per block (difference 5: "" signature → None).
     reasoning = [i for i in mine.items if isinstance(i, Reasoning)]

@@ -173,6 +173,15 @@ def compare_final(
         assert response.text == deltas != final.output_text
         return
     assert response.text == final.output_text
+    # Annotations are citations, each as received.
+    assert [dict(c.raw) for c in response.citations] == [
+        note.to_dict(mode="json")
+        for item in final.output
+        if item.type == "message"
+        for part in item.content
+        if part.type == "output_text"
+        for note in part.annotations
+    ]
     reasoning = [o for o in final.output if o.type == "reasoning"]
     assert len(response.reasoning_items) == len(reasoning)
     for mine, theirs in zip(response.reasoning_items, reasoning, strict=True):

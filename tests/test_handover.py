@@ -17,6 +17,7 @@ import orjson
 from trio_sampler.types import (
     ApiBackend,
     Assistant,
+    CitationReceived,
     ConversationRequest,
     ConversationResponse,
     OpaqueItem,
@@ -280,3 +281,123 @@ def test_shell_and_compaction_events_are_known() -> None:
     for event in SSEDecoder().feed(sse(*decoder_events)):
         transform.feed(event)
     assert transform.unknown_events == 0
+
+
+# -- Citations ---------------------------------------------------------------------------
+
+URL_CITATION = {
+    "type": "url_citation",
+    "start_index": 0,
+    "end_index": 5,
+    "url": "https://example.org/trio",
+    "title": "Trio",
+}
+
+
+def test_responses_url_citation_kept_and_sent_back() -> None:
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "Trio.", "annotations": [URL_CITATION]}],
+    }
+    response = {"id": "r", "object": "response", "model": "gpt-x", "status": "in_progress"}
+    stream = sse(
+        {"type": "response.created", "response": {**response, "output": []}},
+        {"type": "response.output_item.added", "output_index": 0, "item": message},
+        {
+            "type": "response.output_text.delta",
+            "output_index": 0,
+            "item_id": "msg_1",
+            "content_index": 0,
+            "delta": "Trio.",
+        },
+        {
+            "type": "response.output_text.annotation.added",
+            "output_index": 0,
+            "item_id": "msg_1",
+            "content_index": 0,
+            "annotation_index": 0,
+            "annotation": URL_CITATION,
+        },
+        {"type": "response.output_item.done", "output_index": 0, "item": message},
+        {
+            "type": "response.completed",
+            "response": {**response, "status": "completed", "output": [message]},
+        },
+    )
+    events = replay(ApiBackend.RESPONSES, [stream])
+    first = collect(events)
+    (citation,) = first.citations
+    assert (citation.source, citation.title, citation.span) == (
+        "https://example.org/trio",
+        "Trio",
+        (0, 5),
+    )
+    assert citation.raw == URL_CITATION and citation.origin is ApiBackend.RESPONSES
+    assert [e.citation for e in events if isinstance(e, CitationReceived)] == [citation]
+
+    body, report = turn_two(ApiBackend.RESPONSES, first)
+    (sent,) = [m for m in body["input"] if m.get("type") == "message"]
+    assert compact(sent["content"][0]["annotations"]) == compact([URL_CITATION])
+    assert report.lossless
+    # Another backend cannot take OpenAI's annotation: left out, and said.
+    _, elsewhere = turn_two(ApiBackend.MESSAGES, first)
+    assert [n.what for n in elsewhere.notes] == ["citations"]
+
+
+def test_messages_citations_delta_kept_and_sent_back() -> None:
+    location = {
+        "type": "web_search_result_location",
+        "cited_text": "Trio is a library.",
+        "url": "https://example.org/trio",
+        "title": "Trio",
+        "encrypted_index": "Eo8BCioIAhgB",
+    }
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+        "content": [],
+        "usage": {"input_tokens": 3, "output_tokens": 1},
+    }
+    stream = sse(
+        {"type": "message_start", "message": message},
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "text", "text": "", "citations": []},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "citations_delta", "citation": location},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "text_delta", "text": "A library."},
+        },
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn"},
+            "usage": {"output_tokens": 4},
+        },
+        {"type": "message_stop"},
+    )
+    first = collect(replay(ApiBackend.MESSAGES, [stream]))
+    (citation,) = first.citations
+    assert (citation.source, citation.cited_text, citation.span) == (
+        "https://example.org/trio",
+        "Trio is a library.",
+        None,
+    )
+    body, report = turn_two(ApiBackend.MESSAGES, first)
+    text = body["messages"][1]["content"][0]
+    assert text["text"] == "A library." and compact(text["citations"]) == compact([location])
+    assert report.lossless
+    again = parse_request(ApiBackend.MESSAGES, body)
+    assert again.items[1] == Assistant(content="A library.", citations=first.citations)

@@ -41,11 +41,13 @@ from ..types import (
     BackendToolCallStarted,
     Cancelled,
     ChannelToken,
+    CitationReceived,
     Completed,
     ConversationRequest,
     ConversationResponse,
     Failed,
     FirstToken,
+    OpaqueItemReceived,
     SamplingError,
     SamplingEvent,
     TerminalEvent,
@@ -63,7 +65,15 @@ __all__ = ["CONTENT_EVENTS", "RequestCancelledError", "RequestStream"]
 #: The events that are an attempt's content: they reset the idle timer, make a retry
 #: discard what was shown, and win a hedged attempt's race.
 CONTENT_EVENTS: Final = frozenset(
-    {ChannelToken, ToolCallDelta, FirstToken, BackendToolCallStarted, BackendToolCallCompleted}
+    {
+        ChannelToken,
+        ToolCallDelta,
+        FirstToken,
+        BackendToolCallStarted,
+        BackendToolCallCompleted,
+        OpaqueItemReceived,
+        CitationReceived,
+    }
 )
 
 _TERMINALS = (Completed, Failed, Cancelled)

@@ -4,6 +4,7 @@ from ._conversation import IMAGE_STRIP_PLACEHOLDER as IMAGE_STRIP_PLACEHOLDER
 from ._conversation import ApiBackend as ApiBackend
 from ._conversation import Assistant as Assistant
 from ._conversation import BackendToolCall as BackendToolCall
+from ._conversation import Citation as Citation
 from ._conversation import CodeExecution as CodeExecution
 from ._conversation import ContentPart as ContentPart
 from ._conversation import ConversationItem as ConversationItem
@@ -39,6 +40,7 @@ from ._events import BackendToolCallCompleted as BackendToolCallCompleted
 from ._events import BackendToolCallStarted as BackendToolCallStarted
 from ._events import Cancelled as Cancelled
 from ._events import ChannelToken as ChannelToken
+from ._events import CitationReceived as CitationReceived
 from ._events import Completed as Completed
 from ._events import Failed as Failed
 from ._events import FirstToken as FirstToken
@@ -73,6 +75,8 @@ __all__ = [
     "BackendToolCallStarted",
     "Cancelled",
     "ChannelToken",
+    "Citation",
+    "CitationReceived",
     "CodeExecution",
     "Completed",
     "ContentPart",

@@ -18,6 +18,7 @@ __all__ = [
     "ApiBackend",
     "Assistant",
     "BackendToolCall",
+    "Citation",
     "CodeExecution",
     "ContentPart",
     "ConversationItem",
@@ -257,6 +258,39 @@ class ToolCall:
         return orjson.loads(self.arguments or "{}")
 
 
+def _span(value: tuple[int, int] | None) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    start, end = value
+    if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end):
+        raise ValueError(
+            f"Citation.span must be (start, end) with 0 <= start <= end; got {value!r}"
+        )
+    return (start, end)
+
+
+@attrs.frozen
+class Citation:
+    """A source the answer text cites (Responses annotation, Messages citation, Chat
+    Completions annotation).
+
+    ``source`` is what is cited: a URL, a file id or a document's title or index;
+    ``title`` its title when the provider gave one; ``span`` the cited range of the
+    answer text, ``(start, end)`` in characters, when the provider gives one (OpenAI's
+    ``start_index`` / ``end_index``; Anthropic's character locations point into the
+    *document* and are left in ``raw``); ``cited_text`` the quoted passage (Anthropic).
+    ``raw`` is the provider's object as received: it goes back, exactly, on the next turn
+    to the backend it came from (``origin``).
+    """
+
+    source: str | None = None
+    title: str | None = None
+    span: tuple[int, int] | None = attrs.field(default=None, converter=_span)
+    cited_text: str | None = None
+    raw: Mapping[str, Any] = attrs.field(factory=dict)
+    origin: ApiBackend | None = attrs.field(default=None, converter=_origin)
+
+
 @attrs.frozen
 class Assistant:
     """A model turn: its visible text and the local tool calls it asked for.
@@ -276,6 +310,8 @@ class Assistant:
     #: Responses ``phase`` of the message (``commentary`` or ``final_answer``): sent back
     #: as received, since the server reads it on the next turn.
     phase: str | None = None
+    #: The sources this turn's text cites, in the order the server sent them.
+    citations: tuple[Citation, ...] = attrs.field(default=(), converter=_tuple)
 
 
 @attrs.frozen
@@ -835,6 +871,11 @@ class ConversationResponse:
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
         return tuple(c for i in self.items if isinstance(i, Assistant) for c in i.tool_calls)
+
+    @property
+    def citations(self) -> tuple[Citation, ...]:
+        """Every citation of the answer, in order (each assistant item's ``citations``)."""
+        return tuple(c for i in self.items if isinstance(i, Assistant) for c in i.citations)
 
     @property
     def reasoning_items(self) -> tuple[Reasoning, ...]:

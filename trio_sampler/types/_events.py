@@ -33,6 +33,7 @@ import attrs
 
 from ._conversation import (
     BackendToolCall,
+    Citation,
     ConversationResponse,
     OpaqueItem,
     Reasoning,
@@ -48,6 +49,7 @@ __all__ = [
     "BackendToolCallStarted",
     "Cancelled",
     "ChannelToken",
+    "CitationReceived",
     "Completed",
     "Failed",
     "FirstToken",
@@ -341,6 +343,16 @@ class ReasoningCompleted:
 
 
 @attrs.frozen
+class CitationReceived:
+    """The answer text cites a source (see :class:`~trio_sampler.types.Citation`);
+    ``item_index`` is the text item it belongs to."""
+
+    request_id: str
+    citation: Citation
+    item_index: int = 0
+
+
+@attrs.frozen
 class OpaqueItemReceived:
     """The server handed over an object the neutral model keeps verbatim (an
     :class:`~trio_sampler.types.OpaqueItem`: a compaction item, a fallback block, ...)."""
@@ -448,6 +460,7 @@ SamplingEvent: TypeAlias = (
     | BackendToolCallStarted
     | BackendToolCallCompleted
     | OpaqueItemReceived
+    | CitationReceived
     | Retrying
     | ImagesStripped
     | Completed

@@ -30,6 +30,8 @@ from ..types import (
     BackendToolCallCompleted,
     BackendToolCallStarted,
     ChannelToken,
+    Citation,
+    CitationReceived,
     Completed,
     ConversationResponse,
     Failed,
@@ -373,6 +375,19 @@ class StreamAccumulator:
             slot.final_arguments = arguments
 
     # -- hand-over state ------------------------------------------------------------
+
+    def citation(self, citation: Citation, out: list[SamplingEvent]) -> None:
+        """A source the open run of text cites (a run opens if none is)."""
+        if self.finished:
+            return
+        item = self._text_item
+        if item < 0:
+            item = self._open_item()
+            self._text_item = item
+            self._text = self.fold.text_slot(item)
+            self._text_parts = self._text.parts
+        self.fold.citation(item, citation)
+        out.append(CitationReceived(self.request_id, citation, item))
 
     def message_phase(self, phase: str) -> None:
         """The ``phase`` of the message whose text run is open (Responses)."""

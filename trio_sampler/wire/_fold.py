@@ -43,6 +43,8 @@ from ..types import (
     BackendToolCallStarted,
     Cancelled,
     ChannelToken,
+    Citation,
+    CitationReceived,
     Completed,
     ConversationItem,
     ConversationResponse,
@@ -234,6 +236,8 @@ class ResponseFold:
         self._run: _Text | None = None  # the run of text opened last
         #: Slot index of a text run → the ``phase`` of the message it belongs to.
         self.phases: dict[int, str] = {}
+        #: Slot index of a text run → the sources its text cites.
+        self.citations: dict[int, list[Citation]] = {}
         self.model: str | None = None
         self.response_id: str | None = None
         #: The terminal event's own response (``Completed.response`` or a ``partial``).
@@ -393,6 +397,12 @@ class ResponseFold:
         self._slot(index)
         self._slots[index] = call
 
+    def citation(self, index: int, citation: Citation) -> None:
+        """A citation of text item ``index`` (opened, empty, if the text has not come yet)."""
+        if not (index < len(self._slots) and type(self._slots[index]) is _Text):
+            self.text_slot(index)
+        self.citations.setdefault(index, []).append(citation)
+
     def opaque(self, index: int, item: OpaqueItem) -> None:
         self._slot(index)
         self._slots[index] = item
@@ -482,6 +492,9 @@ class ResponseFold:
                 id=event.call_id, name=event.name, result=event.result
             )
             self.backend_completed(event.item_index, call)
+        elif kind is CitationReceived:
+            assert isinstance(event, CitationReceived)
+            self.citation(event.item_index, event.citation)
         elif kind is OpaqueItemReceived:
             assert isinstance(event, OpaqueItemReceived)
             self.opaque(event.item_index, event.item)
@@ -527,6 +540,7 @@ class ResponseFold:
         items: list[ConversationItem] = []
         last_is_text = False
         phases = self.phases
+        citations = self.citations
         for index, slot in enumerate(self._slots):
             if slot is None:
                 continue
@@ -534,7 +548,12 @@ class ResponseFold:
             if kind is _Text:
                 assert isinstance(slot, _Text)
                 phase = phases.get(index) if phases else None
-                items.append(Assistant(content=self._settled(slot), model=model, phase=phase))
+                cited = citations.get(index, ()) if citations else ()
+                items.append(
+                    Assistant(
+                        content=self._settled(slot), model=model, phase=phase, citations=cited
+                    )
+                )
                 last_is_text = True
                 continue
             if kind is _Thought:
@@ -560,6 +579,7 @@ class ResponseFold:
                 model=model,
                 id=message_id,
                 phase=last.phase,
+                citations=last.citations,
             )
         else:
             items.append(Assistant(tool_calls=calls, refusal=refusal, model=model, id=message_id))

@@ -154,6 +154,13 @@ def _messages(
             )
             messages.append({"role": "assistant", "content": item.text_summary()})
         elif isinstance(item, Assistant):
+            if item.citations:
+                report.note(
+                    index,
+                    "citations",
+                    ConversionAction.DROPPED,
+                    "Chat Completions takes no citations in a request",
+                )
             messages.append(
                 _assistant(item, pending_reasoning, replay, report, options.profile.reasoning_field)
             )

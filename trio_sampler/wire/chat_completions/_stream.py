@@ -23,6 +23,7 @@ from ...types import (
     StopReason,
     Usage,
 )
+from .._citations import citation_from_wire
 from .._fold import arguments_complete
 from .._transform import (
     ProviderDataError,
@@ -375,6 +376,11 @@ class ChatCompletionsTransform(StreamTransform):
             if type(content) is not str:
                 raise ProviderDataError(f"delta.content is {type(content).__name__}")
             acc.text(content, out)
+        annotations = delta.get("annotations")
+        if annotations and type(annotations) is list:
+            for annotation in annotations:  # OpenRouter web plugin, OpenAI search models
+                if type(annotation) is dict and type(annotation.get("type")) is str:
+                    acc.citation(citation_from_wire(annotation, ApiBackend.CHAT_COMPLETIONS), out)
         audio = delta.get("audio")
         if audio and type(audio) is dict:
             # An audio answer: its transcript is the answer's text (the audio bytes and

@@ -30,6 +30,7 @@ from ...types._conversation import (
     ToolSpec,
     User,
 )
+from .._citations import citation_from_wire
 from .._render import (
     JsonObject,
     as_list,
@@ -228,10 +229,16 @@ def _parse_assistant_turn(blocks: list[Mapping[str, Any]], where: str) -> list[C
         current = out[open_assistant] if open_assistant is not None else None
         if kind == "text":
             text = req_str(block, "text", w)
+            cited = tuple(
+                citation_from_wire(as_object(c, f"{w}.citations[{m}]"), BACKEND)
+                for m, c in enumerate(as_list(block.get("citations") or [], f"{w}.citations"))
+            )
             if isinstance(current, Assistant) and not current.content and not current.tool_calls:
-                out[open_assistant] = attrs.evolve(current, content=text)  # type: ignore[index]
+                out[open_assistant] = attrs.evolve(  # type: ignore[index]
+                    current, content=text, citations=(*current.citations, *cited)
+                )
             else:
-                out.append(Assistant(content=text))
+                out.append(Assistant(content=text, citations=cited))
                 open_assistant = len(out) - 1
         elif kind == "tool_use":
             caller = block.get("caller")

@@ -36,6 +36,7 @@ from .._render import (
     finish_request,
     gate_tool_controls,
     group_runs,
+    own_citations,
     parse_arguments,
     reasoning_is_native,
     resolve_model,
@@ -245,8 +246,12 @@ def _tool_result(index: int, item: ToolResult, report: ReportCollector) -> JsonO
 
 def _assistant(index: int, item: Assistant, report: ReportCollector) -> list[JsonObject]:
     blocks: list[JsonObject] = []
-    if item.content:
-        blocks.append({"type": "text", "text": item.content})
+    citations = own_citations(index, item, BACKEND, report)
+    if item.content or citations:
+        text: JsonObject = {"type": "text", "text": item.content}
+        if citations:
+            text["citations"] = [dict(c) for c in citations]
+        blocks.append(text)
     if item.refusal is not None:
         report.note(
             index,

@@ -35,6 +35,7 @@ from typing import Any, ClassVar, Final
 import orjson
 
 from ...types import ApiBackend, BackendToolCall, SamplingEvent, StopReason, Usage
+from .._citations import citation_from_wire
 from .._transform import (
     ProviderDataError,
     StreamTransform,
@@ -145,7 +146,7 @@ class MessagesTransform(StreamTransform):
             "input_json_delta": self._on_input_delta,
             "thinking_delta": self._on_thinking_delta,
             "signature_delta": self._on_signature_delta,
-            "citations_delta": self._ignore_delta,
+            "citations_delta": self._on_citations_delta,
             "compaction_delta": self._on_compaction_delta,
         }
 
@@ -487,6 +488,13 @@ class MessagesTransform(StreamTransform):
         self, block: _Block | None, delta: dict[str, Any], out: list[SamplingEvent]
     ) -> None:
         pass
+
+    def _on_citations_delta(
+        self, block: _Block | None, delta: dict[str, Any], out: list[SamplingEvent]
+    ) -> None:
+        citation = delta.get("citation")
+        if isinstance(citation, dict) and isinstance(citation.get("type"), str):
+            self.acc.citation(citation_from_wire(citation, ApiBackend.MESSAGES), out)
 
     def _on_compaction_delta(
         self, block: _Block | None, delta: dict[str, Any], out: list[SamplingEvent]

@@ -17,6 +17,7 @@ from ...types._conversation import (
     ApiBackend,
     Assistant,
     BackendToolCall,
+    Citation,
     ContentPart,
     ConversationItem,
     ConversationRequest,
@@ -36,6 +37,7 @@ from ...types._conversation import (
     ToolSpec,
     User,
 )
+from .._citations import citation_from_wire
 from .._render import (
     JsonObject,
     ReportCollector,
@@ -49,6 +51,7 @@ from .._render import (
     opt_int,
     opt_number,
     opt_str,
+    own_citations,
     parse_effort,
     reasoning_is_native,
     req_str,
@@ -136,7 +139,7 @@ def _render_item(index: int, item: ConversationItem, report: ReportCollector) ->
     if isinstance(item, User):
         return [{"role": "user", "content": _user_content(item.content)}]
     if isinstance(item, Assistant):
-        return _assistant(item)
+        return _assistant(index, item, report)
     if isinstance(item, ToolResult):
         return [_tool_output(index, item, report)]
     if isinstance(item, OpaqueItem):
@@ -221,11 +224,16 @@ def _input_part(part: ContentPart) -> JsonObject:
 
 
 def _assistant_message(
-    text: str, refusal: str | None, item_id: str | None, phase: str | None = None
+    text: str,
+    refusal: str | None,
+    item_id: str | None,
+    phase: str | None = None,
+    annotations: Sequence[Mapping[str, Any]] = (),
 ) -> JsonObject:
     content: list[JsonObject] = []
     if text:
-        content.append({"type": "output_text", "text": text, "annotations": []})
+        notes = [dict(a) for a in annotations]
+        content.append({"type": "output_text", "text": text, "annotations": notes})
     if refusal is not None:
         content.append({"type": "refusal", "refusal": refusal})
     message: JsonObject = {"type": "message", "role": "assistant"}
@@ -237,11 +245,12 @@ def _assistant_message(
     return message
 
 
-def _assistant(item: Assistant) -> list[JsonObject]:
+def _assistant(index: int, item: Assistant, report: ReportCollector) -> list[JsonObject]:
     out: list[JsonObject] = []
     # An empty assistant turn renders to nothing: the API rejects an empty message.
     if item.content or item.refusal is not None:
-        out.append(_assistant_message(item.content, item.refusal, item.id, item.phase))
+        annotations = own_citations(index, item, BACKEND, report)
+        out.append(_assistant_message(item.content, item.refusal, item.id, item.phase, annotations))
     out.extend(_function_call(call) for call in item.tool_calls)
     return out
 
@@ -532,6 +541,7 @@ def _parse_parts(value: Any, where: str) -> list[ContentPart]:
 def _parse_assistant_message(item: Mapping[str, Any], where: str) -> Assistant:
     content = item.get("content")
     text, refusal = "", None
+    citations: list[Citation] = []
     if isinstance(content, str):
         text = content
     else:
@@ -541,11 +551,16 @@ def _parse_assistant_message(item: Mapping[str, Any], where: str) -> Assistant:
                 refusal = req_str(part, "refusal", f"{where}.content[{n}]")
             else:
                 text += req_str(part, "text", f"{where}.content[{n}]")
+                notes = as_list(part.get("annotations") or [], f"{where}.content[{n}]")
+                for m, note in enumerate(notes):
+                    raw_note = as_object(note, f"{where}.content[{n}].annotations[{m}]")
+                    citations.append(citation_from_wire(raw_note, BACKEND))
     return Assistant(
         content=text,
         refusal=refusal,
         id=opt_str(item, "id", where),
         phase=opt_str(item, "phase", where),
+        citations=citations,
     )
 
 

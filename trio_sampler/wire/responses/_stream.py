@@ -34,6 +34,7 @@ from ...types import (
     StopReason,
     Usage,
 )
+from .._citations import citation_from_wire
 from .._transform import (
     StreamTransform,
     reported_cost,
@@ -71,7 +72,6 @@ _HOSTED_PROGRESS: dict[str, tuple[str, ...]] = {
 # Known events that carry nothing we keep (the terminal's response has their content).
 _IGNORED = (
     "response.output_text.done",
-    "response.output_text.annotation.added",
     "response.refusal.done",
     "response.content_part.done",
     "response.reasoning_summary_part.added",
@@ -222,6 +222,7 @@ class ResponsesTransform(StreamTransform):
             "response.output_item.added": self._on_item_added,
             "response.output_item.done": self._on_item_done,
             "response.content_part.added": self._on_part_added,
+            "response.output_text.annotation.added": self._on_annotation,
             "response.created": self._on_lifecycle,
             "response.queued": self._on_lifecycle,
             "response.in_progress": self._on_lifecycle,
@@ -310,6 +311,11 @@ class ResponsesTransform(StreamTransform):
 
     def _on_refusal_delta(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
         self.acc.refusal(str_field(payload, "delta", "type"), out)
+
+    def _on_annotation(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
+        annotation = payload.get("annotation")
+        if isinstance(annotation, dict) and isinstance(annotation.get("type"), str):
+            self.acc.citation(citation_from_wire(annotation, ApiBackend.RESPONSES), out)
 
     def _on_part_added(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
         if _dict(payload.get("part")).get("type") == "refusal":
