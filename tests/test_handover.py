@@ -23,6 +23,7 @@ from trio_sampler.types import (
     OpaqueItem,
     OpaqueItemReceived,
     SamplingEvent,
+    ServedModelChanged,
     User,
 )
 from trio_sampler.wire import collect, replay
@@ -232,6 +233,12 @@ def test_messages_compaction_fallback_and_caller_go_back_exactly() -> None:
     assert [e.item for e in events if isinstance(e, OpaqueItemReceived)] == opaque
     (call,) = first.tool_calls
     assert call.caller == {"type": "code_execution_20250825", "tool_id": "srvtoolu_1"}
+    # The fallback hop is an event; the response names the model that served last.
+    hops = [e for e in events if isinstance(e, ServedModelChanged)]
+    assert [(h.from_model, h.to_model, h.trigger) for h in hops] == [
+        ("claude-x", "claude-y", "overloaded")
+    ]
+    assert first.model == "claude-y"
 
     body, report = turn_two(ApiBackend.MESSAGES, first)
     assistant = body["messages"][1]

@@ -55,6 +55,7 @@ from ._events import SamplingError as SamplingError
 from ._events import SamplingErrorInfo as SamplingErrorInfo
 from ._events import SamplingErrorKind as SamplingErrorKind
 from ._events import SamplingEvent as SamplingEvent
+from ._events import ServedModelChanged as ServedModelChanged
 from ._events import StreamStarted as StreamStarted
 from ._events import StripReason as StripReason
 from ._events import TerminalEvent as TerminalEvent
@@ -108,6 +109,7 @@ __all__ = [
     "SamplingErrorInfo",
     "SamplingErrorKind",
     "SamplingEvent",
+    "ServedModelChanged",
     "StopReason",
     "StreamStarted",
     "StripReason",

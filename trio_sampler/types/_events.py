@@ -64,6 +64,7 @@ __all__ = [
     "SamplingErrorInfo",
     "SamplingErrorKind",
     "SamplingEvent",
+    "ServedModelChanged",
     "StreamStarted",
     "StripReason",
     "TerminalEvent",
@@ -343,6 +344,19 @@ class ReasoningCompleted:
 
 
 @attrs.frozen
+class ServedModelChanged:
+    """The server handed the request to another model inside one stream (Anthropic's
+    server-side ``fallback`` block): from which model, to which, and why. The response's
+    ``model`` is the last one that served; the block itself stays in the response as an
+    :class:`~trio_sampler.types.OpaqueItem` and goes back on the next turn."""
+
+    request_id: str
+    from_model: str | None
+    to_model: str | None
+    trigger: str | None = None
+
+
+@attrs.frozen
 class CitationReceived:
     """The answer text cites a source (see :class:`~trio_sampler.types.Citation`);
     ``item_index`` is the text item it belongs to."""
@@ -461,6 +475,7 @@ SamplingEvent: TypeAlias = (
     | BackendToolCallCompleted
     | OpaqueItemReceived
     | CitationReceived
+    | ServedModelChanged
     | Retrying
     | ImagesStripped
     | Completed

@@ -57,6 +57,7 @@ from ..types import (
     Retrying,
     SamplingChannel,
     SamplingEvent,
+    ServedModelChanged,
     StopReason,
     ToolCall,
     ToolCallCompleted,
@@ -492,6 +493,9 @@ class ResponseFold:
                 id=event.call_id, name=event.name, result=event.result
             )
             self.backend_completed(event.item_index, call)
+        elif kind is ServedModelChanged:
+            assert isinstance(event, ServedModelChanged)
+            self.model = event.to_model or self.model
         elif kind is CitationReceived:
             assert isinstance(event, CitationReceived)
             self.citation(event.item_index, event.citation)

@@ -34,7 +34,14 @@ from typing import Any, ClassVar, Final
 
 import orjson
 
-from ...types import ApiBackend, BackendToolCall, SamplingEvent, StopReason, Usage
+from ...types import (
+    ApiBackend,
+    BackendToolCall,
+    SamplingEvent,
+    ServedModelChanged,
+    StopReason,
+    Usage,
+)
 from .._citations import citation_from_wire
 from .._transform import (
     ProviderDataError,
@@ -377,6 +384,25 @@ class MessagesTransform(StreamTransform):
             self._finish_hosted_input(block)
         elif kind == _OPAQUE:
             self.acc.opaque(block.raw, out)
+            if block.raw.get("type") == "fallback":
+                self._fallback(block.raw, out)
+
+    def _fallback(self, block: dict[str, Any], out: list[SamplingEvent]) -> None:
+        """A server-side fallback hop: the rest of the answer comes from ``to.model``."""
+        source, target = block.get("from"), block.get("to")
+        from_model = source.get("model") if isinstance(source, dict) else None
+        to_model = target.get("model") if isinstance(target, dict) else None
+        trigger = block.get("trigger")
+        if isinstance(to_model, str) and to_model:
+            self.acc.model = to_model
+        out.append(
+            ServedModelChanged(
+                self.request_id,
+                from_model if isinstance(from_model, str) else None,
+                to_model if isinstance(to_model, str) else None,
+                trigger if isinstance(trigger, str) else None,
+            )
+        )
 
     # -- hosted (server-executed) tools ----------------------------------------------
 
