@@ -124,7 +124,20 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
         data["thinking"] = {"type": "enabled", "budget_tokens": budget}
     _render_sampling(data, request, options, report, thinking=budget is not None)
     beta = (("anthropic-beta", MCP_BETA),) if "mcp_servers" in data else ()
-    return finish_request(PATH, data, options, report, beta)
+    return finish_request(_path(data, options), data, options, report, beta)
+
+
+def _path(data: JsonObject, options: BuildOptions) -> str:
+    """``/messages``, or the model's own path on a cloud that serves Messages under it
+    (Vertex AI: the model leaves the body, ``anthropic_version`` joins it)."""
+    profile = options.profile
+    if profile.messages_path is None:
+        return PATH
+    model = data.pop("model")
+    if profile.anthropic_version_body is not None:
+        data["anthropic_version"] = profile.anthropic_version_body
+    method = "streamRawPredict" if options.stream else "rawPredict"
+    return profile.messages_path.format(model=model, method=method)
 
 
 def _messages(
