@@ -17,13 +17,17 @@ import orjson
 from trio_sampler.types import (
     ApiBackend,
     Assistant,
+    ChannelToken,
     CitationReceived,
+    Completed,
     ConversationRequest,
     ConversationResponse,
     OpaqueItem,
     OpaqueItemReceived,
     SamplingEvent,
     ServedModelChanged,
+    ServerTextDiffers,
+    ServerTextTaken,
     User,
 )
 from trio_sampler.wire import collect, replay
@@ -408,3 +412,51 @@ def test_messages_citations_delta_kept_and_sent_back() -> None:
     assert report.lossless
     again = parse_request(ApiBackend.MESSAGES, body)
     assert again.items[1] == Assistant(content="A library.", citations=first.citations)
+
+
+# -- The server's final word ------------------------------------------------------------
+
+
+def test_responses_final_text_wins_over_the_deltas_with_a_warning() -> None:
+    """``output_item.done`` holds the message's final text: where it disagrees with the
+    deltas, the response takes the server's and says so; the streamed events stay."""
+    final = {
+        "id": "msg_1",
+        "type": "message",
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "Hello, world.", "annotations": []}],
+    }
+    response = {"id": "r", "object": "response", "model": "gpt-x", "status": "in_progress"}
+    stream = sse(
+        {"type": "response.created", "response": {**response, "output": []}},
+        {"type": "response.output_item.added", "output_index": 0, "item": {**final, "content": []}},
+        {
+            "type": "response.output_text.delta",
+            "output_index": 0,
+            "item_id": "msg_1",
+            "content_index": 0,
+            "delta": "Hello",
+        },
+        {"type": "response.output_item.done", "output_index": 0, "item": final},
+        {
+            "type": "response.completed",
+            "response": {**response, "status": "completed", "output": [final]},
+        },
+    )
+    events = replay(ApiBackend.RESPONSES, [stream])
+    streamed = "".join(e.text for e in events if isinstance(e, ChannelToken))
+    assert streamed == "Hello"  # the events as received
+    result = collect(events)
+    assert result.text == "Hello, world."
+    assert result.warnings == (ServerTextDiffers(0, "Hello", "Hello, world."),)
+    taken = [e.warning for e in events if isinstance(e, ServerTextTaken)]
+    assert taken == list(result.warnings)
+    # The fold of the events alone (no terminal) reaches the same answer.
+    alone = collect(e for e in events if not isinstance(e, Completed))
+    assert alone.text == "Hello, world." and alone.warnings == result.warnings
+
+
+def test_responses_final_text_equal_to_the_deltas_is_no_warning() -> None:
+    events = replay(ApiBackend.RESPONSES, [_responses_stream()])
+    assert collect(events).warnings == ()

@@ -50,6 +50,7 @@ from ..types import (
     OpaqueItemReceived,
     SamplingError,
     SamplingEvent,
+    ServerTextTaken,
     TerminalEvent,
     ToolCallDelta,
 )
@@ -73,6 +74,7 @@ CONTENT_EVENTS: Final = frozenset(
         BackendToolCallCompleted,
         OpaqueItemReceived,
         CitationReceived,
+        ServerTextTaken,
     }
 )
 

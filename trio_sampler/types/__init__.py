@@ -20,6 +20,7 @@ from ._conversation import ProviderTool as ProviderTool
 from ._conversation import Reasoning as Reasoning
 from ._conversation import ReasoningEffort as ReasoningEffort
 from ._conversation import ResponseSchema as ResponseSchema
+from ._conversation import ServerTextDiffers as ServerTextDiffers
 from ._conversation import StopReason as StopReason
 from ._conversation import SyntheticReason as SyntheticReason
 from ._conversation import System as System
@@ -56,6 +57,7 @@ from ._events import SamplingErrorInfo as SamplingErrorInfo
 from ._events import SamplingErrorKind as SamplingErrorKind
 from ._events import SamplingEvent as SamplingEvent
 from ._events import ServedModelChanged as ServedModelChanged
+from ._events import ServerTextTaken as ServerTextTaken
 from ._events import StreamStarted as StreamStarted
 from ._events import StripReason as StripReason
 from ._events import TerminalEvent as TerminalEvent
@@ -110,6 +112,8 @@ __all__ = [
     "SamplingErrorKind",
     "SamplingEvent",
     "ServedModelChanged",
+    "ServerTextDiffers",
+    "ServerTextTaken",
     "StopReason",
     "StreamStarted",
     "StripReason",

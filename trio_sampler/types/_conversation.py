@@ -34,6 +34,7 @@ __all__ = [
     "Reasoning",
     "ReasoningEffort",
     "ResponseSchema",
+    "ServerTextDiffers",
     "StopReason",
     "SyntheticReason",
     "System",
@@ -823,6 +824,18 @@ class UsageViolation(enum.Enum):
 
 
 @attrs.frozen
+class ServerTextDiffers:
+    """A warning: the server's final text of an output item (a Responses
+    ``output_item.done``) disagreed with the deltas it streamed. The response holds the
+    server's text (``final``); the streamed events stay as they were received (``streamed``
+    is their text). ``item_index`` is the item's place in the output."""
+
+    item_index: int
+    streamed: str
+    final: str
+
+
+@attrs.frozen
 class ConversationResponse:
     """What a finished (or partial) sampling call produced.
 
@@ -847,6 +860,8 @@ class ConversationResponse:
     stop_sequence: str | None = None
     #: Doom-loop signals attached by the server or the local detector.
     doom_loop_signals: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+    #: What the server's own final word corrected (see :class:`ServerTextDiffers`).
+    warnings: tuple[ServerTextDiffers, ...] = attrs.field(default=(), converter=_tuple)
 
     @property
     def assistant(self) -> Assistant:

@@ -37,6 +37,7 @@ from ._conversation import (
     ConversationResponse,
     OpaqueItem,
     Reasoning,
+    ServerTextDiffers,
     ToolCall,
     Usage,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "SamplingErrorKind",
     "SamplingEvent",
     "ServedModelChanged",
+    "ServerTextTaken",
     "StreamStarted",
     "StripReason",
     "TerminalEvent",
@@ -344,6 +346,15 @@ class ReasoningCompleted:
 
 
 @attrs.frozen
+class ServerTextTaken:
+    """The server's final text of an item replaced what its deltas said (the warning
+    says both); the deltas already sent are not taken back."""
+
+    request_id: str
+    warning: ServerTextDiffers
+
+
+@attrs.frozen
 class ServedModelChanged:
     """The server handed the request to another model inside one stream (Anthropic's
     server-side ``fallback`` block): from which model, to which, and why. The response's
@@ -476,6 +487,7 @@ SamplingEvent: TypeAlias = (
     | OpaqueItemReceived
     | CitationReceived
     | ServedModelChanged
+    | ServerTextTaken
     | Retrying
     | ImagesStripped
     | Completed

@@ -44,6 +44,8 @@ from ..types import (
     SamplingErrorInfo,
     SamplingErrorKind,
     SamplingEvent,
+    ServerTextDiffers,
+    ServerTextTaken,
     StopReason,
     ToolCall,
     ToolCallCompleted,
@@ -388,6 +390,28 @@ class StreamAccumulator:
             self._text_parts = self._text.parts
         self.fold.citation(item, citation)
         out.append(CitationReceived(self.request_id, citation, item))
+
+    def end_text_run(self) -> None:
+        """The next text opens an item of its own (a new message)."""
+        self._text_item = -1
+
+    def server_text(self, final: str, out: list[SamplingEvent]) -> None:
+        """The server's final text of the open run: where it differs from the streamed
+        deltas, it replaces them in the response, with a warning (the events stay)."""
+        if self.finished or not final:
+            return
+        item = self._text_item
+        streamed = self.fold.text_of(item) if item >= 0 else ""
+        if streamed == final:
+            return
+        if item < 0:
+            self.text(final, out)  # nothing was streamed: the server's text is the text
+            return
+        warning = ServerTextDiffers(item, streamed, final)
+        if not self.fold.server_text(warning):
+            self._refused(out)
+            return
+        out.append(ServerTextTaken(self.request_id, warning))
 
     def message_phase(self, phase: str) -> None:
         """The ``phase`` of the message whose text run is open (Responses)."""

@@ -58,6 +58,8 @@ from ..types import (
     SamplingChannel,
     SamplingEvent,
     ServedModelChanged,
+    ServerTextDiffers,
+    ServerTextTaken,
     StopReason,
     ToolCall,
     ToolCallCompleted,
@@ -237,6 +239,8 @@ class ResponseFold:
         self._run: _Text | None = None  # the run of text opened last
         #: Slot index of a text run → the ``phase`` of the message it belongs to.
         self.phases: dict[int, str] = {}
+        #: The server's final word where it corrected the streamed text.
+        self.warnings: list[ServerTextDiffers] = []
         #: Slot index of a text run → the sources its text cites.
         self.citations: dict[int, list[Citation]] = {}
         self.model: str | None = None
@@ -398,6 +402,23 @@ class ResponseFold:
         self._slot(index)
         self._slots[index] = call
 
+    def text_of(self, index: int) -> str:
+        """The text of item ``index`` so far (``""`` if it is not text)."""
+        slot = self._slots[index] if index < len(self._slots) else None
+        return self._settled(slot) if isinstance(slot, _Text) else ""
+
+    def replace_text(self, index: int, final: str) -> bool:
+        """Text item ``index`` becomes ``final`` (the server's own final text)."""
+        slot = self.text_slot(index)
+        self._settled(slot)
+        self.held_bytes -= slot.size
+        slot.value, slot.size, slot.width = "", 0, 1
+        return self.append(slot, final)
+
+    def server_text(self, warning: ServerTextDiffers) -> bool:
+        self.warnings.append(warning)
+        return self.replace_text(warning.item_index, warning.final)
+
     def citation(self, index: int, citation: Citation) -> None:
         """A citation of text item ``index`` (opened, empty, if the text has not come yet)."""
         if not (index < len(self._slots) and type(self._slots[index]) is _Text):
@@ -493,6 +514,9 @@ class ResponseFold:
                 id=event.call_id, name=event.name, result=event.result
             )
             self.backend_completed(event.item_index, call)
+        elif kind is ServerTextTaken:
+            assert isinstance(event, ServerTextTaken)
+            self.server_text(event.warning)
         elif kind is ServedModelChanged:
             assert isinstance(event, ServedModelChanged)
             self.model = event.to_model or self.model
@@ -598,4 +622,5 @@ class ResponseFold:
             chunk_count=self.text_chunks,
             stop_sequence=stop_sequence,
             doom_loop_signals=doom_loop_signals,
+            warnings=self.warnings,
         )

@@ -361,6 +361,7 @@ class ResponsesTransform(StreamTransform):
             self.acc.begin_reasoning(key, out, first=False)
         elif item_type == "message":
             self.acc.message_id = _str(item.get("id")) or self.acc.message_id
+            self.acc.end_text_run()  # each message is its own Assistant item
         elif isinstance(item_type, str) and item_type in HOSTED_TOOL_ITEMS:
             call = backend_tool_call(item, item_type)
             self.acc.backend_tool_started(call.id, call.name, out)
@@ -388,6 +389,8 @@ class ResponsesTransform(StreamTransform):
             )
         elif item_type == "message":
             self.acc.message_id = _str(item.get("id")) or self.acc.message_id
+            # The server's final word: the message's text as the item holds it.
+            self.acc.server_text("".join(_texts(item.get("content"), "output_text")), out)
             phase = _str(item.get("phase"))
             if phase:
                 self.acc.message_phase(phase)
