@@ -337,7 +337,8 @@ def _parse_tool_choice(value: Any) -> tuple[ToolChoiceSpec | None, bool | None]:
     if value is None:
         return None, None
     obj = as_object(value, "tool_choice")
-    parallel = False if opt_bool(obj, "disable_parallel_tool_use", "tool_choice") else None
+    disable = opt_bool(obj, "disable_parallel_tool_use", "tool_choice")
+    parallel = None if disable is None else not disable
     kind = obj.get("type")
     if kind == "tool":
         return NamedToolChoice(req_str(obj, "name", "tool_choice")), parallel

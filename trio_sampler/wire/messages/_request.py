@@ -396,6 +396,8 @@ def _render_tools(
         choice = choice or {"type": "auto"}
         if choice["type"] != "none":
             choice["disable_parallel_tool_use"] = True
+    elif request.parallel_tool_calls is True and choice is not None and choice["type"] != "none":
+        choice["disable_parallel_tool_use"] = False  # said explicitly: sent explicitly
     if choice is not None:
         data["tool_choice"] = choice
 
