@@ -33,6 +33,8 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 
@@ -514,18 +516,6 @@ class ResponseFold:
                 id=event.call_id, name=event.name, result=event.result
             )
             self.backend_completed(event.item_index, call)
-        elif kind is ServerTextTaken:
-            assert isinstance(event, ServerTextTaken)
-            self.server_text(event.warning)
-        elif kind is ServedModelChanged:
-            assert isinstance(event, ServedModelChanged)
-            self.model = event.to_model or self.model
-        elif kind is CitationReceived:
-            assert isinstance(event, CitationReceived)
-            self.citation(event.item_index, event.citation)
-        elif kind is OpaqueItemReceived:
-            assert isinstance(event, OpaqueItemReceived)
-            self.opaque(event.item_index, event.item)
         elif kind is ModelMetadata:
             assert isinstance(event, ModelMetadata)
             self.model = event.model or self.model
@@ -542,6 +532,10 @@ class ResponseFold:
             assert isinstance(event, Failed | Cancelled)
             self.terminal = event
             self.terminal_response = event.partial
+        else:
+            fold_state = _HANDED_OVER.get(kind)
+            if fold_state is not None:
+                fold_state(self, event)
 
     def response(self) -> ConversationResponse:
         """The terminal's response when it carried one, else the fold of the content."""
@@ -624,3 +618,12 @@ class ResponseFold:
             doom_loop_signals=doom_loop_signals,
             warnings=self.warnings,
         )
+
+
+#: The events of hand-over state, citations and the server's final word → how they fold.
+_HANDED_OVER: dict[type, Callable[[ResponseFold, Any], object]] = {
+    OpaqueItemReceived: lambda fold, e: fold.opaque(e.item_index, e.item),
+    CitationReceived: lambda fold, e: fold.citation(e.item_index, e.citation),
+    ServerTextTaken: lambda fold, e: fold.server_text(e.warning),
+    ServedModelChanged: lambda fold, e: setattr(fold, "model", e.to_model or fold.model),
+}
