@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx2
 import orjson
 
+from trio_sampler.testing import EmulatorFixture
 from trio_sampler.types import (
     ApiBackend,
     Assistant,
@@ -28,6 +30,7 @@ from trio_sampler.types import (
     ServedModelChanged,
     ServerTextDiffers,
     ServerTextTaken,
+    ToolResult,
     User,
 )
 from trio_sampler.wire import collect, replay
@@ -43,8 +46,10 @@ def sse(*payloads: dict[str, Any]) -> bytes:
 def turn_two(
     backend: ApiBackend, first: ConversationResponse, *, model: str = "m"
 ) -> tuple[dict[str, Any], Any]:
-    """Turn 2's request body (as sent) and its conversion report."""
-    request = ConversationRequest(items=[User("one"), *first.items, User("two")])
+    """Turn 2's request body (as sent) and its conversion report: each tool call of turn 1
+    answered, then the user's next message."""
+    results = [ToolResult(call_id=call.id, content="1") for call in first.tool_calls]
+    request = ConversationRequest(items=[User("one"), *first.items, *results, User("two")])
     wire = build_request(backend, request, BuildOptions(model=model))
     return json.loads(wire.body), wire.report
 
@@ -460,3 +465,22 @@ def test_responses_final_text_wins_over_the_deltas_with_a_warning() -> None:
 def test_responses_final_text_equal_to_the_deltas_is_no_warning() -> None:
     events = replay(ApiBackend.RESPONSES, [_responses_stream()])
     assert collect(events).warnings == ()
+
+
+# -- The emulator takes turn 2 ---------------------------------------------------------
+
+
+async def test_the_emulator_takes_turn_two_bodies_with_hand_over_state(
+    emulator: EmulatorFixture,
+) -> None:
+    """A body carrying compaction, fallback, phase, caller and citations is a valid
+    request for the emulator of its backend (it answers, it does not fail)."""
+    firsts = {
+        ApiBackend.RESPONSES: collect(replay(ApiBackend.RESPONSES, [_responses_stream()])),
+        ApiBackend.MESSAGES: collect(replay(ApiBackend.MESSAGES, [_messages_stream()])),
+    }
+    async with httpx2.AsyncClient(timeout=10) as client:
+        for backend, first in firsts.items():
+            body, _ = turn_two(backend, first, model="emulator-1")
+            response = await client.post(emulator.url_for(backend.value), json=body)
+            assert response.status_code == 200, response.text
