@@ -31,6 +31,7 @@ from trio_sampler.types import (
     ServerTextDiffers,
     ServerTextTaken,
     ToolResult,
+    Usage,
     User,
 )
 from trio_sampler.wire import collect, replay
@@ -219,7 +220,27 @@ def _messages_stream() -> bytes:
         {
             "type": "message_delta",
             "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-            "usage": {"output_tokens": 9},
+            "usage": {
+                "input_tokens": 12,
+                "output_tokens": 9,
+                "iterations": [
+                    {
+                        "type": "message",
+                        "input_tokens": 12,
+                        "output_tokens": 0,
+                        "cache_read_input_tokens": 0,
+                        "cache_creation_input_tokens": 0,
+                    },
+                    {
+                        "type": "fallback_message",
+                        "model": "claude-y",
+                        "input_tokens": 10,
+                        "output_tokens": 9,
+                        "cache_read_input_tokens": 2,
+                        "cache_creation_input_tokens": 0,
+                    },
+                ],
+            },
         },
         {"type": "message_stop"},
     )
@@ -248,6 +269,9 @@ def test_messages_compaction_fallback_and_caller_go_back_exactly() -> None:
         ("claude-x", "claude-y", "overloaded")
     ]
     assert first.model == "claude-y"
+    # The hop's own usage (its fallback_message iteration); the total is counted once.
+    assert hops[0].usage == Usage(input_tokens=12, output_tokens=9, cache_read_tokens=2)
+    assert first.usage == Usage(input_tokens=12, output_tokens=9)
 
     body, report = turn_two(ApiBackend.MESSAGES, first)
     assistant = body["messages"][1]

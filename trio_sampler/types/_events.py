@@ -359,12 +359,18 @@ class ServedModelChanged:
     """The server handed the request to another model inside one stream (Anthropic's
     server-side ``fallback`` block): from which model, to which, and why. The response's
     ``model`` is the last one that served; the block itself stays in the response as an
-    :class:`~trio_sampler.types.OpaqueItem` and goes back on the next turn."""
+    :class:`~trio_sampler.types.OpaqueItem` and goes back on the next turn. Sent when the
+    usage of the hop is known (the ``message_delta`` that reports ``usage.iterations``),
+    else at the end of the message."""
 
     request_id: str
     from_model: str | None
     to_model: str | None
     trigger: str | None = None
+    #: What the serving model's attempt used (the ``fallback_message`` entry of
+    #: ``usage.iterations``), when the server said: a part of the response's usage, not
+    #: more of it.
+    usage: Usage | None = None
 
 
 @attrs.frozen

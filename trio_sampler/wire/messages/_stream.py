@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, Final
 
+import attrs
 import orjson
 
 from ...types import (
@@ -103,6 +104,19 @@ def _count(value: Any) -> int | None:
     return None
 
 
+def _iteration_usage(entry: dict[str, Any]) -> Usage:
+    """One ``usage.iterations`` entry as a :class:`Usage` (input counts cache reads and
+    writes, as the top-level usage does)."""
+    read = _count(entry.get("cache_read_input_tokens")) or 0
+    write = _count(entry.get("cache_creation_input_tokens")) or 0
+    return Usage(
+        input_tokens=(_count(entry.get("input_tokens")) or 0) + read + write,
+        output_tokens=_count(entry.get("output_tokens")) or 0,
+        cache_read_tokens=read,
+        cache_write_tokens=write,
+    )
+
+
 def _input_object(text: str, fallback: Any) -> Any:
     """Decode an assembled ``input`` (``""`` means ``{}``); undecodable text is kept as is."""
     if not text:
@@ -138,6 +152,8 @@ class MessagesTransform(StreamTransform):
         self._cache_write = 0
         self._output = 0
         self._thinking: int | None = None
+        #: Fallback hops seen, waiting for their usage (``usage.iterations``).
+        self._hops: list[ServedModelChanged] = []
         self._events: dict[str, _Handler] = {
             "content_block_delta": self._on_block_delta,
             "content_block_start": self._on_block_start,
@@ -251,6 +267,8 @@ class MessagesTransform(StreamTransform):
                 self._cache_write = value
             self._apply_usage_extras(usage)
             self._set_usage()
+            if self._hops and "iterations" in usage:
+                self._send_hops(usage["iterations"], out)
 
     def _take_stop(self, fields: dict[str, Any], out: list[SamplingEvent]) -> None:
         """A ``stop_reason`` (of ``message_delta.delta``, or of ``message_start.message``
@@ -275,6 +293,8 @@ class MessagesTransform(StreamTransform):
 
     def _finish(self, out: list[SamplingEvent]) -> None:
         self._close_open_blocks(out)
+        if self._hops:
+            self._send_hops(None, out)  # no usage.iterations came
         acc = self.acc
         if acc.stop_reason is None:
             # No stop_reason at all (seen only from non-Anthropic gateways): infer it.
@@ -388,14 +408,15 @@ class MessagesTransform(StreamTransform):
                 self._fallback(block.raw, out)
 
     def _fallback(self, block: dict[str, Any], out: list[SamplingEvent]) -> None:
-        """A server-side fallback hop: the rest of the answer comes from ``to.model``."""
+        """A server-side fallback hop: the rest of the answer comes from ``to.model``. Its
+        event waits for the hop's usage (``usage.iterations``, in ``message_delta``)."""
         source, target = block.get("from"), block.get("to")
         from_model = source.get("model") if isinstance(source, dict) else None
         to_model = target.get("model") if isinstance(target, dict) else None
         trigger = block.get("trigger")
         if isinstance(to_model, str) and to_model:
             self.acc.model = to_model
-        out.append(
+        self._hops.append(
             ServedModelChanged(
                 self.request_id,
                 from_model if isinstance(from_model, str) else None,
@@ -403,6 +424,20 @@ class MessagesTransform(StreamTransform):
                 trigger if isinstance(trigger, str) else None,
             )
         )
+
+    def _send_hops(self, iterations: Any, out: list[SamplingEvent]) -> None:
+        """Each pending hop, with the usage of its ``fallback_message`` iteration (in
+        order) when ``iterations`` lists them. Iterations are a breakdown of the request:
+        the top-level usage is not changed by them (nothing is counted twice)."""
+        served = [
+            entry
+            for entry in (iterations if isinstance(iterations, list) else ())
+            if isinstance(entry, dict) and entry.get("type") == "fallback_message"
+        ]
+        for n, hop in enumerate(self._hops):
+            usage = _iteration_usage(served[n]) if n < len(served) else None
+            out.append(attrs.evolve(hop, usage=usage))
+        self._hops.clear()
 
     # -- hosted (server-executed) tools ----------------------------------------------
 
