@@ -22,6 +22,7 @@ from trio_sampler.types import (
     ChannelToken,
     CitationReceived,
     Completed,
+    ContextEdited,
     ConversationRequest,
     ConversationResponse,
     OpaqueItem,
@@ -508,3 +509,42 @@ async def test_the_emulator_takes_turn_two_bodies_with_hand_over_state(
             body, _ = turn_two(backend, first, model="emulator-1")
             response = await client.post(emulator.url_for(backend.value), json=body)
             assert response.status_code == 200, response.text
+
+
+def test_messages_context_edits_are_an_event() -> None:
+    edits = [
+        {"type": "clear_tool_uses_20250919", "cleared_tool_uses": 3, "cleared_input_tokens": 900},
+        {
+            "type": "clear_thinking_20251015",
+            "cleared_thinking_turns": 1,
+            "cleared_input_tokens": 40,
+        },
+    ]
+    message: dict[str, Any] = {
+        "id": "msg_2",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+        "content": [],
+        "usage": {"input_tokens": 5, "output_tokens": 1},
+    }
+    stream = sse(
+        {"type": "message_start", "message": message},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ok"}},
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn"},
+            "usage": {"output_tokens": 2},
+            "context_management": {"applied_edits": edits},
+        },
+        {"type": "message_stop"},
+    )
+    events = replay(ApiBackend.MESSAGES, [stream])
+    (edited,) = [e for e in events if isinstance(e, ContextEdited)]
+    assert list(edited.edits) == edits and edited.cleared_input_tokens == 940
+    assert collect(events).text == "ok"
+    # An empty list of edits (what most streams send) is no event.
+    quiet = stream.replace(json.dumps(edits).encode(), b"[]")
+    assert not [e for e in replay(ApiBackend.MESSAGES, [quiet]) if isinstance(e, ContextEdited)]

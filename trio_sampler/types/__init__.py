@@ -43,6 +43,7 @@ from ._events import Cancelled as Cancelled
 from ._events import ChannelToken as ChannelToken
 from ._events import CitationReceived as CitationReceived
 from ._events import Completed as Completed
+from ._events import ContextEdited as ContextEdited
 from ._events import Failed as Failed
 from ._events import FirstToken as FirstToken
 from ._events import ImagesStripped as ImagesStripped
@@ -83,6 +84,7 @@ __all__ = [
     "CodeExecution",
     "Completed",
     "ContentPart",
+    "ContextEdited",
     "ConversationItem",
     "ConversationRequest",
     "ConversationResponse",

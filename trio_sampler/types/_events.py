@@ -52,6 +52,7 @@ __all__ = [
     "ChannelToken",
     "CitationReceived",
     "Completed",
+    "ContextEdited",
     "Failed",
     "FirstToken",
     "ImagesStripped",
@@ -355,6 +356,17 @@ class ServerTextTaken:
 
 
 @attrs.frozen
+class ContextEdited:
+    """The server edited the conversation's context before answering (Anthropic context
+    management: old tool uses or thinking cleared). ``edits`` are its ``applied_edits``
+    objects as received; ``cleared_input_tokens`` their total."""
+
+    request_id: str
+    edits: tuple[Mapping[str, Any], ...]
+    cleared_input_tokens: int = 0
+
+
+@attrs.frozen
 class ServedModelChanged:
     """The server handed the request to another model inside one stream (Anthropic's
     server-side ``fallback`` block): from which model, to which, and why. The response's
@@ -493,6 +505,7 @@ SamplingEvent: TypeAlias = (
     | OpaqueItemReceived
     | CitationReceived
     | ServedModelChanged
+    | ContextEdited
     | ServerTextTaken
     | Retrying
     | ImagesStripped

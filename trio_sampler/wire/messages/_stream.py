@@ -38,6 +38,7 @@ import orjson
 from ...types import (
     ApiBackend,
     BackendToolCall,
+    ContextEdited,
     SamplingEvent,
     ServedModelChanged,
     StopReason,
@@ -247,6 +248,12 @@ class MessagesTransform(StreamTransform):
     def _on_message_delta(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
         # message_delta comes after every block: close any the server never stopped.
         self._close_open_blocks(out)
+        management = payload.get("context_management")
+        edits = management.get("applied_edits") if isinstance(management, dict) else None
+        if edits and isinstance(edits, list):
+            kept = tuple(e for e in edits if isinstance(e, dict))
+            cleared = sum(_count(e.get("cleared_input_tokens")) or 0 for e in kept)
+            out.append(ContextEdited(self.request_id, kept, cleared))
         delta = payload.get("delta")
         if isinstance(delta, dict):
             self._take_stop(delta, out)
