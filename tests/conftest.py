@@ -1,10 +1,11 @@
 """Suite-wide checks and the real-stream corpus.
 
-The corpus of real captured streams is found by one rule (``benchmarks/corpus.py``): the
-``--real-streams=DIR`` option, else the ``TRIO_SAMPLER_REAL_STREAMS`` environment variable, else
-``../shared/fixtures/real-streams`` beside the project root. Tests that read it carry the
-``real_streams`` marker; without the corpus they are deselected (one summary line says so), and
-under ``CI=true`` a missing corpus is an error.
+The corpora of real captured streams are found by one rule (``benchmarks/corpus.py``): the
+``--real-streams=DIR[:DIR...]`` option, else the ``TRIO_SAMPLER_REAL_STREAMS`` environment
+variable, else ``../shared/fixtures/real-streams``, ``real-streams-2`` and ``real-streams-3``
+beside the project root. Tests that read one carry the ``real_streams`` marker (``corpus=`` names
+the folder, the first by default); a test whose folder is absent is deselected (one summary line
+per missing folder), and under ``CI=true`` a missing folder is an error.
 
 Every test runs with a log handler at DEBUG on the root logger; afterwards no record
 (ours, httpx2's, hypercorn's) may contain anything shaped like the fake API keys the suite
@@ -38,8 +39,8 @@ pytest_plugins = ["trio_sampler.testing"]
 
 # The fake keys of this suite all look like provider keys: sk-..., xai-..., sk-ant-...
 KEY_SHAPED = re.compile(r"\b(?:sk|xai)-[A-Za-z0-9_-]{6,}")
-# How many corpus tests this run deselected (for the summary line).
-_DESELECTED = pytest.StashKey[int]()
+# How many corpus tests this run deselected, per missing folder (for the summary lines).
+_DESELECTED = pytest.StashKey[dict[str, int]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -47,44 +48,56 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         corpus.OPTION,
         metavar="DIR",
         help=(
-            f"the real-stream corpus (a directory with manifest.json); default: "
-            f"${corpus.ENV_VAR}, else ../shared/fixtures/real-streams beside the project"
+            f"the real-stream corpora (directories with a manifest.json, separated by "
+            f"{os.pathsep!r}); default: ${corpus.ENV_VAR}, else "
+            f"../shared/fixtures/{{{','.join(corpus.NAMES)}}} beside the project"
         ),
     )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "real_streams: reads the real-stream corpus (deselected when it is absent)"
+        "markers",
+        "real_streams(corpus=NAME): reads a real-stream corpus folder, the first by default "
+        "(deselected when it is absent)",
     )
     chosen = config.getoption(corpus.OPTION)
     if chosen:
-        # Test modules read the corpus at import (their parameters are its files): the
+        # Test modules read the corpora at import (their parameters are its files): the
         # environment is the one place every module, and every child process, reads it from.
-        os.environ[corpus.ENV_VAR] = str(Path(chosen).expanduser().resolve())
-    if not corpus.available() and os.environ.get("CI", "").lower() == "true":
+        os.environ[corpus.ENV_VAR] = os.pathsep.join(
+            str(Path(p).expanduser().resolve()) for p in chosen.split(os.pathsep) if p
+        )
+    if corpus.missing() and os.environ.get("CI", "").lower() == "true":
         raise pytest.UsageError(
-            f"no real-stream corpus at {corpus.root()} (CI=true requires it): pass "
-            f"{corpus.OPTION}=DIR or set {corpus.ENV_VAR}"
+            f"no real-stream corpus at {', '.join(map(str, corpus.missing()))} (CI=true "
+            f"requires every one): pass {corpus.OPTION}=DIR or set {corpus.ENV_VAR}"
         )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if corpus.available():
+    """The corpus rule: a test reading an absent corpus folder is deselected."""
+    absent: dict[str, list[pytest.Item]] = {folder.name: [] for folder in corpus.missing()}
+    if not absent:
         return
-    needing = [item for item in items if item.get_closest_marker("real_streams")]
-    if needing:
-        config.hook.pytest_deselected(items=needing)
-        items[:] = [item for item in items if not item.get_closest_marker("real_streams")]
-        config.stash[_DESELECTED] = len(needing)
+    for item in items:
+        marks = list(item.iter_markers("real_streams"))
+        named = [m.kwargs["corpus"] for m in marks if "corpus" in m.kwargs]
+        folder = named[0] if named else corpus.root().name if marks else None
+        if folder in absent:
+            absent[folder].append(item)
+    deselected = {id(item) for skipped in absent.values() for item in skipped}
+    if deselected:
+        config.hook.pytest_deselected(items=[i for i in items if id(i) in deselected])
+        items[:] = [i for i in items if id(i) not in deselected]
+    config.stash[_DESELECTED] = {folder: len(skipped) for folder, skipped in absent.items()}
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    count = terminalreporter.config.stash.get(_DESELECTED, 0)
-    if count:
+    for folder, count in terminalreporter.config.stash.get(_DESELECTED, {}).items():
         terminalreporter.write_line(
-            f"{count} real-stream tests deselected: no corpus at {corpus.root()} "
-            f"(pass {corpus.OPTION}=DIR or set {corpus.ENV_VAR})"
+            f"real-stream corpus {folder} absent: {count} tests deselected, its captures not "
+            f"collected (pass {corpus.OPTION}=DIR[{os.pathsep}DIR...] or set {corpus.ENV_VAR})"
         )
 
 

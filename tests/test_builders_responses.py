@@ -8,6 +8,7 @@ import orjson
 import pytest
 from builder_cases import rich
 
+from trio_sampler.types import OpaqueItem
 from trio_sampler.types._conversation import (
     ApiBackend,
     Assistant,
@@ -221,5 +222,10 @@ def test_parse_joins_function_calls_to_the_assistant_message() -> None:
     )
     assert request.items[1] == Assistant("a", tool_calls=[ToolCall("c1", "f", "{}")], id="msg_1")
     assert request.items[2] == ToolResult("c1", "ok")
-    with pytest.raises(ValueError, match=r"input\[0\]\.type"):
-        parse_request({"input": [{"type": "item_reference", "id": "x"}]})
+    # An item type the neutral model does not type is kept verbatim; a non-string is refused.
+    reference = {"type": "item_reference", "id": "x"}
+    assert parse_request({"input": [reference]}).items == (
+        OpaqueItem(raw=reference, origin=ApiBackend.RESPONSES),
+    )
+    with pytest.raises(ValueError, match=r"input\[0\]\.type must be a string"):
+        parse_request({"input": [{"type": 7, "id": "x"}]})

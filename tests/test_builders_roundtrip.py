@@ -62,6 +62,14 @@ def normalize(backend: str, body: dict[str, Any]) -> dict[str, Any]:
             if message.get("role") != "assistant" and "content" in message:
                 message["content"] = _one_text(message["content"], "text")
     if backend == "responses":
+        # 8. A string input is one user message; a role message's "type": "message" is
+        #    the default type.
+        if isinstance(body.get("input"), str):
+            body["input"] = [{"role": "user", "content": body["input"]}]
+        for item in body.get("input", []):
+            role_message = isinstance(item, dict) and item.get("role") not in (None, "assistant")
+            if role_message and item.get("type") == "message":
+                del item["type"]
         for item in body.get("input", []):
             if isinstance(item, dict) and "role" in item and item.get("role") != "assistant":
                 item["content"] = _one_text(item["content"], "input_text")
@@ -155,7 +163,10 @@ def test_request_keeps_its_conversation_and_tools(path: Path) -> None:
     unmodeled = module.unmodeled_request_fields(original)
     assert not set(unmodeled) & set(CONVERSATION_AND_TOOLS)
     options = BuildOptions(
-        stream=bool(original.get("stream")), cache_breakpoints=False, extra_body=unmodeled
+        stream=bool(original.get("stream")),
+        cache_breakpoints=False,
+        extra_body=unmodeled,
+        model=None if "model" in original else "model-in-the-path",  # Vertex bodies
     )
     rebuilt = module.build_request(module.parse_request(original), options)
     wanted = _conversation_and_tool_leaves(normalize(backend, original))

@@ -270,6 +270,8 @@ def test_profiles_table() -> None:
         "vllm",
         "llamacpp",
         "azure",
+        "bedrock",
+        "vertex",
         "openai_compatible",
         "emulator",
     }

@@ -37,13 +37,12 @@ from trio_sampler.wire import collect, replay
 
 pytestmark = pytest.mark.real_streams
 
-CAPTURES = corpus.manifest()
-
 
 def _content(response: ConversationResponse) -> tuple[Any, ...]:
-    """The items without the per-turn metadata (model, message id) only a terminal has."""
+    """The items without the per-turn metadata (model, message id, Responses ``phase``)
+    only a terminal has."""
     return tuple(
-        attrs.evolve(item, model=None, id=None) if isinstance(item, Assistant) else item
+        attrs.evolve(item, model=None, id=None, phase=None) if isinstance(item, Assistant) else item
         for item in response.items
     )
 
@@ -74,10 +73,10 @@ def _replaying(body: bytes, content_type: str) -> Callable[[trio.SocketStream], 
     return handler
 
 
-@pytest.mark.parametrize("capture", CAPTURES, ids=[c["file"] for c in CAPTURES])
+@pytest.mark.parametrize("capture", corpus.params())
 async def test_every_path_gives_the_same_response(capture: dict[str, Any]) -> None:
     backend = ApiBackend(capture["backend"])
-    body = corpus.path(capture["file"]).read_bytes()
+    body = capture["path"].read_bytes()
 
     # 1. The wire layer alone.
     events = replay(backend, body)

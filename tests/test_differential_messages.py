@@ -53,6 +53,7 @@ from trio_sampler.types import (
     BackendToolCall,
     Completed,
     ConversationResponse,
+    OpaqueItem,
     Reasoning,
     StopReason,
     Usage,
@@ -61,7 +62,6 @@ from trio_sampler.wire._replay import replay
 
 CORPUS = corpus.root()
 MANIFEST = corpus.manifest("messages")
-IDS = [Path(e["file"]).stem for e in MANIFEST]
 
 pytestmark = pytest.mark.real_streams
 
@@ -120,17 +120,20 @@ def blocks(message: Any, *types: str) -> list[Any]:
     return [b for b in message.content if b.type in types]
 
 
-@pytest.mark.parametrize("entry", MANIFEST, ids=IDS)
+@pytest.mark.parametrize("entry", corpus.params("messages"))
 def test_same_result_as_the_official_sdk(entry: dict[str, Any]) -> None:
-    body = (CORPUS / entry["file"]).read_bytes()
+    body = entry["path"].read_bytes()
     sdk = sdk_message(body)
     mine = ours(body)
 
     # Identity.
     assert (mine.response_id, mine.model) == (sdk.id, sdk.model)
 
-    # Text (difference 3: one string).
+    # Text (difference 3: one string) and its citations, each as received.
     assert mine.text == "".join(b.text for b in blocks(sdk, "text"))
+    assert [dict(c.raw) for c in mine.citations] == [
+        c.to_dict(mode="json") for b in blocks(sdk, "text") for c in b.citations or []
+    ]
 
     # Reasoning, in order, one item per block (difference 5: "" signature → None).
     reasoning = [i for i in mine.items if isinstance(i, Reasoning)]
@@ -226,9 +229,22 @@ def test_advisor_tool_result_the_sdk_cannot_model() -> None:
     assert [r["type"] for r in call.raw] == ["server_tool_use", "advisor_tool_result"]
 
 
-def test_compaction_block_the_sdk_cannot_model_is_ignored() -> None:
+def test_compaction_block_the_sdk_cannot_model_is_kept_verbatim() -> None:
     response = _by_name("anthropic-claude-sonnet-4.6-compaction-cache-read")
     assert response.text == "Hello! 👋"
-    assert [type(i).__name__ for i in response.items] == ["Assistant"]
+    assert [type(i).__name__ for i in response.items] == ["OpaqueItem", "Assistant"]
+    (block,) = [i for i in response.items if isinstance(i, OpaqueItem)]
+    # The block as started, each compaction_delta's fields replacing the start's.
+    body = (CORPUS / "messages/anthropic-claude-sonnet-4.6-compaction-cache-read.sse").read_bytes()
+    deltas = [
+        json.loads(line[6:])["delta"]
+        for line in body.decode().splitlines()
+        if line.startswith("data: ") and '"compaction_delta"' in line
+    ]
+    assert deltas
+    expected: dict[str, Any] = {"type": "compaction", "content": None}
+    for delta in deltas:
+        expected.update({k: v for k, v in delta.items() if k != "type"})
+    assert block.raw == expected and block.origin is ApiBackend.MESSAGES
     # message_delta's cumulative usage replaces message_start's (cache read 55096 → 0).
     assert response.usage == Usage(input_tokens=181, output_tokens=8)

@@ -5,6 +5,7 @@ but ``providers.py`` compares a provider's name."""
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import orjson
@@ -17,7 +18,9 @@ from trio_sampler.providers import (
     COST_IN_USD,
     NO_PROVIDER,
     PROFILES,
+    AuthScheme,
     ProviderProfile,
+    get_profile,
 )
 from trio_sampler.types import ModelMetadata, Reasoning
 from trio_sampler.wire import BuildOptions, build_request, new_transform, replay
@@ -306,3 +309,32 @@ def test_no_module_but_providers_compares_a_provider_name() -> None:
         if path.name != "providers.py" and (found := _names_compared(ast.parse(path.read_text())))
     }
     assert offenders == {}
+
+
+def test_vertex_serves_messages_under_the_models_own_path() -> None:
+    """Vertex AI: the model is in the path (``:streamRawPredict``), not the body, and the
+    body names the API version (``anthropic_version``)."""
+    request = ConversationRequest(items=[User("hi")], model="claude-haiku-4-5@20251001")
+    wire = build_request(ApiBackend.MESSAGES, request, BuildOptions(provider="vertex", stream=True))
+    assert wire.path == "/publishers/anthropic/models/claude-haiku-4-5@20251001:streamRawPredict"
+    body = json.loads(wire.body)
+    assert "model" not in body and body["anthropic_version"] == "vertex-2023-10-16"
+    unary = build_request(
+        ApiBackend.MESSAGES, request, BuildOptions(provider="vertex", stream=False)
+    )
+    assert unary.path.endswith(":rawPredict")
+    profile = get_profile("vertex")
+    assert profile.auth_scheme is AuthScheme.BEARER and profile.base_url is None
+
+
+def test_bedrock_is_chat_completions_with_a_bedrock_api_key() -> None:
+    profile = get_profile("bedrock")
+    assert profile.backend is ApiBackend.CHAT_COMPLETIONS
+    assert profile.auth_scheme is AuthScheme.BEARER
+    assert profile.api_key_env == "AWS_BEARER_TOKEN_BEDROCK"
+    request = ConversationRequest(items=[User("hi")], model="openai.gpt-oss-20b-1:0")
+    wire = build_request(ApiBackend.CHAT_COMPLETIONS, request, BuildOptions(provider="bedrock"))
+    assert (
+        wire.path == "/chat/completions"
+        and json.loads(wire.body)["model"] == "openai.gpt-oss-20b-1:0"
+    )

@@ -86,6 +86,9 @@ PASSES = {
     "BackendToolCall.status",
     "BackendToolCall.result",
     "BackendToolCall.raw",
+    # Hand-over state the next turn sends back byte-exactly.
+    "Assistant.phase",
+    "ToolCall.caller",
     # The structured answer and why it could not be read: the model's output.
     "ConversationResponse.output_parsed",
     "OutputError.message",
@@ -125,10 +128,18 @@ def _response(where: str) -> ConversationResponse:
             Assistant(content=p("text"), model=p("model")),
             Assistant(
                 content=p("text2"),
-                tool_calls=[ToolCall(p("call.id"), p("call.name"), p("call.arguments"))],
+                tool_calls=[
+                    ToolCall(
+                        p("call.id"),
+                        p("call.name"),
+                        p("call.arguments"),
+                        caller={p("call.caller.key"): p("call.caller")},
+                    )
+                ],
                 refusal=p("refusal"),
                 model=p("item.model"),
                 id=p("item.id"),
+                phase=p("phase"),
             ),
         ],
         stop_reason=StopReason.STOP,

@@ -13,6 +13,7 @@ import argparse
 import json
 import random
 import re
+from typing import Any
 
 import orjson
 import pytest
@@ -363,14 +364,10 @@ def test_a_subclass_that_takes_named_events_sees_every_named_event() -> None:
     assert seen == ["message_start", "ping"]
 
 
-CAPTURES = corpus.manifest()
-
-
-@pytest.mark.real_streams
-@pytest.mark.parametrize("capture", CAPTURES, ids=[c["file"] for c in CAPTURES])
-def test_real_captures_give_the_same_events_both_ways(capture: dict[str, object]) -> None:
-    body = corpus.path(str(capture["file"])).read_bytes()
-    _same(ApiBackend(capture["backend"]), body, random.Random(str(capture["file"])))
+@pytest.mark.parametrize("capture", corpus.params())
+def test_real_captures_give_the_same_events_both_ways(capture: dict[str, Any]) -> None:
+    body = capture["path"].read_bytes()
+    _same(ApiBackend(capture["backend"]), body, random.Random(str(capture["id"])))
 
 
 # -- the plain chunk parsed at its text alone -------------------------------------------

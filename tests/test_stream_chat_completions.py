@@ -162,9 +162,11 @@ def test_empty_body_is_truncated() -> None:
     assert failed(run(b"")).error.kind is SamplingErrorKind.TRANSPORT
 
 
-def test_done_without_finish_reason_completes() -> None:
+def test_done_without_finish_reason_completes_with_no_stop_reason() -> None:
+    """[DONE] with no finish_reason: the answer is complete, why it stopped is unknown."""
     resp = response(run(body(chunk({"content": "hi"}))))
-    assert resp.stop_reason is StopReason.STOP and resp.raw_stop_reason is None
+    assert resp.assistant.content == "hi"
+    assert resp.stop_reason is None and resp.raw_stop_reason is None
 
 
 def test_events_after_done_are_ignored() -> None:
@@ -236,9 +238,10 @@ def test_length_stays_length_with_tool_calls() -> None:
     assert resp.assistant.tool_calls == (ToolCall("call_1", "f", '{"a"', arguments_complete=False),)
 
 
-def test_done_without_finish_reason_with_tool_calls_is_tool_calls() -> None:
+def test_done_without_finish_reason_with_tool_calls_keeps_the_calls_and_no_stop_reason() -> None:
     resp = response(run(body(chunk({"tool_calls": [call("f", "{}", "call_1")]}))))
-    assert resp.stop_reason is StopReason.TOOL_CALLS and resp.raw_stop_reason is None
+    assert [c.id for c in resp.assistant.tool_calls] == ["call_1"]
+    assert resp.stop_reason is None and resp.raw_stop_reason is None
 
 
 def test_explicit_nulls_logprobs_obfuscation_filters_and_moderation_are_ignored() -> None:
@@ -970,3 +973,63 @@ def test_arbitrary_chunks_end_in_one_terminal(frames: list[bytes], rng: random.R
     if response_ is not None:
         # Everything in the response is well-formed plain data.
         orjson.dumps(str(response_))
+
+
+def test_databricks_reasoning_content_parts_are_reasoning() -> None:
+    """Databricks serves gpt-oss reasoning as ``delta.content`` parts of type ``reasoning``
+    whose ``summary`` holds ``summary_text`` parts; string content stays the answer."""
+
+    def summary(text: str) -> dict[str, Any]:
+        return {
+            "content": [{"type": "reasoning", "summary": [{"type": "summary_text", "text": text}]}]
+        }
+
+    events = run(
+        body(
+            chunk(summary("Count")),
+            chunk(summary(" to 3.")),
+            chunk({"content": "1, 2, 3."}, "stop"),
+        )
+    )
+    resp = response(events)
+    assert text_of(events, SamplingChannel.REASONING) == "Count to 3."
+    assert [r.text for r in reasoning_items(resp)] == ["Count to 3."]
+    assert resp.text == "1, 2, 3." and resp.stop_reason is StopReason.STOP
+
+
+def test_custom_tool_call_fragments_carry_name_and_input() -> None:
+    """A custom (free-form) tool call streams ``custom: {name, input}`` fragments."""
+    first = {
+        "index": 0,
+        "id": "call_c1",
+        "type": "custom",
+        "custom": {"name": "run_sql", "input": ""},
+    }
+    more = {"index": 0, "type": "custom", "custom": {"input": "SELECT 1"}}
+    rest = {"index": 0, "custom": {"input": " FROM t"}}
+    resp = response(
+        run(
+            body(
+                chunk({"tool_calls": [first]}),
+                chunk({"tool_calls": [more]}),
+                chunk({"tool_calls": [rest]}, "tool_calls"),
+            )
+        )
+    )
+    (call,) = resp.tool_calls
+    assert (call.id, call.name, call.arguments) == ("call_c1", "run_sql", "SELECT 1 FROM t")
+
+
+def test_audio_transcript_is_the_answer_text() -> None:
+    audio = {"id": "audio_1", "data": "AAAA", "expires_at": 1, "transcript": ""}
+    events = run(
+        body(
+            chunk({"role": "assistant", "content": None, "audio": audio}),
+            chunk({"audio": {"transcript": "Hel"}}),
+            chunk({"audio": {"data": "BBBB"}}),
+            chunk({"audio": {"transcript": "lo"}}),
+            chunk({}, "stop"),
+        )
+    )
+    assert text_of(events, SamplingChannel.TEXT) == "Hello"
+    assert response(events).text == "Hello"

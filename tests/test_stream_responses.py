@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from benchmarks import corpus
 from trio_sampler.types import (
+    ApiBackend,
     Assistant,
     BackendToolCall,
     BackendToolCallCompleted,
@@ -24,6 +25,8 @@ from trio_sampler.types import (
     ConversationResponse,
     Failed,
     FirstToken,
+    OpaqueItem,
+    OpaqueItemReceived,
     Reasoning,
     ReasoningCompleted,
     SamplingChannel,
@@ -610,7 +613,7 @@ def test_xai_web_search_item_without_progress_events() -> None:
     )
 
 
-def test_compaction_and_unknown_items_kept_out() -> None:
+def test_compaction_and_unknown_items_kept_verbatim_in_place() -> None:
     compaction = {"id": "cmp_1", "type": "compaction", "encrypted_content": "zzz"}
     body = sse(
         CREATED,
@@ -621,7 +624,12 @@ def test_compaction_and_unknown_items_kept_out() -> None:
     )
     events, transform = run(body)
     response = completed(events)
-    assert [type(i) for i in response.items] == [Assistant]
+    assert [type(i) for i in response.items] == [OpaqueItem, Assistant]
+    kept = response.items[0]
+    assert isinstance(kept, OpaqueItem) and kept.raw == compaction and kept.kind == "compaction"
+    assert kept.origin is ApiBackend.RESPONSES
+    received = [e for e in events if isinstance(e, OpaqueItemReceived)]
+    assert [(e.item, e.item_index) for e in received] == [(kept, 0)]
     assert transform.unknown_items == 1
 
 
@@ -629,7 +637,7 @@ def test_unknown_event_types_counted_and_ignored() -> None:
     body = sse(
         CREATED,
         {"type": "response.brand_new_thing.delta", "item_id": "x", "delta": "?"},
-        {"type": "response.shell_call_command.delta", "delta": "ls"},
+        {"type": "response.web_search_call.brand_new_phase", "item_id": "ws"},
         {"no_type": True},
         *text_events("ok"),
         done_response([message("ok")]),

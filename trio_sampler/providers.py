@@ -114,6 +114,12 @@ class ProviderProfile:
     #: / ``output_config``). Without it a request's ``output=`` is sent as a forced tool
     #: (``trio_sampler.wire`` reports the conversion).
     native_structured_output: bool = True
+    #: Messages served under the model's own path (Vertex AI): the path, with ``{model}``
+    #: and ``{method}`` (``streamRawPredict`` when streaming, else ``rawPredict``); the
+    #: model then goes in the path, not the body. ``None``: ``/messages``.
+    messages_path: str | None = None
+    #: Messages served by a cloud (Vertex AI): the body's ``anthropic_version`` value.
+    anthropic_version_body: str | None = None
 
     @property
     def telemetry_name(self) -> str:
@@ -224,6 +230,30 @@ PROFILES: dict[str, ProviderProfile] = {
             backend=ApiBackend.CHAT_COMPLETIONS,
             api_key_env="AZURE_OPENAI_API_KEY",
             otel_name="azure.ai.openai",
+        ),
+        ProviderProfile(
+            name="bedrock",
+            # Amazon Bedrock's OpenAI-compatible endpoint, per region:
+            # https://bedrock-runtime.<region>.amazonaws.com/openai/v1 (a Bedrock API key).
+            base_url=None,
+            backend=ApiBackend.CHAT_COMPLETIONS,
+            api_key_env="AWS_BEARER_TOKEN_BEDROCK",
+            max_tokens_field="max_tokens",
+            developer_role=False,
+            otel_name="aws.bedrock",
+        ),
+        ProviderProfile(
+            name="vertex",
+            # Anthropic models on Vertex AI: https://<region>-aiplatform.googleapis.com/v1/
+            # projects/<project>/locations/<region>; the key is an OAuth access token
+            # (``gcloud auth print-access-token``), read from VERTEX_ACCESS_TOKEN.
+            base_url=None,
+            backend=ApiBackend.MESSAGES,
+            api_key_env="VERTEX_ACCESS_TOKEN",
+            developer_role=False,
+            messages_path="/publishers/anthropic/models/{model}:{method}",
+            anthropic_version_body="vertex-2023-10-16",
+            otel_name="gcp.vertex_ai",
         ),
         ProviderProfile(
             name="openai_compatible",

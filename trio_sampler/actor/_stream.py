@@ -40,13 +40,16 @@ from ..types import (
     BackendToolCallStarted,
     Cancelled,
     ChannelToken,
+    CitationReceived,
     Completed,
     ConversationRequest,
     ConversationResponse,
     Failed,
     FirstToken,
+    OpaqueItemReceived,
     SamplingError,
     SamplingEvent,
+    ServerTextTaken,
     TerminalEvent,
     ToolCallDelta,
     TrioSamplerError,
@@ -64,7 +67,16 @@ __all__ = ["CONTENT_EVENTS", "RequestCancelledError", "RequestResult", "RequestS
 #: The events that are an attempt's content: they reset the idle timer, make a retry
 #: discard what was shown, and win a hedged attempt's race.
 CONTENT_EVENTS: Final = frozenset(
-    {ChannelToken, ToolCallDelta, FirstToken, BackendToolCallStarted, BackendToolCallCompleted}
+    {
+        ChannelToken,
+        ToolCallDelta,
+        FirstToken,
+        BackendToolCallStarted,
+        BackendToolCallCompleted,
+        OpaqueItemReceived,
+        CitationReceived,
+        ServerTextTaken,
+    }
 )
 
 _TERMINALS = (Completed, Failed, Cancelled)

@@ -4,6 +4,7 @@ from ._conversation import IMAGE_STRIP_PLACEHOLDER as IMAGE_STRIP_PLACEHOLDER
 from ._conversation import ApiBackend as ApiBackend
 from ._conversation import Assistant as Assistant
 from ._conversation import BackendToolCall as BackendToolCall
+from ._conversation import Citation as Citation
 from ._conversation import CodeExecution as CodeExecution
 from ._conversation import ContentPart as ContentPart
 from ._conversation import ConversationItem as ConversationItem
@@ -14,9 +15,11 @@ from ._conversation import HostedTool as HostedTool
 from ._conversation import ImagePart as ImagePart
 from ._conversation import MCPServer as MCPServer
 from ._conversation import NamedToolChoice as NamedToolChoice
+from ._conversation import OpaqueItem as OpaqueItem
 from ._conversation import ProviderTool as ProviderTool
 from ._conversation import Reasoning as Reasoning
 from ._conversation import ReasoningEffort as ReasoningEffort
+from ._conversation import ServerTextDiffers as ServerTextDiffers
 from ._conversation import StopReason as StopReason
 from ._conversation import SyntheticReason as SyntheticReason
 from ._conversation import System as System
@@ -38,11 +41,14 @@ from ._events import BackendToolCallCompleted as BackendToolCallCompleted
 from ._events import BackendToolCallStarted as BackendToolCallStarted
 from ._events import Cancelled as Cancelled
 from ._events import ChannelToken as ChannelToken
+from ._events import CitationReceived as CitationReceived
 from ._events import Completed as Completed
+from ._events import ContextEdited as ContextEdited
 from ._events import Failed as Failed
 from ._events import FirstToken as FirstToken
 from ._events import ImagesStripped as ImagesStripped
 from ._events import ModelMetadata as ModelMetadata
+from ._events import OpaqueItemReceived as OpaqueItemReceived
 from ._events import OutputDelta as OutputDelta
 from ._events import ReasoningCompleted as ReasoningCompleted
 from ._events import RequestMetrics as RequestMetrics
@@ -52,6 +58,8 @@ from ._events import SamplingError as SamplingError
 from ._events import SamplingErrorInfo as SamplingErrorInfo
 from ._events import SamplingErrorKind as SamplingErrorKind
 from ._events import SamplingEvent as SamplingEvent
+from ._events import ServedModelChanged as ServedModelChanged
+from ._events import ServerTextTaken as ServerTextTaken
 from ._events import StreamStarted as StreamStarted
 from ._events import StripReason as StripReason
 from ._events import TerminalEvent as TerminalEvent
@@ -81,9 +89,12 @@ __all__ = [
     "BackendToolCallStarted",
     "Cancelled",
     "ChannelToken",
+    "Citation",
+    "CitationReceived",
     "CodeExecution",
     "Completed",
     "ContentPart",
+    "ContextEdited",
     "ConversationItem",
     "ConversationRequest",
     "ConversationResponse",
@@ -99,6 +110,8 @@ __all__ = [
     "MCPServer",
     "ModelMetadata",
     "NamedToolChoice",
+    "OpaqueItem",
+    "OpaqueItemReceived",
     "OutputDelta",
     "OutputError",
     "OutputErrorKind",
@@ -116,6 +129,9 @@ __all__ = [
     "SamplingErrorInfo",
     "SamplingErrorKind",
     "SamplingEvent",
+    "ServedModelChanged",
+    "ServerTextDiffers",
+    "ServerTextTaken",
     "StopReason",
     "StreamStarted",
     "StripReason",

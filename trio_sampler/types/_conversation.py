@@ -20,6 +20,7 @@ __all__ = [
     "ApiBackend",
     "Assistant",
     "BackendToolCall",
+    "Citation",
     "CodeExecution",
     "ContentPart",
     "ConversationItem",
@@ -30,10 +31,12 @@ __all__ = [
     "ImagePart",
     "MCPServer",
     "NamedToolChoice",
+    "OpaqueItem",
     "ProviderTool",
     "Reasoning",
     "ReasoningEffort",
     "ResponseSchema",
+    "ServerTextDiffers",
     "StopReason",
     "SyntheticReason",
     "System",
@@ -247,6 +250,9 @@ class ToolCall:
     name: str
     arguments: str = "{}"
     arguments_complete: bool = True
+    #: Who made the call, as the server said (Anthropic ``caller``: ``{"type": "direct"}``,
+    #: or a code-execution tool for programmatic calls): sent back as received.
+    caller: Mapping[str, Any] | None = None
 
     def parsed_arguments(self) -> Any:
         """The arguments decoded as JSON (raises ``ValueError`` if the model sent invalid JSON)."""
@@ -268,6 +274,39 @@ class ToolCall:
         return reader.finish()
 
 
+def _span(value: tuple[int, int] | None) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    start, end = value
+    if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end):
+        raise ValueError(
+            f"Citation.span must be (start, end) with 0 <= start <= end; got {value!r}"
+        )
+    return (start, end)
+
+
+@attrs.frozen
+class Citation:
+    """A source the answer text cites (Responses annotation, Messages citation, Chat
+    Completions annotation).
+
+    ``source`` is what is cited: a URL, a file id or a document's title or index;
+    ``title`` its title when the provider gave one; ``span`` the cited range of the
+    answer text, ``(start, end)`` in characters, when the provider gives one (OpenAI's
+    ``start_index`` / ``end_index``; Anthropic's character locations point into the
+    *document* and are left in ``raw``); ``cited_text`` the quoted passage (Anthropic).
+    ``raw`` is the provider's object as received: it goes back, exactly, on the next turn
+    to the backend it came from (``origin``).
+    """
+
+    source: str | None = None
+    title: str | None = None
+    span: tuple[int, int] | None = attrs.field(default=None, converter=_span)
+    cited_text: str | None = None
+    raw: Mapping[str, Any] = attrs.field(factory=dict)
+    origin: ApiBackend | None = attrs.field(default=None, converter=_origin)
+
+
 @attrs.frozen
 class Assistant:
     """A model turn: its visible text and the local tool calls it asked for.
@@ -284,6 +323,11 @@ class Assistant:
     model: str | None = None
     #: Opaque per-turn id some backends return (Responses message item id).
     id: str | None = None
+    #: Responses ``phase`` of the message (``commentary`` or ``final_answer``): sent back
+    #: as received, since the server reads it on the next turn.
+    phase: str | None = None
+    #: The sources this turn's text cites, in the order the server sent them.
+    citations: tuple[Citation, ...] = attrs.field(default=(), converter=_tuple)
 
 
 @attrs.frozen
@@ -350,7 +394,43 @@ class Reasoning:
         return bool(self.encrypted_content or self.signature or self.redacted_data)
 
 
-ConversationItem: TypeAlias = System | User | Assistant | ToolResult | BackendToolCall | Reasoning
+def _required_origin(value: ApiBackend | str) -> ApiBackend:
+    return coerce_enum(ApiBackend, value, "origin")
+
+
+def _raw_object(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping) or not isinstance(value.get("type"), str):
+        raise TypeError(
+            "OpaqueItem.raw must be the provider's object as received, a mapping with a "
+            f'"type" string (e.g. {{"type": "compaction", ...}}); got {type(value).__name__}'
+        )
+    return value
+
+
+@attrs.frozen
+class OpaqueItem:
+    """State the server handed over that the neutral model does not type, kept verbatim.
+
+    A compaction item or block (its ``encrypted_content``), an Anthropic ``fallback`` block,
+    a Responses ``shell_call`` or ``apply_patch_call``, a block type newer than this
+    library: ``raw`` is the provider's object exactly as the stream finished it (deltas
+    applied). It goes back, byte for byte, in its place on the next turn to the backend it
+    came from (``origin``); another backend cannot take it, and the conversion report says
+    it was left out.
+    """
+
+    raw: Mapping[str, Any] = attrs.field(converter=_raw_object)
+    origin: ApiBackend = attrs.field(converter=_required_origin)
+
+    @property
+    def kind(self) -> str:
+        """The object's wire ``type`` (``"compaction"``, ``"fallback"``, ...)."""
+        return str(self.raw["type"])
+
+
+ConversationItem: TypeAlias = (
+    System | User | Assistant | ToolResult | BackendToolCall | Reasoning | OpaqueItem
+)
 
 
 # ---------------------------------------------------------------------------
@@ -531,7 +611,7 @@ class NamedToolChoice:
 ToolChoiceSpec: TypeAlias = ToolChoice | NamedToolChoice
 
 
-_ITEM_TYPES = (System, User, Assistant, ToolResult, BackendToolCall, Reasoning)
+_ITEM_TYPES = (System, User, Assistant, ToolResult, BackendToolCall, Reasoning, OpaqueItem)
 #: What to write instead of an OpenAI-style ``{"role": ..., "content": ...}`` dict.
 _ROLE_HINTS = {
     "system": 'System("...")',
@@ -556,7 +636,7 @@ def _items(value: Sequence[ConversationItem]) -> tuple[ConversationItem, ...]:
 
 
 def _item_hint(index: int, item: object) -> str:
-    kinds = "System, User, Assistant, ToolResult, BackendToolCall or Reasoning"
+    kinds = "System, User, Assistant, ToolResult, BackendToolCall, Reasoning or OpaqueItem"
     if isinstance(item, Mapping):
         role = item.get("role")
         hint = _ROLE_HINTS.get(role, 'User("...")') if isinstance(role, str) else 'User("...")'
@@ -760,6 +840,18 @@ class UsageViolation(enum.Enum):
 
 
 @attrs.frozen
+class ServerTextDiffers:
+    """A warning: the server's final text of an output item (a Responses
+    ``output_item.done``) disagreed with the deltas it streamed. The response holds the
+    server's text (``final``); the streamed events stay as they were received (``streamed``
+    is their text). ``item_index`` is the item's place in the output."""
+
+    item_index: int
+    streamed: str
+    final: str
+
+
+@attrs.frozen
 class ConversationResponse:
     """What a finished (or partial) sampling call produced.
 
@@ -789,6 +881,8 @@ class ConversationResponse:
     output_parsed: Any = attrs.field(default=None, kw_only=True)
     #: Why a structured answer has no ``output_parsed`` (the raw text kept in it).
     output_error: OutputError | None = attrs.field(default=None, kw_only=True)
+    #: What the server's own final word corrected (see :class:`ServerTextDiffers`).
+    warnings: tuple[ServerTextDiffers, ...] = attrs.field(default=(), converter=_tuple)
 
     @property
     def assistant(self) -> Assistant:
@@ -813,6 +907,11 @@ class ConversationResponse:
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
         return tuple(c for i in self.items if isinstance(i, Assistant) for c in i.tool_calls)
+
+    @property
+    def citations(self) -> tuple[Citation, ...]:
+        """Every citation of the answer, in order (each assistant item's ``citations``)."""
+        return tuple(c for i in self.items if isinstance(i, Assistant) for c in i.citations)
 
     @property
     def reasoning_items(self) -> tuple[Reasoning, ...]:

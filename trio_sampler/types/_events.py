@@ -33,7 +33,16 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from ._conversation import BackendToolCall, ConversationResponse, Reasoning, ToolCall, Usage
+from ._conversation import (
+    BackendToolCall,
+    Citation,
+    ConversationResponse,
+    OpaqueItem,
+    Reasoning,
+    ServerTextDiffers,
+    ToolCall,
+    Usage,
+)
 from ._errors import TrioSamplerError
 from ._partial import JSONChange
 from ._ratelimit import RateLimitSnapshot
@@ -45,11 +54,14 @@ __all__ = [
     "BackendToolCallStarted",
     "Cancelled",
     "ChannelToken",
+    "CitationReceived",
     "Completed",
+    "ContextEdited",
     "Failed",
     "FirstToken",
     "ImagesStripped",
     "ModelMetadata",
+    "OpaqueItemReceived",
     "OutputDelta",
     "ReasoningCompleted",
     "RequestMetrics",
@@ -59,6 +71,8 @@ __all__ = [
     "SamplingErrorInfo",
     "SamplingErrorKind",
     "SamplingEvent",
+    "ServedModelChanged",
+    "ServerTextTaken",
     "StreamStarted",
     "StripReason",
     "TerminalEvent",
@@ -371,6 +385,65 @@ class ReasoningCompleted:
 
 
 @attrs.frozen
+class ServerTextTaken:
+    """The server's final text of an item replaced what its deltas said (the warning
+    says both); the deltas already sent are not taken back."""
+
+    request_id: str
+    warning: ServerTextDiffers
+
+
+@attrs.frozen
+class ContextEdited:
+    """The server edited the conversation's context before answering (Anthropic context
+    management: old tool uses or thinking cleared). ``edits`` are its ``applied_edits``
+    objects as received; ``cleared_input_tokens`` their total."""
+
+    request_id: str
+    edits: tuple[Mapping[str, Any], ...]
+    cleared_input_tokens: int = 0
+
+
+@attrs.frozen
+class ServedModelChanged:
+    """The server handed the request to another model inside one stream (Anthropic's
+    server-side ``fallback`` block): from which model, to which, and why. The response's
+    ``model`` is the last one that served; the block itself stays in the response as an
+    :class:`~trio_sampler.types.OpaqueItem` and goes back on the next turn. Sent when the
+    usage of the hop is known (the ``message_delta`` that reports ``usage.iterations``),
+    else at the end of the message."""
+
+    request_id: str
+    from_model: str | None
+    to_model: str | None
+    trigger: str | None = None
+    #: What the serving model's attempt used (the ``fallback_message`` entry of
+    #: ``usage.iterations``), when the server said: a part of the response's usage, not
+    #: more of it.
+    usage: Usage | None = None
+
+
+@attrs.frozen
+class CitationReceived:
+    """The answer text cites a source (see :class:`~trio_sampler.types.Citation`);
+    ``item_index`` is the text item it belongs to."""
+
+    request_id: str
+    citation: Citation
+    item_index: int = 0
+
+
+@attrs.frozen
+class OpaqueItemReceived:
+    """The server handed over an object the neutral model keeps verbatim (an
+    :class:`~trio_sampler.types.OpaqueItem`: a compaction item, a fallback block, ...)."""
+
+    request_id: str
+    item: OpaqueItem
+    item_index: int = 0
+
+
+@attrs.frozen
 class BackendToolCallStarted:
     """The server started running a hosted tool."""
 
@@ -469,6 +542,11 @@ SamplingEvent: TypeAlias = (
     | ReasoningCompleted
     | BackendToolCallStarted
     | BackendToolCallCompleted
+    | OpaqueItemReceived
+    | CitationReceived
+    | ServedModelChanged
+    | ContextEdited
+    | ServerTextTaken
     | Retrying
     | ImagesStripped
     | Completed

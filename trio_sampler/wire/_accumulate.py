@@ -30,16 +30,22 @@ from ..types import (
     BackendToolCallCompleted,
     BackendToolCallStarted,
     ChannelToken,
+    Citation,
+    CitationReceived,
     Completed,
     ConversationResponse,
     Failed,
     FirstToken,
+    OpaqueItem,
+    OpaqueItemReceived,
     Reasoning,
     ReasoningCompleted,
     SamplingChannel,
     SamplingErrorInfo,
     SamplingErrorKind,
     SamplingEvent,
+    ServerTextDiffers,
+    ServerTextTaken,
     StopReason,
     ToolCall,
     ToolCallCompleted,
@@ -69,13 +75,14 @@ def held_too_much(limit: int) -> SamplingErrorInfo:
 
 
 class _ToolSlot:
-    __slots__ = ("final_arguments", "id", "index", "name")
+    __slots__ = ("caller", "final_arguments", "id", "index", "name")
 
     def __init__(self, index: int, call_id: str | None, name: str | None) -> None:
         self.index = index
         self.id = call_id
         self.name = name
         self.final_arguments: str | None = None
+        self.caller: dict[str, Any] | None = None
 
 
 class StreamAccumulator:
@@ -357,11 +364,69 @@ class StreamAccumulator:
             return
         out.append(ToolCallDelta(self.request_id, slot.index, None, None, delta))
 
+    def tool_caller(self, key: Hashable, caller: dict[str, Any]) -> None:
+        """Who made call ``key``, as the server said (Anthropic ``caller``)."""
+        slot = self._tools.get(key)
+        if slot is not None:
+            slot.caller = caller
+
     def tool_finish(self, key: Hashable, arguments: str | None) -> None:
         """The server's complete arguments for ``key`` (authoritative over the fragments)."""
         slot = self._tools.get(key)
         if slot is not None and arguments is not None:
             slot.final_arguments = arguments
+
+    # -- hand-over state ------------------------------------------------------------
+
+    def citation(self, citation: Citation, out: list[SamplingEvent]) -> None:
+        """A source the open run of text cites (a run opens if none is)."""
+        if self.finished:
+            return
+        item = self._text_item
+        if item < 0:
+            item = self._open_item()
+            self._text_item = item
+            self._text = self.fold.text_slot(item)
+            self._text_parts = self._text.parts
+        self.fold.citation(item, citation)
+        out.append(CitationReceived(self.request_id, citation, item))
+
+    def end_text_run(self) -> None:
+        """The next text opens an item of its own (a new message)."""
+        self._text_item = -1
+
+    def server_text(self, final: str, out: list[SamplingEvent]) -> None:
+        """The server's final text of the open run: where it differs from the streamed
+        deltas, it replaces them in the response, with a warning (the events stay)."""
+        if self.finished or not final:
+            return
+        item = self._text_item
+        streamed = self.fold.text_of(item) if item >= 0 else ""
+        if streamed == final:
+            return
+        if item < 0:
+            self.text(final, out)  # nothing was streamed: the server's text is the text
+            return
+        warning = ServerTextDiffers(item, streamed, final)
+        if not self.fold.server_text(warning):
+            self._refused(out)
+            return
+        out.append(ServerTextTaken(self.request_id, warning))
+
+    def message_phase(self, phase: str) -> None:
+        """The ``phase`` of the message whose text run is open (Responses)."""
+        if self._text_item >= 0:
+            self.fold.phases[self._text_item] = phase
+
+    def opaque(self, raw: dict[str, Any], out: list[SamplingEvent]) -> None:
+        """A block or item the neutral model keeps verbatim, in its place (see
+        :class:`~trio_sampler.types.OpaqueItem`); it needs the transform's ``origin``."""
+        if self.finished or self.origin is None:
+            return
+        item = OpaqueItem(raw=raw, origin=self.origin)
+        index = self._open_item()
+        self.fold.opaque(index, item)
+        out.append(OpaqueItemReceived(self.request_id, item, index))
 
     # -- hosted tools ----------------------------------------------------------------
 
@@ -442,6 +507,7 @@ class StreamAccumulator:
                 name=slot.name or "",
                 arguments=arguments,
                 arguments_complete=arguments_complete(arguments),
+                caller=slot.caller,
             )
             self.fold.tool_completed(slot.index, call)
             out.append(ToolCallCompleted(self.request_id, slot.index, call))

@@ -33,6 +33,8 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 
@@ -43,16 +45,23 @@ from ..types import (
     BackendToolCallStarted,
     Cancelled,
     ChannelToken,
+    Citation,
+    CitationReceived,
     Completed,
     ConversationItem,
     ConversationResponse,
     Failed,
     ModelMetadata,
+    OpaqueItem,
+    OpaqueItemReceived,
     Reasoning,
     ReasoningCompleted,
     Retrying,
     SamplingChannel,
     SamplingEvent,
+    ServedModelChanged,
+    ServerTextDiffers,
+    ServerTextTaken,
     StopReason,
     ToolCall,
     ToolCallCompleted,
@@ -186,7 +195,7 @@ class _Tool:
         self.final: ToolCall | None = None
 
 
-_Slot = _Text | _Thought | BackendToolCall | None
+_Slot = _Text | _Thought | BackendToolCall | OpaqueItem | None
 
 
 class ResponseFold:
@@ -230,6 +239,12 @@ class ResponseFold:
         self.settle_bytes = min(self.roomy_bytes, PENDING_BYTES)
         self._exact = False  # past ``roomy_bytes``: every delta is checked
         self._run: _Text | None = None  # the run of text opened last
+        #: Slot index of a text run → the ``phase`` of the message it belongs to.
+        self.phases: dict[int, str] = {}
+        #: The server's final word where it corrected the streamed text.
+        self.warnings: list[ServerTextDiffers] = []
+        #: Slot index of a text run → the sources its text cites.
+        self.citations: dict[int, list[Citation]] = {}
         self.model: str | None = None
         self.response_id: str | None = None
         #: The terminal event's own response (``Completed.response`` or a ``partial``).
@@ -389,6 +404,33 @@ class ResponseFold:
         self._slot(index)
         self._slots[index] = call
 
+    def text_of(self, index: int) -> str:
+        """The text of item ``index`` so far (``""`` if it is not text)."""
+        slot = self._slots[index] if index < len(self._slots) else None
+        return self._settled(slot) if isinstance(slot, _Text) else ""
+
+    def replace_text(self, index: int, final: str) -> bool:
+        """Text item ``index`` becomes ``final`` (the server's own final text)."""
+        slot = self.text_slot(index)
+        self._settled(slot)
+        self.held_bytes -= slot.size
+        slot.value, slot.size, slot.width = "", 0, 1
+        return self.append(slot, final)
+
+    def server_text(self, warning: ServerTextDiffers) -> bool:
+        self.warnings.append(warning)
+        return self.replace_text(warning.item_index, warning.final)
+
+    def citation(self, index: int, citation: Citation) -> None:
+        """A citation of text item ``index`` (opened, empty, if the text has not come yet)."""
+        if not (index < len(self._slots) and type(self._slots[index]) is _Text):
+            self.text_slot(index)
+        self.citations.setdefault(index, []).append(citation)
+
+    def opaque(self, index: int, item: OpaqueItem) -> None:
+        self._slot(index)
+        self._slots[index] = item
+
     def backend_call(self, index: int) -> BackendToolCall | None:
         slot = self._slots[index] if index < len(self._slots) else None
         return slot if isinstance(slot, BackendToolCall) else None
@@ -490,6 +532,10 @@ class ResponseFold:
             assert isinstance(event, Failed | Cancelled)
             self.terminal = event
             self.terminal_response = event.partial
+        else:
+            fold_state = _HANDED_OVER.get(kind)
+            if fold_state is not None:
+                fold_state(self, event)
 
     def response(self) -> ConversationResponse:
         """The terminal's response when it carried one, else the fold of the content."""
@@ -515,13 +561,21 @@ class ResponseFold:
         """The response from what was folded so far, with the terminal's metadata."""
         items: list[ConversationItem] = []
         last_is_text = False
-        for slot in self._slots:
+        phases = self.phases
+        citations = self.citations
+        for index, slot in enumerate(self._slots):
             if slot is None:
                 continue
             kind = type(slot)
             if kind is _Text:
                 assert isinstance(slot, _Text)
-                items.append(Assistant(content=self._settled(slot), model=model))
+                phase = phases.get(index) if phases else None
+                cited = citations.get(index, ()) if citations else ()
+                items.append(
+                    Assistant(
+                        content=self._settled(slot), model=model, phase=phase, citations=cited
+                    )
+                )
                 last_is_text = True
                 continue
             if kind is _Thought:
@@ -531,7 +585,7 @@ class ResponseFold:
                     continue  # an empty block (an id is round-trip state: kept)
                 items.append(reasoning)
             else:
-                assert isinstance(slot, BackendToolCall)
+                assert isinstance(slot, BackendToolCall | OpaqueItem)
                 items.append(slot)
             last_is_text = False
         calls = tuple(self._call(index, tool) for index, tool in enumerate(self._tools))
@@ -541,7 +595,13 @@ class ResponseFold:
             assert isinstance(last, Assistant)
             # Built whole rather than evolved (``attrs.evolve`` reads every field back).
             items[-1] = Assistant(
-                content=last.content, tool_calls=calls, refusal=refusal, model=model, id=message_id
+                content=last.content,
+                tool_calls=calls,
+                refusal=refusal,
+                model=model,
+                id=message_id,
+                phase=last.phase,
+                citations=last.citations,
             )
         else:
             items.append(Assistant(tool_calls=calls, refusal=refusal, model=model, id=message_id))
@@ -556,4 +616,14 @@ class ResponseFold:
             chunk_count=self.text_chunks,
             stop_sequence=stop_sequence,
             doom_loop_signals=doom_loop_signals,
+            warnings=self.warnings,
         )
+
+
+#: The events of hand-over state, citations and the server's final word → how they fold.
+_HANDED_OVER: dict[type, Callable[[ResponseFold, Any], object]] = {
+    OpaqueItemReceived: lambda fold, e: fold.opaque(e.item_index, e.item),
+    CitationReceived: lambda fold, e: fold.citation(e.item_index, e.citation),
+    ServerTextTaken: lambda fold, e: fold.server_text(e.warning),
+    ServedModelChanged: lambda fold, e: setattr(fold, "model", e.to_model or fold.model),
+}

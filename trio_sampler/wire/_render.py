@@ -17,6 +17,7 @@ import orjson
 
 from ..types._conversation import (
     ApiBackend,
+    Assistant,
     ConversationItem,
     ConversationRequest,
     Reasoning,
@@ -334,3 +335,20 @@ def parse_arguments(text: str) -> Any:
         return orjson.loads(text or "{}")
     except orjson.JSONDecodeError:
         return None
+
+
+def own_citations(
+    index: int, item: Assistant, backend: ApiBackend, report: ReportCollector
+) -> list[Mapping[str, Any]]:
+    """The provider objects of ``item``'s citations that ``backend`` takes back (its own);
+    the others are noted as dropped (each backend's citation objects are its own)."""
+    own = [c.raw for c in item.citations if c.origin is backend and c.raw]
+    if len(own) < len(item.citations):
+        report.note(
+            index,
+            "citations",
+            ConversionAction.DROPPED,
+            f"{len(item.citations) - len(own)} citation(s) from another backend; "
+            f"{backend.value} takes back only its own",
+        )
+    return own

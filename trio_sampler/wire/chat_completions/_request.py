@@ -20,6 +20,7 @@ from ...types._conversation import (
     HostedTool,
     ImagePart,
     NamedToolChoice,
+    OpaqueItem,
     ProviderTool,
     Reasoning,
     ResponseSchema,
@@ -137,6 +138,13 @@ def _messages(
             pending_images.clear()
         if isinstance(item, Reasoning):
             pending_reasoning.append((index, item))
+        elif isinstance(item, OpaqueItem):
+            report.note(
+                index,
+                f"{item.kind} handed over by {item.origin.value}",
+                ConversionAction.DROPPED,
+                "only the backend that handed it over can take it back",
+            )
         elif isinstance(item, BackendToolCall):
             # Like the reference, a hosted call between reasoning and its answer does not
             # break the fold: the reasoning still belongs to the assistant turn.
@@ -148,6 +156,13 @@ def _messages(
             )
             messages.append({"role": "assistant", "content": item.text_summary()})
         elif isinstance(item, Assistant):
+            if item.citations:
+                report.note(
+                    index,
+                    "citations",
+                    ConversionAction.DROPPED,
+                    "Chat Completions takes no citations in a request",
+                )
             messages.append(
                 _assistant(item, pending_reasoning, replay, report, options.profile.reasoning_field)
             )

@@ -23,6 +23,7 @@ from ...types import (
     StopReason,
     Usage,
 )
+from .._citations import citation_from_wire
 from .._fold import arguments_complete
 from .._transform import (
     ProviderDataError,
@@ -375,6 +376,18 @@ class ChatCompletionsTransform(StreamTransform):
             if type(content) is not str:
                 raise ProviderDataError(f"delta.content is {type(content).__name__}")
             acc.text(content, out)
+        annotations = delta.get("annotations")
+        if annotations and type(annotations) is list:
+            for annotation in annotations:  # OpenRouter web plugin, OpenAI search models
+                if type(annotation) is dict and type(annotation.get("type")) is str:
+                    acc.citation(citation_from_wire(annotation, ApiBackend.CHAT_COMPLETIONS), out)
+        audio = delta.get("audio")
+        if audio and type(audio) is dict:
+            # An audio answer: its transcript is the answer's text (the audio bytes and
+            # their id are not kept).
+            transcript = audio.get("transcript")
+            if transcript and type(transcript) is str:
+                acc.text(transcript, out)
         refusal = str_field(delta, "refusal")
         if refusal:
             self._refused = True
@@ -395,9 +408,10 @@ class ChatCompletionsTransform(StreamTransform):
                 self._on_executed_tool(entry, out)
 
     def _on_content_parts(self, parts: list[Any], out: list[SamplingEvent]) -> None:
-        """``delta.content`` as a list of parts (Mistral / Magistral): ``text`` parts are
-        answer text, ``thinking`` parts (whose ``thinking`` is itself a list of text parts,
-        or a string) are reasoning, in the order sent."""
+        """``delta.content`` as a list of parts (Mistral / Magistral, Databricks): ``text``
+        parts are answer text; ``thinking`` parts (whose ``thinking`` is itself a list of
+        text parts, or a string) and ``reasoning`` parts (whose ``summary`` is a list of
+        ``summary_text`` parts) are reasoning, in the order sent."""
         acc = self.acc
         for part in parts:
             if type(part) is not dict:
@@ -413,6 +427,11 @@ class ChatCompletionsTransform(StreamTransform):
                             acc.reasoning(self._reasoning_key, str_field(inner, "text"), out)
                 else:
                     acc.reasoning(self._reasoning_key, str_field(part, "thinking"), out)
+            elif kind == "reasoning":
+                # Databricks (gpt-oss): {type: reasoning, summary: [{type: summary_text, text}]}
+                for inner in part.get("summary") or ():
+                    if type(inner) is dict and inner.get("type") == "summary_text":
+                        acc.reasoning(self._reasoning_key, str_field(inner, "text"), out)
             else:
                 self.unknown_events += 1  # images, references, future part types
 
@@ -491,14 +510,16 @@ class ChatCompletionsTransform(StreamTransform):
         call_id = fragment.get("id")
         if not (call_id and type(call_id) is str):
             call_id = None
-        function = fragment.get("function")
+        # A custom (free-form) tool sends ``custom: {name, input}`` where a function tool
+        # sends ``function: {name, arguments}``; its input is text, not JSON.
+        function = fragment.get("function") or fragment.get("custom")
         name: str | None = None
         arguments: str | None = None
         if function and type(function) is dict:
             name = function.get("name")
             if not (name and type(name) is str):
                 name = None
-            arguments = function.get("arguments")
+            arguments = function.get("arguments", function.get("input"))
             if type(arguments) is not str:
                 arguments = None
         current = self._tool_latest if index is None else self._tool_at.get(index)
@@ -645,6 +666,6 @@ class ChatCompletionsTransform(StreamTransform):
             )
         if self._refused:
             acc.stop_reason = StopReason.CONTENT_FILTER  # the wire value stays in raw_stop_reason
-        elif acc.stop_reason is None:
-            acc.stop_reason = StopReason.TOOL_CALLS if self._tool_count else StopReason.STOP
+        # No finish_reason at all (the stream ended with [DONE] alone): the stop reason stays
+        # unknown (None), never a guessed ``stop``.
         acc.complete(out)

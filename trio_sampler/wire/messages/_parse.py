@@ -18,6 +18,7 @@ from ...types._conversation import (
     ImagePart,
     MCPServer,
     NamedToolChoice,
+    OpaqueItem,
     Reasoning,
     ResponseSchema,
     System,
@@ -29,6 +30,7 @@ from ...types._conversation import (
     ToolSpec,
     User,
 )
+from .._citations import citation_from_wire
 from .._render import (
     JsonObject,
     as_list,
@@ -227,16 +229,24 @@ def _parse_assistant_turn(blocks: list[Mapping[str, Any]], where: str) -> list[C
         current = out[open_assistant] if open_assistant is not None else None
         if kind == "text":
             text = req_str(block, "text", w)
+            cited = tuple(
+                citation_from_wire(as_object(c, f"{w}.citations[{m}]"), BACKEND)
+                for m, c in enumerate(as_list(block.get("citations") or [], f"{w}.citations"))
+            )
             if isinstance(current, Assistant) and not current.content and not current.tool_calls:
-                out[open_assistant] = attrs.evolve(current, content=text)  # type: ignore[index]
+                out[open_assistant] = attrs.evolve(  # type: ignore[index]
+                    current, content=text, citations=(*current.citations, *cited)
+                )
             else:
-                out.append(Assistant(content=text))
+                out.append(Assistant(content=text, citations=cited))
                 open_assistant = len(out) - 1
         elif kind == "tool_use":
+            caller = block.get("caller")
             call = ToolCall(
                 id=req_str(block, "id", w),
                 name=req_str(block, "name", w),
                 arguments=dumps(as_object(block.get("input", {}), f"{w}.input")).decode(),
+                caller=as_object(caller, f"{w}.caller") if caller is not None else None,
             )
             if isinstance(current, Assistant):
                 out[open_assistant] = attrs.evolve(  # type: ignore[index]
@@ -284,7 +294,10 @@ def _parse_other_assistant_block(
         return [
             BackendToolCall(id=str(use_id or ""), name=kind, origin=BACKEND, raw=(dict(block),))
         ]
-    raise ValueError(f"{where}.type {kind!r} is not supported in an assistant turn")
+    if isinstance(kind, str):
+        # compaction, fallback, container_upload, newer block types: kept verbatim.
+        return [OpaqueItem(raw=dict(block), origin=BACKEND)]
+    raise ValueError(f"{where}.type must be a string naming the content block type")
 
 
 def _parse_tools(value: Any) -> tuple[list[ToolSpec], list[HostedTool]]:
@@ -324,7 +337,8 @@ def _parse_tool_choice(value: Any) -> tuple[ToolChoiceSpec | None, bool | None]:
     if value is None:
         return None, None
     obj = as_object(value, "tool_choice")
-    parallel = False if opt_bool(obj, "disable_parallel_tool_use", "tool_choice") else None
+    disable = opt_bool(obj, "disable_parallel_tool_use", "tool_choice")
+    parallel = None if disable is None else not disable
     kind = obj.get("type")
     if kind == "tool":
         return NamedToolChoice(req_str(obj, "name", "tool_choice")), parallel

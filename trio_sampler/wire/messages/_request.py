@@ -19,6 +19,7 @@ from ...types._conversation import (
     ConversationRequest,
     MCPServer,
     NamedToolChoice,
+    OpaqueItem,
     Reasoning,
     ReasoningEffort,
     ResponseSchema,
@@ -35,6 +36,7 @@ from .._render import (
     finish_request,
     gate_tool_controls,
     group_runs,
+    own_citations,
     parse_arguments,
     reasoning_is_native,
     resolve_model,
@@ -124,7 +126,20 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
         data["thinking"] = {"type": "enabled", "budget_tokens": budget}
     _render_sampling(data, request, options, report, thinking=budget is not None)
     beta = (("anthropic-beta", MCP_BETA),) if "mcp_servers" in data else ()
-    return finish_request(PATH, data, options, report, beta)
+    return finish_request(_path(data, options), data, options, report, beta)
+
+
+def _path(data: JsonObject, options: BuildOptions) -> str:
+    """``/messages``, or the model's own path on a cloud that serves Messages under it
+    (Vertex AI: the model leaves the body, ``anthropic_version`` joins it)."""
+    profile = options.profile
+    if profile.messages_path is None:
+        return PATH
+    model = data.pop("model")
+    if profile.anthropic_version_body is not None:
+        data["anthropic_version"] = profile.anthropic_version_body
+    method = "streamRawPredict" if options.stream else "rawPredict"
+    return profile.messages_path.format(model=model, method=method)
 
 
 def _messages(
@@ -177,6 +192,16 @@ def _item_turn(
         return "assistant", [(index, b) for b in _assistant(index, item, report)]
     if isinstance(item, Reasoning):
         return "assistant", [(index, b) for b in _reasoning(index, item, report)]
+    if isinstance(item, OpaqueItem):
+        if item.origin is BACKEND:  # exactly as received, in its place
+            return "assistant", [(index, dict(item.raw))]
+        report.note(
+            index,
+            f"{item.kind} handed over by {item.origin.value}",
+            ConversionAction.DROPPED,
+            "only the backend that handed it over can take it back",
+        )
+        return "assistant", []
     if item.origin is BACKEND and item.raw:
         return "assistant", [(index, dict(raw)) for raw in item.raw]
     report.note(
@@ -236,8 +261,12 @@ def _tool_result(index: int, item: ToolResult, report: ReportCollector) -> JsonO
 
 def _assistant(index: int, item: Assistant, report: ReportCollector) -> list[JsonObject]:
     blocks: list[JsonObject] = []
-    if item.content:
-        blocks.append({"type": "text", "text": item.content})
+    citations = own_citations(index, item, BACKEND, report)
+    if item.content or citations:
+        text: JsonObject = {"type": "text", "text": item.content}
+        if citations:
+            text["citations"] = [dict(c) for c in citations]
+        blocks.append(text)
     if item.refusal is not None:
         report.note(
             index,
@@ -256,14 +285,15 @@ def _assistant(index: int, item: Assistant, report: ReportCollector) -> list[Jso
                 "tool_use input must be a JSON object; sent as {}",
             )
             arguments = {}
-        blocks.append(
-            {
-                "type": "tool_use",
-                "id": _tool_id(index, call.id, report),
-                "name": call.name,
-                "input": arguments,
-            }
-        )
+        block: JsonObject = {
+            "type": "tool_use",
+            "id": _tool_id(index, call.id, report),
+            "name": call.name,
+            "input": arguments,
+        }
+        if call.caller is not None:
+            block["caller"] = dict(call.caller)
+        blocks.append(block)
     return blocks
 
 
@@ -368,6 +398,8 @@ def _render_tools(
         choice = choice or {"type": "auto"}
         if choice["type"] != "none":
             choice["disable_parallel_tool_use"] = True
+    elif request.parallel_tool_calls is True and choice is not None and choice["type"] != "none":
+        choice["disable_parallel_tool_use"] = False  # said explicitly: sent explicitly
     if choice is not None:
         data["tool_choice"] = choice
 

@@ -32,9 +32,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, Final
 
+import attrs
 import orjson
 
-from ...types import ApiBackend, BackendToolCall, SamplingEvent, StopReason, Usage
+from ...types import (
+    ApiBackend,
+    BackendToolCall,
+    ContextEdited,
+    SamplingEvent,
+    ServedModelChanged,
+    StopReason,
+    Usage,
+)
+from .._citations import citation_from_wire
 from .._transform import (
     ProviderDataError,
     StreamTransform,
@@ -65,6 +75,7 @@ _THINKING: Final = 1
 _TOOL: Final = 2
 _HOSTED: Final = 3
 _OTHER: Final = 4
+_OPAQUE: Final = 5  # a block kept verbatim (compaction, fallback, ...): an OpaqueItem
 
 _Handler = Callable[[dict[str, Any], list[SamplingEvent]], None]
 _DeltaHandler = Callable[["_Block | None", dict[str, Any], list[SamplingEvent]], None]
@@ -94,6 +105,19 @@ def _count(value: Any) -> int | None:
     return None
 
 
+def _iteration_usage(entry: dict[str, Any]) -> Usage:
+    """One ``usage.iterations`` entry as a :class:`Usage` (input counts cache reads and
+    writes, as the top-level usage does)."""
+    read = _count(entry.get("cache_read_input_tokens")) or 0
+    write = _count(entry.get("cache_creation_input_tokens")) or 0
+    return Usage(
+        input_tokens=(_count(entry.get("input_tokens")) or 0) + read + write,
+        output_tokens=_count(entry.get("output_tokens")) or 0,
+        cache_read_tokens=read,
+        cache_write_tokens=write,
+    )
+
+
 def _input_object(text: str, fallback: Any) -> Any:
     """Decode an assembled ``input`` (``""`` means ``{}``); undecodable text is kept as is."""
     if not text:
@@ -109,14 +133,14 @@ class MessagesTransform(StreamTransform):
 
     Besides :attr:`unknown_events` (unknown event or delta types), :attr:`unknown_blocks`
     counts content blocks of types it does not map (``compaction``, ``container_upload``,
-    future types): they are ignored, never fatal.
+    future types): each is kept verbatim, deltas applied, as an ``OpaqueItem``.
     """
 
     backend: ClassVar[ApiBackend] = ApiBackend.MESSAGES
 
     def __init__(self, request_id: str = "stream", *, provider: str | None = None) -> None:
         super().__init__(request_id, provider=provider)
-        #: Content blocks of unknown type (ignored).
+        #: Content blocks of types not modelled (kept verbatim as ``OpaqueItem``).
         self.unknown_blocks = 0
         self._open: dict[int, _Block] = {}
         self._hosted: dict[str, _Block] = {}
@@ -129,6 +153,8 @@ class MessagesTransform(StreamTransform):
         self._cache_write = 0
         self._output = 0
         self._thinking: int | None = None
+        #: Fallback hops seen, waiting for their usage (``usage.iterations``).
+        self._hops: list[ServedModelChanged] = []
         self._events: dict[str, _Handler] = {
             "content_block_delta": self._on_block_delta,
             "content_block_start": self._on_block_start,
@@ -144,8 +170,8 @@ class MessagesTransform(StreamTransform):
             "input_json_delta": self._on_input_delta,
             "thinking_delta": self._on_thinking_delta,
             "signature_delta": self._on_signature_delta,
-            "citations_delta": self._ignore_delta,
-            "compaction_delta": self._ignore_delta,
+            "citations_delta": self._on_citations_delta,
+            "compaction_delta": self._on_compaction_delta,
         }
 
     # -- dispatch --------------------------------------------------------------------
@@ -222,6 +248,12 @@ class MessagesTransform(StreamTransform):
     def _on_message_delta(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
         # message_delta comes after every block: close any the server never stopped.
         self._close_open_blocks(out)
+        management = payload.get("context_management")
+        edits = management.get("applied_edits") if isinstance(management, dict) else None
+        if edits and isinstance(edits, list):
+            kept = tuple(e for e in edits if isinstance(e, dict))
+            cleared = sum(_count(e.get("cleared_input_tokens")) or 0 for e in kept)
+            out.append(ContextEdited(self.request_id, kept, cleared))
         delta = payload.get("delta")
         if isinstance(delta, dict):
             self._take_stop(delta, out)
@@ -242,6 +274,8 @@ class MessagesTransform(StreamTransform):
                 self._cache_write = value
             self._apply_usage_extras(usage)
             self._set_usage()
+            if self._hops and "iterations" in usage:
+                self._send_hops(usage["iterations"], out)
 
     def _take_stop(self, fields: dict[str, Any], out: list[SamplingEvent]) -> None:
         """A ``stop_reason`` (of ``message_delta.delta``, or of ``message_start.message``
@@ -266,6 +300,8 @@ class MessagesTransform(StreamTransform):
 
     def _finish(self, out: list[SamplingEvent]) -> None:
         self._close_open_blocks(out)
+        if self._hops:
+            self._send_hops(None, out)  # no usage.iterations came
         acc = self.acc
         if acc.stop_reason is None:
             # No stop_reason at all (seen only from non-Anthropic gateways): infer it.
@@ -329,6 +365,9 @@ class MessagesTransform(StreamTransform):
                 name if isinstance(name, str) else None,
                 out,
             )
+            caller = block.get("caller")
+            if isinstance(caller, dict):
+                acc.tool_caller(state, caller)
         elif block_type == "redacted_thinking":
             # Arrives whole: no deltas follow, only content_block_stop.
             state = _Block(_OTHER, block)
@@ -340,8 +379,10 @@ class MessagesTransform(StreamTransform):
         elif isinstance(block_type, str) and block_type.endswith("_tool_result"):
             self._complete_hosted(block, block_type, out)
         else:
-            # compaction, container_upload, future block types: opaque, ignored.
+            # compaction, fallback, container_upload, future block types: kept verbatim
+            # (their deltas applied) as an OpaqueItem when the block closes.
             self.unknown_blocks += 1
+            self._open[index] = _Block(_OPAQUE, dict(block))
 
     def _on_block_stop(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
         index = payload.get("index")
@@ -368,6 +409,42 @@ class MessagesTransform(StreamTransform):
                 self.acc.tool_finish(block, arguments)
         elif kind == _HOSTED:
             self._finish_hosted_input(block)
+        elif kind == _OPAQUE:
+            self.acc.opaque(block.raw, out)
+            if block.raw.get("type") == "fallback":
+                self._fallback(block.raw, out)
+
+    def _fallback(self, block: dict[str, Any], out: list[SamplingEvent]) -> None:
+        """A server-side fallback hop: the rest of the answer comes from ``to.model``. Its
+        event waits for the hop's usage (``usage.iterations``, in ``message_delta``)."""
+        source, target = block.get("from"), block.get("to")
+        from_model = source.get("model") if isinstance(source, dict) else None
+        to_model = target.get("model") if isinstance(target, dict) else None
+        trigger = block.get("trigger")
+        if isinstance(to_model, str) and to_model:
+            self.acc.model = to_model
+        self._hops.append(
+            ServedModelChanged(
+                self.request_id,
+                from_model if isinstance(from_model, str) else None,
+                to_model if isinstance(to_model, str) else None,
+                trigger if isinstance(trigger, str) else None,
+            )
+        )
+
+    def _send_hops(self, iterations: Any, out: list[SamplingEvent]) -> None:
+        """Each pending hop, with the usage of its ``fallback_message`` iteration (in
+        order) when ``iterations`` lists them. Iterations are a breakdown of the request:
+        the top-level usage is not changed by them (nothing is counted twice)."""
+        served = [
+            entry
+            for entry in (iterations if isinstance(iterations, list) else ())
+            if isinstance(entry, dict) and entry.get("type") == "fallback_message"
+        ]
+        for n, hop in enumerate(self._hops):
+            usage = _iteration_usage(served[n]) if n < len(served) else None
+            out.append(attrs.evolve(hop, usage=usage))
+        self._hops.clear()
 
     # -- hosted (server-executed) tools ----------------------------------------------
 
@@ -479,3 +556,18 @@ class MessagesTransform(StreamTransform):
         self, block: _Block | None, delta: dict[str, Any], out: list[SamplingEvent]
     ) -> None:
         pass
+
+    def _on_citations_delta(
+        self, block: _Block | None, delta: dict[str, Any], out: list[SamplingEvent]
+    ) -> None:
+        citation = delta.get("citation")
+        if isinstance(citation, dict) and isinstance(citation.get("type"), str):
+            self.acc.citation(citation_from_wire(citation, ApiBackend.MESSAGES), out)
+
+    def _on_compaction_delta(
+        self, block: _Block | None, delta: dict[str, Any], out: list[SamplingEvent]
+    ) -> None:
+        """A compaction block's summary: each delta *replaces* the fields it carries
+        (``content``, ``encrypted_content``), as Anthropic's own accumulator does."""
+        if block is not None and block.kind == _OPAQUE:
+            block.raw.update((k, v) for k, v in delta.items() if k != "type")

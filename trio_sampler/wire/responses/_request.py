@@ -17,12 +17,14 @@ from ...types._conversation import (
     ApiBackend,
     Assistant,
     BackendToolCall,
+    Citation,
     ContentPart,
     ConversationItem,
     ConversationRequest,
     HostedTool,
     ImagePart,
     NamedToolChoice,
+    OpaqueItem,
     Reasoning,
     ReasoningEffort,
     ResponseSchema,
@@ -35,6 +37,7 @@ from ...types._conversation import (
     ToolSpec,
     User,
 )
+from .._citations import citation_from_wire
 from .._render import (
     JsonObject,
     ReportCollector,
@@ -48,6 +51,7 @@ from .._render import (
     opt_int,
     opt_number,
     opt_str,
+    own_citations,
     parse_effort,
     reasoning_is_native,
     req_str,
@@ -137,9 +141,11 @@ def _render_item(index: int, item: ConversationItem, report: ReportCollector) ->
     if isinstance(item, User):
         return [{"role": "user", "content": _user_content(item.content)}]
     if isinstance(item, Assistant):
-        return _assistant(item)
+        return _assistant(index, item, report)
     if isinstance(item, ToolResult):
         return [_tool_output(index, item, report)]
+    if isinstance(item, OpaqueItem):
+        return _opaque(index, item, report)
     if isinstance(item, Reasoning):
         if reasoning_is_native(item, BACKEND):
             return [_reasoning(item)]
@@ -159,6 +165,19 @@ def _render_item(index: int, item: ConversationItem, report: ReportCollector) ->
         "not produced by Responses; sent as assistant text",
     )
     return [_assistant_message(item.text_summary(), None, None)]
+
+
+def _opaque(index: int, item: OpaqueItem, report: ReportCollector) -> list[JsonObject]:
+    """Hand-over state goes back exactly as received, to the backend that sent it only."""
+    if item.origin is BACKEND:
+        return [dict(item.raw)]
+    report.note(
+        index,
+        f"{item.kind} handed over by {item.origin.value}",
+        ConversionAction.DROPPED,
+        "only the backend that handed it over can take it back",
+    )
+    return []
 
 
 def _drop_orphan_reasoning(
@@ -206,24 +225,34 @@ def _input_part(part: ContentPart) -> JsonObject:
     return {"type": "input_image", "image_url": part.url, "detail": part.detail or "auto"}
 
 
-def _assistant_message(text: str, refusal: str | None, item_id: str | None) -> JsonObject:
+def _assistant_message(
+    text: str,
+    refusal: str | None,
+    item_id: str | None,
+    phase: str | None = None,
+    annotations: Sequence[Mapping[str, Any]] = (),
+) -> JsonObject:
     content: list[JsonObject] = []
     if text:
-        content.append({"type": "output_text", "text": text, "annotations": []})
+        notes = [dict(a) for a in annotations]
+        content.append({"type": "output_text", "text": text, "annotations": notes})
     if refusal is not None:
         content.append({"type": "refusal", "refusal": refusal})
     message: JsonObject = {"type": "message", "role": "assistant"}
     if item_id is not None:
         message["id"] = item_id
     message["content"] = content
+    if phase is not None:
+        message["phase"] = phase
     return message
 
 
-def _assistant(item: Assistant) -> list[JsonObject]:
+def _assistant(index: int, item: Assistant, report: ReportCollector) -> list[JsonObject]:
     out: list[JsonObject] = []
     # An empty assistant turn renders to nothing: the API rejects an empty message.
     if item.content or item.refusal is not None:
-        out.append(_assistant_message(item.content, item.refusal, item.id))
+        annotations = own_citations(index, item, BACKEND, report)
+        out.append(_assistant_message(item.content, item.refusal, item.id, item.phase, annotations))
     out.extend(_function_call(call) for call in item.tool_calls)
     return out
 
@@ -476,7 +505,11 @@ def _parse_other_item(kind: Any, item: Mapping[str, Any], where: str) -> Convers
         return _parse_reasoning(item, where)
     if isinstance(kind, str) and (kind.endswith("_call") or kind.startswith("mcp_")):
         return _parse_hosted_call(kind, item)
-    raise ValueError(f"{where}.type {kind!r} is not a supported input item type")
+    if isinstance(kind, str):
+        # compaction, shell and apply_patch calls and outputs, item references, newer
+        # types: kept verbatim, sent back as they are.
+        return OpaqueItem(raw=dict(item), origin=BACKEND)
+    raise ValueError(f"{where}.type must be a string naming the input item type")
 
 
 def _text_of(value: Any, where: str) -> str:
@@ -510,6 +543,7 @@ def _parse_parts(value: Any, where: str) -> list[ContentPart]:
 def _parse_assistant_message(item: Mapping[str, Any], where: str) -> Assistant:
     content = item.get("content")
     text, refusal = "", None
+    citations: list[Citation] = []
     if isinstance(content, str):
         text = content
     else:
@@ -519,7 +553,17 @@ def _parse_assistant_message(item: Mapping[str, Any], where: str) -> Assistant:
                 refusal = req_str(part, "refusal", f"{where}.content[{n}]")
             else:
                 text += req_str(part, "text", f"{where}.content[{n}]")
-    return Assistant(content=text, refusal=refusal, id=opt_str(item, "id", where))
+                notes = as_list(part.get("annotations") or [], f"{where}.content[{n}]")
+                for m, note in enumerate(notes):
+                    raw_note = as_object(note, f"{where}.content[{n}].annotations[{m}]")
+                    citations.append(citation_from_wire(raw_note, BACKEND))
+    return Assistant(
+        content=text,
+        refusal=refusal,
+        id=opt_str(item, "id", where),
+        phase=opt_str(item, "phase", where),
+        citations=citations,
+    )
 
 
 def _parse_reasoning(item: Mapping[str, Any], where: str) -> Reasoning:

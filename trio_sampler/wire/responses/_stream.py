@@ -34,6 +34,7 @@ from ...types import (
     StopReason,
     Usage,
 )
+from .._citations import citation_from_wire
 from .._transform import (
     StreamTransform,
     reported_cost,
@@ -71,7 +72,6 @@ _HOSTED_PROGRESS: dict[str, tuple[str, ...]] = {
 # Known events that carry nothing we keep (the terminal's response has their content).
 _IGNORED = (
     "response.output_text.done",
-    "response.output_text.annotation.added",
     "response.refusal.done",
     "response.content_part.done",
     "response.reasoning_summary_part.added",
@@ -88,6 +88,13 @@ _IGNORED = (
     "response.audio.done",
     "response.audio.transcript.delta",
     "response.audio.transcript.done",
+    # Shell calls and compaction: the item itself (kept verbatim) comes at output_item.done.
+    "response.shell_call_command.added",
+    "response.shell_call_command.delta",
+    "response.shell_call_command.done",
+    "response.shell_call_output_content.delta",
+    "response.shell_call_output_content.done",
+    "response.compaction.compacting",
 )
 
 _DOOM_LOOP_EVENT = "response.doom_loop_check"
@@ -198,7 +205,8 @@ class ResponsesTransform(StreamTransform):
 
     def __init__(self, request_id: str = "stream", *, provider: str | None = None) -> None:
         super().__init__(request_id, provider=provider)
-        #: Output items of types this transform does not model (compaction, ...): dropped.
+        #: Output items of types this transform does not model (compaction, ...): each is
+        #: kept verbatim as an ``OpaqueItem`` in its place.
         self.unknown_items = 0
         #: ``response.doom_loop_check`` events that could not be parsed (never fatal).
         self.malformed_doom_loop_events = 0
@@ -214,6 +222,7 @@ class ResponsesTransform(StreamTransform):
             "response.output_item.added": self._on_item_added,
             "response.output_item.done": self._on_item_done,
             "response.content_part.added": self._on_part_added,
+            "response.output_text.annotation.added": self._on_annotation,
             "response.created": self._on_lifecycle,
             "response.queued": self._on_lifecycle,
             "response.in_progress": self._on_lifecycle,
@@ -303,6 +312,11 @@ class ResponsesTransform(StreamTransform):
     def _on_refusal_delta(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
         self.acc.refusal(str_field(payload, "delta", "type"), out)
 
+    def _on_annotation(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
+        annotation = payload.get("annotation")
+        if isinstance(annotation, dict) and isinstance(annotation.get("type"), str):
+            self.acc.citation(citation_from_wire(annotation, ApiBackend.RESPONSES), out)
+
     def _on_part_added(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
         if _dict(payload.get("part")).get("type") == "refusal":
             self.acc.refusal("", out)  # a refusal part, even before (or without) deltas
@@ -347,6 +361,7 @@ class ResponsesTransform(StreamTransform):
             self.acc.begin_reasoning(key, out, first=False)
         elif item_type == "message":
             self.acc.message_id = _str(item.get("id")) or self.acc.message_id
+            self.acc.end_text_run()  # each message is its own Assistant item
         elif isinstance(item_type, str) and item_type in HOSTED_TOOL_ITEMS:
             call = backend_tool_call(item, item_type)
             self.acc.backend_tool_started(call.id, call.name, out)
@@ -374,10 +389,17 @@ class ResponsesTransform(StreamTransform):
             )
         elif item_type == "message":
             self.acc.message_id = _str(item.get("id")) or self.acc.message_id
+            # The server's final word: the message's text as the item holds it.
+            self.acc.server_text("".join(_texts(item.get("content"), "output_text")), out)
+            phase = _str(item.get("phase"))
+            if phase:
+                self.acc.message_phase(phase)
         elif isinstance(item_type, str) and item_type in HOSTED_TOOL_ITEMS:
             self.acc.backend_tool_completed(backend_tool_call(item, item_type), out)
         else:
-            self.unknown_items += 1  # compaction and newer item types: kept out, not fatal
+            # compaction, shell and apply_patch calls, newer item types: kept verbatim.
+            self.unknown_items += 1
+            self.acc.opaque(item, out)
 
     def _on_hosted_progress(
         self, name: str, payload: dict[str, Any], out: list[SamplingEvent]
