@@ -20,7 +20,9 @@ from test_partial_json import apply_changes
 from typing_extensions import TypedDict  # pydantic reads typing's only from 3.12
 
 from trio_sampler import ApiBackend, SamplerConfig, open_sampler
+from trio_sampler.agent import AgentStop, process_conversation_turn
 from trio_sampler.testing import EmulatorFixture
+from trio_sampler.tools import ToolRegistry
 from trio_sampler.types import (
     Assistant,
     ChannelToken,
@@ -36,8 +38,10 @@ from trio_sampler.types import (
     SamplingError,
     SamplingErrorKind,
     SamplingEvent,
+    StopReason,
     ToolArgumentsDelta,
     ToolCallDelta,
+    ToolResult,
     ToolSpec,
     User,
     structured_output,
@@ -47,6 +51,7 @@ from trio_sampler.wire import (
     ConversionAction,
     PartialOutputs,
     build_request,
+    collect,
     read_output,
 )
 
@@ -333,10 +338,39 @@ async def test_the_forced_tool_call_is_read_as_the_answer(emulator: EmulatorFixt
         events = [e async for e in stream]
         response = (await stream.result()).unwrap()
     assert isinstance(response.output_parsed, City), response.output_error
-    assert [c.name for c in response.tool_calls] == ["City"]
+    # The forced call is the answer, not a call to run: it reads as a native answer does.
+    assert response.tool_calls == () and response.stop_reason is StopReason.STOP
+    assert City.model_validate_json(response.text) == response.output_parsed
+    assert collect(events) == response
     assert any(isinstance(e, OutputDelta) for e in events)
     assert not any(isinstance(e, ToolArgumentsDelta) for e in events)
     assert City.model_validate(stream.partial_output()) == response.output_parsed
+
+
+async def test_the_agent_loop_ends_on_the_forced_answer_without_running_it(
+    emulator: EmulatorFixture,
+) -> None:
+    """A turn with local tools and ``output=`` on a provider without native structured
+    output: the answer's synthetic tool is never dispatched (the registry does not know
+    it); the turn ends on it, ``output_parsed`` set, the conversation resubmittable."""
+    config_ = SamplerConfig(
+        base_url=emulator.base_url, provider="deepseek", model="emulator-1", api_key="sk-ds-1"
+    )
+    registry = ToolRegistry()
+
+    def population(city: str) -> int:
+        """The population of a city."""
+        raise AssertionError("the answer was forced: no tool runs")
+
+    registry.register(population)
+    request = ConversationRequest([User("a city")], output=City)
+    async with open_sampler(config_) as sampler:
+        result = await process_conversation_turn(sampler, request, tools=registry)
+    assert result.stop is AgentStop.FINAL_ANSWER and result.steps == 1, result.message
+    assert result.response is not None
+    assert isinstance(result.response.output_parsed, City), result.response.output_error
+    assert not any(isinstance(item, ToolResult) for item in result.items)
+    assert all(not item.tool_calls for item in result.items if isinstance(item, Assistant))
 
 
 def test_a_run_of_fragments_is_read_once_and_its_changes_follow_it() -> None:

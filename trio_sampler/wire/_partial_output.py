@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 
 from ..types import (
+    Assistant,
     ChannelToken,
     Completed,
     ConversationRequest,
@@ -30,6 +31,7 @@ from ..types import (
     Retrying,
     SamplingChannel,
     SamplingEvent,
+    StopReason,
     StructuredOutput,
     TerminalEvent,
     ToolArgumentsDelta,
@@ -48,16 +50,43 @@ _ANSWER = -1
 
 def read_output(output: StructuredOutput, response: ConversationResponse) -> ConversationResponse:
     """``response`` with its answer read by ``output``: ``output_parsed`` set, or
-    ``output_error`` (a refusal, text that is not JSON, JSON that does not validate)."""
+    ``output_error`` (a refusal, text that is not JSON, JSON that does not validate).
+
+    Where the answer is the forced call of the tool-forcing strategy, the response reads
+    as a native answer does: the call's arguments become the answer's text and the call
+    is no longer a tool call (nothing runs it: not the agent loop, not ``collect``)."""
+    if not response.text.strip():
+        response = _answer_call_as_text(response, output.schema.name)
     refusal = response.refusal
     text = response.text
     if refusal is None and response.raw_stop_reason == "refusal":
         refusal = text  # Anthropic: a refusal stop, its text the explanation
-    if not text.strip():  # the tool-forcing strategy: the answer is the forced call
-        name = output.schema.name
-        text = next((c.arguments for c in response.tool_calls if c.name == name), text)
     value, error = output.read(text, refusal)
     return attrs.evolve(response, output_parsed=value, output_error=error)
+
+
+def _answer_call_as_text(response: ConversationResponse, name: str) -> ConversationResponse:
+    """``response`` with the call of the answer's tool ``name`` turned into text (the
+    same response when there is none)."""
+    items = list(response.items)
+    for position in range(len(items) - 1, -1, -1):
+        item = items[position]
+        if not isinstance(item, Assistant):
+            continue
+        call = next((c for c in item.tool_calls if c.name == name), None)
+        if call is None:
+            continue
+        others = tuple(c for c in item.tool_calls if c is not call)
+        items[position] = attrs.evolve(
+            item, content=item.content + call.arguments, tool_calls=others
+        )
+        stop = response.stop_reason
+        if stop is StopReason.TOOL_CALLS and not any(
+            isinstance(i, Assistant) and i.tool_calls for i in items
+        ):
+            stop = StopReason.STOP  # the model answered; no call is left to run
+        return attrs.evolve(response, items=tuple(items), stop_reason=stop)
+    return response
 
 
 class PartialOutputs:
