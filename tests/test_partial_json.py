@@ -268,3 +268,17 @@ def test_a_tool_call_cut_short_shows_what_arrived_and_no_cut_number() -> None:
     assert text.partial_arguments == {"path": "a.py", "content": "def f"}
     assert ToolCall("3", "noop", "").partial_arguments is None
     assert ToolCall("4", "add", '{"a": 1, "b": 2}').partial_arguments == {"a": 1, "b": 2}
+
+
+def test_the_stdlib_scanners_the_reader_calls_behave_as_it_expects() -> None:
+    """The reader calls ``json``'s C scanners directly (``scanstring``, the decoder's
+    ``scan_once``), which are outside ``json``'s documented API: a Python upgrade that
+    changes them fails here, by name."""
+    from trio_sampler.types import _partial_json as reader
+
+    assert reader._scanstring('ab\\n"c', 0) == ("ab\n", 5)
+    assert reader._scan_once('x [1, {"a": 2}] y', 2) == ([1, {"a": 2}], 15)
+    # Text that is not (yet) a whole value raises one of the two the reader catches.
+    for text in ("x ", "[1, ", '{"a": tr', "[NaN]", "[1,]"):
+        with pytest.raises((StopIteration, ValueError)):
+            reader._scan_once(text, 2 if text == "x " else 0)
