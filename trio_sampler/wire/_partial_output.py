@@ -128,43 +128,58 @@ class PartialOutputs:
     def batch(self, events: list[SamplingEvent]) -> list[SamplingEvent]:
         """``events`` with what each run of answer or argument fragments changed after the
         run (the same list when nothing did). A run is read once, at its end: a batch of
-        events (one network read) costs one scan per document it touches."""
-        out: list[SamplingEvent] | None = None
+        events (one network read) costs one scan per document it touches.
+
+        This loop runs once per event of every request with tools or ``output=``: it
+        makes no call for an event (the source is read inline) and builds the new list
+        from slices: a 64 KiB tool call in 4-byte deltas, 256 events a read, went from
+        6.6 to 5.0 ms of CPU (records) and from 4.0 to 2.5 ms (one long string), under a
+        load average of 5 to 9 on 2 cores (``benchmarks/bench_partial_json.py``,
+        "ours, sampler per read")."""
+        inserts: list[tuple[int, SamplingEvent]] = []  # (before which event, the delta)
         run: int | None = None  # the document of the run in progress (_ANSWER or a call)
         pieces: list[str] = []  # the run's text
+        answer = self._answer
+        name = None if self.structured is None else self.structured.schema.name
         for position, event in enumerate(events):
-            document, text = self._source(event)
+            document: int | None = None
+            if isinstance(event, ToolCallDelta):
+                if name is not None and event.name == name:
+                    self._answer_call = event.tool_index
+                if event.arguments_delta:
+                    index = event.tool_index
+                    document = _ANSWER if index == self._answer_call else index
+                    text = event.arguments_delta
+            elif (
+                isinstance(event, ChannelToken)
+                and event.channel is _TEXT
+                and answer is not None
+                and event.text
+            ):
+                document = _ANSWER
+                text = event.text
             if run is not None and document != run:
-                out = self._end_run(run, pieces, events, position, out)
+                self._end_run(run, pieces, position, inserts)
                 run = None
                 pieces = []
-            if type(event) is Retrying and event.discard_partial:
-                self.reset()
             if document is not None:
                 pieces.append(text)
                 run = document
-            if out is not None:
-                out.append(event)
+            elif isinstance(event, Retrying) and event.discard_partial:
+                self.reset()
+                answer = self._answer
         if run is not None:
-            out = self._end_run(run, pieces, events, len(events), out)
-        return events if out is None else out
-
-    def _source(self, event: SamplingEvent) -> tuple[int | None, str]:
-        """The document ``event`` adds text to (``_ANSWER`` or a tool index), and the text."""
-        kind = type(event)
-        if kind is ChannelToken:
-            assert isinstance(event, ChannelToken)
-            if event.channel is _TEXT and self._answer is not None and event.text:
-                return _ANSWER, event.text
-        elif kind is ToolCallDelta:
-            assert isinstance(event, ToolCallDelta)
-            if self.structured is not None and event.name == self.structured.schema.name:
-                self._answer_call = event.tool_index
-            if event.arguments_delta:
-                if event.tool_index == self._answer_call:
-                    return _ANSWER, event.arguments_delta
-                return event.tool_index, event.arguments_delta
-        return None, ""
+            self._end_run(run, pieces, len(events), inserts)
+        if not inserts:
+            return events
+        out: list[SamplingEvent] = []
+        done = 0
+        for position, delta in inserts:
+            out += events[done:position]
+            out.append(delta)
+            done = position
+        out += events[done:]
+        return out
 
     def _reader(self, document: int) -> PartialJSON:
         if document == _ANSWER:
@@ -179,22 +194,21 @@ class PartialOutputs:
         self,
         document: int,
         pieces: list[str],
-        events: list[SamplingEvent],
         position: int,
-        out: list[SamplingEvent] | None,
-    ) -> list[SamplingEvent] | None:
-        """Read the run that ended before ``events[position]``; its changes follow it."""
+        inserts: list[tuple[int, SamplingEvent]],
+    ) -> None:
+        """Read the run that ended before event ``position``; its changes go there."""
         text = pieces[0] if len(pieces) == 1 else "".join(pieces)
         changes = self._reader(document).feed(text)
         if not changes:
-            return out
-        if out is None:
-            out = events[:position]
+            return
         if document == _ANSWER:
-            out.append(OutputDelta(self.request_id, tuple(changes), self._problems(changes)))
+            delta: SamplingEvent = OutputDelta(
+                self.request_id, tuple(changes), self._problems(changes)
+            )
         else:
-            out.append(ToolArgumentsDelta(self.request_id, document, tuple(changes)))
-        return out
+            delta = ToolArgumentsDelta(self.request_id, document, tuple(changes))
+        inserts.append((position, delta))
 
     def _problems(self, changes: list[JSONChange]) -> tuple[str, ...]:
         """What the subtrees these changes closed break of the answer's schema (the
