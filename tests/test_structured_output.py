@@ -16,7 +16,7 @@ import httpx2
 import openai
 import pydantic
 import pytest
-from test_partial_json import apply_changes
+from test_partial_json import _consistent, _split, apply_changes
 from typing_extensions import TypedDict  # pydantic reads typing's only from 3.12
 
 from trio_sampler import ApiBackend, SamplerConfig, open_sampler
@@ -25,10 +25,12 @@ from trio_sampler.testing import EmulatorFixture
 from trio_sampler.tools import ToolRegistry
 from trio_sampler.types import (
     Assistant,
+    Cancelled,
     ChannelToken,
     Completed,
     ConversationRequest,
     ConversationResponse,
+    Failed,
     JSONChange,
     JSONChangeKind,
     OutputDelta,
@@ -36,6 +38,7 @@ from trio_sampler.types import (
     ResponseSchema,
     SamplingChannel,
     SamplingError,
+    SamplingErrorInfo,
     SamplingErrorKind,
     SamplingEvent,
     StopReason,
@@ -146,6 +149,56 @@ def test_not_json_invalid_and_refused_answers_are_typed_with_the_text_kept() -> 
     )
     assert anthropic.output_error is not None
     assert anthropic.output_error.kind is OutputErrorKind.REFUSED
+
+
+_TRACK = {
+    "type": "object",
+    "properties": {
+        "points": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
+        "closed": {"type": "boolean"},
+        "name": {"type": "string"},
+    },
+    "required": ["points", "closed", "name"],
+    "additionalProperties": False,
+}
+_TRACK_TEXT = '{"points": [[1, 25], [-3.5, 1e3, 120]], "closed": true, "name": "loop"}'
+
+
+@pytest.mark.parametrize("cut", range(len(_TRACK_TEXT)))
+def test_an_answer_cut_anywhere_is_not_json_on_every_terminal_with_a_consistent_partial(
+    cut: int,
+) -> None:
+    """A stream cut at any character of its answer (numbers nested in arrays included):
+    the partial answer never contradicts the whole one, and the response of whatever
+    terminal ends it (a ``Completed`` cut by the length limit, the ``partial`` of a
+    ``Failed`` or a ``Cancelled``) says NOT_JSON, the text kept."""
+    request = ConversationRequest([User("x")], output=_TRACK)
+    partials = PartialOutputs.for_request("r", request)
+    assert partials is not None
+    head = _TRACK_TEXT[:cut]
+    for piece in _split(head, [cut // 3, cut // 2, cut - 1]):
+        partials.batch([ChannelToken("r", SamplingChannel.TEXT, piece, 1)])
+    view = partials.output()
+    if view is not None:
+        assert _consistent(view, json.loads(_TRACK_TEXT), open_=True), (head, view)
+    response = ConversationResponse(
+        items=[Assistant(head)], stop_reason=StopReason.LENGTH, raw_stop_reason="length"
+    )
+    error = SamplingErrorInfo(kind=SamplingErrorKind.TRANSPORT, message="reset", retryable=False)
+    for terminal in (
+        Completed("r", response),
+        Failed("r", error, response),
+        Cancelled("r", "cancelled by the caller", response),
+    ):
+        ended = partials.finish(terminal)
+        answer = ended.response if isinstance(ended, Completed) else ended.partial
+        assert answer is not None and answer.output_parsed is None
+        assert answer.output_error is not None, type(terminal).__name__
+        assert answer.output_error.kind is OutputErrorKind.NOT_JSON
+        assert answer.output_error.text == head
+        assert answer.output_error.message == (
+            f"the text ends before its JSON does (cut at character {len(head)})"
+        )
 
 
 @dataclasses.dataclass

@@ -225,9 +225,13 @@ class PartialOutputs:
         return tuple(found)
 
     def finish(self, terminal: TerminalEvent) -> TerminalEvent:
-        """The terminal, its response's answer read (a ``Completed`` of a request with
-        ``output=``; any other terminal as it is)."""
-        if self.structured is None or type(terminal) is not Completed:
+        """The terminal, its response's answer read (a request with ``output=``): the
+        ``Completed`` response's, or the ``partial`` of a ``Failed`` or ``Cancelled``
+        (a stream cut anywhere says ``NOT_JSON`` there, the text kept)."""
+        if self.structured is None:
             return terminal
-        assert isinstance(terminal, Completed)
-        return attrs.evolve(terminal, response=read_output(self.structured, terminal.response))
+        if isinstance(terminal, Completed):
+            return attrs.evolve(terminal, response=read_output(self.structured, terminal.response))
+        if terminal.partial is None:
+            return terminal
+        return attrs.evolve(terminal, partial=read_output(self.structured, terminal.partial))
