@@ -472,7 +472,10 @@ def test_a_run_of_fragments_is_read_once_and_its_changes_follow_it() -> None:
 
 
 def test_a_closed_subtree_that_breaks_the_schema_is_reported_as_it_closes() -> None:
-    partials = PartialOutputs.for_request("r", ConversationRequest([User("x")], output=City))
+    schema = structured_output(City)
+    assert schema is not None  # the schema alone, as a JSON Schema dict is checked
+    request = ConversationRequest([User("x")], output=dict(schema.schema.schema))
+    partials = PartialOutputs.for_request("r", request)
     assert partials is not None
 
     def text(piece: str) -> ChannelToken:
@@ -486,3 +489,48 @@ def test_a_closed_subtree_that_breaks_the_schema_is_reported_as_it_closes() -> N
     assert deltas[1].problems == ("$.districts[1]: expected string, got integer",)
     end = partials.batch([text(': "capital"}')])
     assert [e.problems for e in end if isinstance(e, OutputDelta)] == [()]
+
+
+class Stop(pydantic.BaseModel):
+    city: str
+    nights: int = pydantic.Field(gt=0)
+
+    @pydantic.field_validator("city")
+    @classmethod
+    def _known(cls, city: str) -> str:
+        if city not in {"Paris", "Lyon"}:
+            raise ValueError(f"no hotel in {city}")
+        return city
+
+
+class Trip(pydantic.BaseModel):
+    traveller: str
+    stops: list[Stop]
+
+
+def test_a_pydantic_model_validates_each_closed_subtree_as_it_closes() -> None:
+    """With a pydantic model as ``output``, a closed subtree is validated by the model's
+    own type for it (constraints, validators), reported on the event, the stream read on."""
+    partials = PartialOutputs.for_request("r", ConversationRequest([User("x")], output=Trip))
+    assert partials is not None
+    pieces = [
+        '{"traveller": "Ada", "stops": [{"city": "Paris", "nights": 2}, ',
+        '{"city": "Oslo", "nights": 0}',
+        ', {"city": "Lyon", "nights": 1}]}',
+    ]
+    problems = []
+    for piece in pieces:
+        batch = partials.batch([ChannelToken("r", SamplingChannel.TEXT, piece, 1)])
+        problems.append([p for e in batch if isinstance(e, OutputDelta) for p in e.problems])
+    assert problems[0] == []
+    # The second stop, as it closes: the model's validator and its Field constraint.
+    assert problems[1] == [
+        "$.stops[1].city: Value error, no hotel in Oslo",
+        "$.stops[1].nights: Input should be greater than 0",
+    ]
+    assert problems[2] == []  # read on; the problems above are not repeated
+    assert partials.output()["stops"][2] == {"city": "Lyon", "nights": 1}
+    text = "".join(pieces)
+    ended = partials.finish(Completed("r", ConversationResponse(items=[Assistant(text)])))
+    assert isinstance(ended, Completed) and ended.response.output_error is not None
+    assert ended.response.output_error.kind is OutputErrorKind.INVALID

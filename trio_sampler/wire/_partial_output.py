@@ -27,6 +27,7 @@ from ..types import (
     ConversationResponse,
     JSONChange,
     JSONChangeKind,
+    JSONPath,
     OutputDelta,
     Retrying,
     SamplingChannel,
@@ -38,7 +39,7 @@ from ..types import (
     ToolCallDelta,
 )
 from ..types._partial_json import PartialJSON
-from ..types._schema import subtree_errors
+from ..types._schema import adapter_errors, subtree_check, subtree_errors
 
 __all__ = ["PartialOutputs", "read_output"]
 
@@ -211,18 +212,29 @@ class PartialOutputs:
         inserts.append((position, delta))
 
     def _problems(self, changes: list[JSONChange]) -> tuple[str, ...]:
-        """What the subtrees these changes closed break of the answer's schema (the
-        document itself is checked in full at the end, by ``output_parsed``)."""
-        assert self.structured is not None
-        schema = self.structured.schema.schema
+        """What the subtrees these changes closed break of the answer's type or schema
+        (the document itself is checked in full at the end, by ``output_parsed``)."""
         found: list[str] = []
         for kind, path, value in changes:
             if kind is _CLOSE and path:
-                for problem in subtree_errors(value, schema, path):
+                for problem in self._subtree_problems(value, path):
                     if problem not in self._reported:  # an enclosing subtree repeats it
                         self._reported.add(problem)
                         found.append(problem)
         return tuple(found)
+
+    def _subtree_problems(self, value: Any, path: JSONPath) -> list[str]:
+        """A pydantic model's own type for the subtree validates it (its constraints and
+        validators) where one is known for ``path``; the JSON Schema checks the rest."""
+        assert self.structured is not None
+        target = self.structured.target
+        if target is not None:
+            shape = tuple(None if type(step) is int else step for step in path)
+            adapter = subtree_check(target, shape)  # type: ignore[arg-type]
+            if adapter is not None:
+                at = "$" + "".join(f"[{s}]" if type(s) is int else f".{s}" for s in path)
+                return adapter_errors(adapter, value, at)
+        return subtree_errors(value, self.structured.schema.schema, path)
 
     def finish(self, terminal: TerminalEvent) -> TerminalEvent:
         """The terminal, its response's answer read (a request with ``output=``): the
