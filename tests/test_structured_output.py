@@ -31,6 +31,7 @@ from trio_sampler.types import (
     ConversationRequest,
     ConversationResponse,
     Failed,
+    FirstToken,
     JSONChange,
     JSONChangeKind,
     OutputDelta,
@@ -429,8 +430,6 @@ async def test_the_agent_loop_ends_on_the_forced_answer_without_running_it(
 def test_a_run_of_fragments_is_read_once_and_its_changes_follow_it() -> None:
     """Within a batch (one network read), consecutive fragments of one document are one
     run: pushed one by one, read once at the run's end, the changes placed after it."""
-    from trio_sampler.types import FirstToken
-
     tools = ConversationRequest([User("x")], output=Point, tools=[ToolSpec("a"), ToolSpec("b")])
     partials = PartialOutputs.for_request("r", tools)
     assert partials is not None
@@ -469,6 +468,42 @@ def test_a_run_of_fragments_is_read_once_and_its_changes_follow_it() -> None:
     # A batch with nothing to read is handed back as it is.
     quiet: list[SamplingEvent] = [first]
     assert partials.batch(quiet) is quiet
+
+
+def test_a_batch_of_one_calls_fragments_reads_as_the_general_path_does() -> None:
+    """A read holding nothing but one tool call's fragments (a burst's usual batch) is
+    read at once; its changes are those the event-by-event path finds."""
+    request = ConversationRequest([User("x")], tools=[ToolSpec("a"), ToolSpec("b")])
+    text = '{"path": "a.py", "content": "x = [1, 2]\\n", "mode": 420}'
+    pieces = [text[i : i + 4] for i in range(0, len(text), 4)]
+    one = PartialOutputs.for_request("r", request)
+    general = PartialOutputs.for_request("r", request)
+    assert one is not None and general is not None
+    calls: list[SamplingEvent] = [ToolCallDelta("r", 1, None, None, p) for p in pieces]
+    fast = one.batch(calls[:7]) + one.batch(calls[7:])
+    # The same fragments with an event between them: read by the general path.
+    first = FirstToken("r")
+    slow = general.batch([first, *calls[:7]]) + general.batch([*calls[7:], first])
+    deltas = [e for e in fast if isinstance(e, ToolArgumentsDelta)]
+    assert [type(e) for e in fast] == (
+        [ToolCallDelta] * 7
+        + [ToolArgumentsDelta]
+        + [ToolCallDelta] * (len(calls) - 7)
+        + [ToolArgumentsDelta]
+    )
+    expected = [e for e in slow if isinstance(e, ToolArgumentsDelta)]
+    assert [d.changes for d in deltas] == [d.changes for d in expected]
+    assert one.arguments(1) == general.arguments(1) == json.loads(text)
+    # Two calls in one batch: the general path, each call's run after it.
+    two = PartialOutputs.for_request("r", request)
+    assert two is not None
+    mixed = two.batch([ToolCallDelta("r", 0, None, None, "[1]"), calls[0]])
+    assert [type(e).__name__ for e in mixed] == [
+        "ToolCallDelta",
+        "ToolArgumentsDelta",
+        "ToolCallDelta",
+        "ToolArgumentsDelta",
+    ]
 
 
 def test_a_closed_subtree_that_breaks_the_schema_is_reported_as_it_closes() -> None:
