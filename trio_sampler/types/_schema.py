@@ -140,7 +140,10 @@ def _subtree_check(target: Any, shape: tuple[str | None, ...]) -> Any | None:
                 node = Annotated[(node, *field.metadata)]
         else:
             return None
-    return pydantic.TypeAdapter(node)
+    try:
+        return pydantic.TypeAdapter(node)
+    except Exception:  # a type pydantic cannot check alone (an unresolved forward reference)
+        return None  # the JSON Schema checks it, as where no single type is known
 
 
 def adapter_errors(adapter: Any, value: Any, at: str) -> list[str]:
