@@ -11,6 +11,12 @@ Contenders (all read every delta unless said):
 * ``ours, every delta``: :meth:`PartialJSON.feed` per delta, its changes taken;
 * ``ours, every 1 KiB``: :attr:`PartialJSON.push` per delta, the value read every 256
   deltas (a view refreshed by bytes, as a UI would);
+* ``ours, sampler per read``: the path a stream takes: the deltas as ``ToolCallDelta``
+  events (made before the clock starts: they are the transform's, not the reader's), in
+  batches of ``READ_EVENTS`` (one network read each), through
+  :meth:`PartialOutputs.batch`, which reads a run of fragments once and places its
+  ``ToolArgumentsDelta`` after it. Why a read holds that many events is in
+  ``docs/benchmarks.md``;
 * ``jiter re-parse``: ``jiter.from_json(prefix, partial_mode="trailing-strings")`` on the
   whole prefix (openai-python's and anthropic's stream helpers);
 * ``pydantic partial``: ``TypeAdapter(Any).validate_json(prefix,
@@ -53,11 +59,16 @@ except ModuleNotFoundError:  # run as a script: python benchmarks/bench_partial_
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from benchmarks.common import write_results
 
-from trio_sampler.wire import PartialJSON
+from trio_sampler.types import ConversationRequest, SamplingEvent, ToolCallDelta, ToolSpec, User
+from trio_sampler.wire import PartialJSON, PartialOutputs
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "bench_partial_json.json"
 SIZES_KIB = (4, 16, 64, 128, 256)
 DELTA = 4
+#: Events per network read on the sampler's path: 1 KiB of JSON in 4-byte deltas, about
+#: 40 KiB of SSE (a tool-argument event is ~150 bytes on the wire), within one 64 KiB read
+#: of a stream that arrives faster than it is read.
+READ_EVENTS = 256
 #: The targets: 64 KiB in 4-byte deltas within 5 ms, and at most 2.2x per doubling.
 TARGET_MS_64K = 5.0
 TARGET_GROWTH = 2.2
@@ -112,6 +123,23 @@ def ours_every_kib(deltas: list[str]) -> Any:
     return reader.finish()
 
 
+_TOOL_REQUEST = ConversationRequest([User("x")], tools=[ToolSpec("t")])
+
+
+def sampler_reads(deltas: list[str]) -> list[list[SamplingEvent]]:
+    """The deltas as a stream's batches of tool-argument events (``READ_EVENTS`` a read)."""
+    events: list[SamplingEvent] = [ToolCallDelta("b", 0, None, None, d) for d in deltas]
+    return [events[i : i + READ_EVENTS] for i in range(0, len(events), READ_EVENTS)]
+
+
+def ours_sampler_per_read(batches: list[list[SamplingEvent]]) -> Any:
+    partials = PartialOutputs.for_request("b", _TOOL_REQUEST)
+    assert partials is not None
+    for batch in batches:
+        partials.batch(batch)
+    return partials.arguments(0)
+
+
 def _reparse(parse: Callable[[str], Any]) -> Callable[[list[str]], Any]:
     def run(deltas: list[str]) -> Any:
         prefix = ""
@@ -147,7 +175,8 @@ def ijson_push(deltas: list[str]) -> Any:
     return events[0]
 
 
-CONTENDERS: dict[str, Callable[[list[str]], Any]] = {
+CONTENDERS: dict[str, Callable[[Any], Any]] = {
+    "ours, sampler per read": ours_sampler_per_read,
     "ours, every delta": ours_every_delta,
     "ours, every 1 KiB": ours_every_kib,
     "jiter re-parse": _reparse(_jiter),
@@ -157,7 +186,11 @@ CONTENDERS: dict[str, Callable[[list[str]], Any]] = {
 }
 
 
-def measure(run: Callable[[list[str]], Any], deltas: list[str], repeat: int) -> tuple[float, Any]:
+#: What a contender reads, made from the deltas before the clock starts (else the deltas).
+PREPARE: dict[str, Callable[[list[str]], Any]] = {"ours, sampler per read": sampler_reads}
+
+
+def measure(run: Callable[[Any], Any], deltas: Any, repeat: int) -> tuple[float, Any]:
     """The median CPU seconds of ``repeat`` runs (one when a run takes over a second),
     and the value the first run read."""
     times = []
@@ -190,7 +223,8 @@ def bench(repeat: int, budget: float) -> list[dict[str, Any]]:
                 row: dict[str, Any] = {"shape": shape, "contender": name, "kib": kib}
                 row.update(bytes=len(doc), deltas=len(deltas), cpu_ms=None)
                 if previous is None or _predicted(previous, growth, kib) <= budget:
-                    seconds, value = measure(run, deltas, repeat)
+                    given = PREPARE[name](deltas) if name in PREPARE else deltas
+                    seconds, value = measure(run, given, repeat)
                     assert value == json.loads(doc), (name, shape, kib)
                     if previous is not None:
                         growth = (seconds / previous[1]) ** (1 / math.log2(kib / previous[0]))

@@ -28,7 +28,7 @@ from rich.console import Console
 
 from trio_sampler.agent import AgentResult, AgentStop
 from trio_sampler.cli import _demo, _demo_view
-from trio_sampler.cli._demo_lanes import Entry, EntryKind, Lane, Scene, format_call
+from trio_sampler.cli._demo_lanes import EntryKind, Lane, Scene, format_call
 from trio_sampler.emulator import serve
 from trio_sampler.models import ModelCatalog
 from trio_sampler.types import (
@@ -41,10 +41,12 @@ from trio_sampler.types import (
     SamplingChannel,
     SamplingErrorInfo,
     SamplingErrorKind,
+    ToolArgumentsDelta,
     ToolCall,
     ToolCallCompleted,
     ToolCallDelta,
 )
+from trio_sampler.wire import PartialJSON
 
 ROOT = Path(__file__).resolve().parent.parent
 LANES = ("Chat Completions", "Responses", "Messages")
@@ -89,14 +91,22 @@ def check_plain_output(out: str) -> None:
         answers = [i for i, line in enumerate(lines) if line.startswith("answer: ")]
         assert thinking and answers and thinking[0] < answers[0], lines
     chat, responses, messages = (lanes[name] for name in LANES)
-    # A tool call is shown whole, its result right after it.
+    # A tool call is shown whole, then how its arguments filled in as they streamed
+    # (when they took more than one read), then its result.
     for lines, call, result in (
         (chat, 'calculate(expression="17 * 23 + 4")', "395"),
         (responses, 'read_file(path="notes.txt")', "trio_sampler: every request ends"),
         (messages, 'list_directory(path=".")', ".: 1 entries"),
     ):
-        at = lines.index(f"tool call: {call}")
-        assert lines[at + 1].startswith(f"result: {result}"), lines
+        at = lines.index(f"tool call: {call}") + 1
+        if lines[at].startswith("as it streamed: "):
+            steps = lines[at][len("as it streamed: ") :].split(" → ")
+            assert steps[-1] == call[call.index("(") + 1 : -1], lines[at]
+            at += 1
+        assert lines[at].startswith(f"result: {result}"), lines
+    # The calculator's arguments arrive 6 characters every 40 ms: read, they fill in.
+    filled = chat[chat.index('tool call: calculate(expression="17 * 23 + 4")') + 1]
+    assert filled.startswith('as it streamed: expression="17') and " → " in filled, chat
     assert 'on server: web_search(query="python trio structured concurrency"): done' in responses
     # The 429 and its retry, before the conversation went on.
     retry = next(i for i, line in enumerate(chat) if line.startswith("retrying: "))
@@ -267,16 +277,30 @@ def test_a_retry_that_discards_partial_output_removes_it_from_the_lane() -> None
     assert lane.streamed_answer == "A whole answer."
 
 
-def test_a_tool_call_is_shown_growing_then_whole() -> None:
+def test_a_tool_call_fills_in_as_its_arguments_stream_then_is_whole() -> None:
+    """The arguments are shown read (``name(key="value``), never as raw JSON, each
+    ``ToolArgumentsDelta`` filling them in; the steps are kept for the piped view."""
     lane = Lane(Scene(backend="chat_completions", model="m", prompt="hi"))
-    lane.on_event(ToolCallDelta("r1", 0, id="c1", name="calculate", arguments_delta='{"exp'))
-    assert lane.entries[-1] == Entry(
-        EntryKind.TOOL_CALL, 'calculate({"exp', done=False, request_id="r1", key=("tool", 0)
-    )
-    lane.on_event(ToolCallDelta("r1", 0, arguments_delta='ression": "1 + 1"}'))
-    call = ToolCall(id="c1", name="calculate", arguments='{"expression": "1 + 1"}')
+    pieces = ['{"exp', 'ression": "1 ', '+ 1", "ro', 'und": 2}']
+    reader = PartialJSON()
+    shown = []
+    for n, piece in enumerate(pieces):
+        name = "calculate" if n == 0 else None
+        lane.on_event(ToolCallDelta("r1", 0, id="c1", name=name, arguments_delta=piece))
+        lane.on_event(ToolArgumentsDelta("r1", 0, tuple(reader.feed(piece))))
+        shown.append(lane.entries[-1].text)
+    assert shown == [
+        "calculate(",
+        'calculate(expression="1 ',
+        'calculate(expression="1 + 1"',
+        'calculate(expression="1 + 1", round=2',
+    ]
+    assert not lane.entries[-1].done
+    call = ToolCall(id="c1", name="calculate", arguments="".join(pieces))
     lane.on_event(ToolCallCompleted("r1", 0, call))
-    assert lane.entries[-1].text == 'calculate(expression="1 + 1")' and lane.entries[-1].done
+    entry = lane.entries[-1]
+    assert entry.text == 'calculate(expression="1 + 1", round=2)' and entry.done
+    assert entry.steps == shown[1:]  # the call as it was shown while it streamed
 
 
 def test_format_call_keeps_arguments_that_are_not_an_object() -> None:

@@ -193,6 +193,32 @@ def test_the_text_ending_early_is_an_error_with_the_partial_value_kept() -> None
     assert not reader.complete
 
 
+_documents = st.lists(_values, max_size=5) | st.dictionaries(_text, _values, max_size=5)
+
+
+@given(_documents, st.integers(0, 10**6), st.lists(st.integers(0, 10**6), max_size=20))
+@settings(max_examples=300)
+def test_a_cut_anywhere_ends_in_an_error_and_a_value_that_never_contradicts(
+    value: Any, cut: int, cuts: list[int]
+) -> None:
+    """A document (an object or an array, as an answer or tool arguments are) cut at any
+    character, nested numbers and literals in arrays and objects included, read in any
+    split: ``finish()`` says the text ended early and keeps a view of the final value
+    (a number the cut may have shortened is never shown)."""
+    text = json.dumps(value, ensure_ascii=False)
+    final = json.loads(text)
+    head = text[: cut % len(text)]
+    reader = PartialJSON()
+    for fragment in _split(head, cuts):
+        reader.feed(fragment)
+    partial = reader.finish()
+    assert isinstance(reader.error, PartialJSONError) and not reader.complete
+    assert "the text ended inside" in reader.error.message
+    assert reader.error.position == len(head)
+    if partial is not None:
+        assert _consistent(partial, final, open_=True), (head, partial, final)
+
+
 def test_pushed_fragments_are_read_when_asked_for() -> None:
     reader = PartialJSON()
     for fragment in ['{"xs": [1, ', '2, 3], "s": "ab', 'c"}']:
@@ -268,3 +294,17 @@ def test_a_tool_call_cut_short_shows_what_arrived_and_no_cut_number() -> None:
     assert text.partial_arguments == {"path": "a.py", "content": "def f"}
     assert ToolCall("3", "noop", "").partial_arguments is None
     assert ToolCall("4", "add", '{"a": 1, "b": 2}').partial_arguments == {"a": 1, "b": 2}
+
+
+def test_the_stdlib_scanners_the_reader_calls_behave_as_it_expects() -> None:
+    """The reader calls ``json``'s C scanners directly (``scanstring``, the decoder's
+    ``scan_once``), which are outside ``json``'s documented API: a Python upgrade that
+    changes them fails here, by name."""
+    from trio_sampler.types import _partial_json as reader
+
+    assert reader._scanstring('ab\\n"c', 0) == ("ab\n", 5)
+    assert reader._scan_once('x [1, {"a": 2}] y', 2) == ([1, {"a": 2}], 15)
+    # Text that is not (yet) a whole value raises one of the two the reader catches.
+    for text in ("x ", "[1, ", '{"a": tr', "[NaN]", "[1,]"):
+        with pytest.raises((StopIteration, ValueError)):
+            reader._scan_once(text, 2 if text == "x " else 0)

@@ -16,17 +16,22 @@ import httpx2
 import openai
 import pydantic
 import pytest
-from test_partial_json import apply_changes
+from test_partial_json import _consistent, _split, apply_changes
 from typing_extensions import TypedDict  # pydantic reads typing's only from 3.12
 
 from trio_sampler import ApiBackend, SamplerConfig, open_sampler
+from trio_sampler.agent import AgentStop, process_conversation_turn
 from trio_sampler.testing import EmulatorFixture
+from trio_sampler.tools import ToolRegistry
 from trio_sampler.types import (
     Assistant,
+    Cancelled,
     ChannelToken,
     Completed,
     ConversationRequest,
     ConversationResponse,
+    Failed,
+    FirstToken,
     JSONChange,
     JSONChangeKind,
     OutputDelta,
@@ -34,10 +39,13 @@ from trio_sampler.types import (
     ResponseSchema,
     SamplingChannel,
     SamplingError,
+    SamplingErrorInfo,
     SamplingErrorKind,
     SamplingEvent,
+    StopReason,
     ToolArgumentsDelta,
     ToolCallDelta,
+    ToolResult,
     ToolSpec,
     User,
     structured_output,
@@ -47,6 +55,7 @@ from trio_sampler.wire import (
     ConversionAction,
     PartialOutputs,
     build_request,
+    collect,
     read_output,
 )
 
@@ -141,6 +150,56 @@ def test_not_json_invalid_and_refused_answers_are_typed_with_the_text_kept() -> 
     )
     assert anthropic.output_error is not None
     assert anthropic.output_error.kind is OutputErrorKind.REFUSED
+
+
+_TRACK = {
+    "type": "object",
+    "properties": {
+        "points": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
+        "closed": {"type": "boolean"},
+        "name": {"type": "string"},
+    },
+    "required": ["points", "closed", "name"],
+    "additionalProperties": False,
+}
+_TRACK_TEXT = '{"points": [[1, 25], [-3.5, 1e3, 120]], "closed": true, "name": "loop"}'
+
+
+@pytest.mark.parametrize("cut", range(len(_TRACK_TEXT)))
+def test_an_answer_cut_anywhere_is_not_json_on_every_terminal_with_a_consistent_partial(
+    cut: int,
+) -> None:
+    """A stream cut at any character of its answer (numbers nested in arrays included):
+    the partial answer never contradicts the whole one, and the response of whatever
+    terminal ends it (a ``Completed`` cut by the length limit, the ``partial`` of a
+    ``Failed`` or a ``Cancelled``) says NOT_JSON, the text kept."""
+    request = ConversationRequest([User("x")], output=_TRACK)
+    partials = PartialOutputs.for_request("r", request)
+    assert partials is not None
+    head = _TRACK_TEXT[:cut]
+    for piece in _split(head, [cut // 3, cut // 2, cut - 1]):
+        partials.batch([ChannelToken("r", SamplingChannel.TEXT, piece, 1)])
+    view = partials.output()
+    if view is not None:
+        assert _consistent(view, json.loads(_TRACK_TEXT), open_=True), (head, view)
+    response = ConversationResponse(
+        items=[Assistant(head)], stop_reason=StopReason.LENGTH, raw_stop_reason="length"
+    )
+    error = SamplingErrorInfo(kind=SamplingErrorKind.TRANSPORT, message="reset", retryable=False)
+    for terminal in (
+        Completed("r", response),
+        Failed("r", error, response),
+        Cancelled("r", "cancelled by the caller", response),
+    ):
+        ended = partials.finish(terminal)
+        answer = ended.response if isinstance(ended, Completed) else ended.partial
+        assert answer is not None and answer.output_parsed is None
+        assert answer.output_error is not None, type(terminal).__name__
+        assert answer.output_error.kind is OutputErrorKind.NOT_JSON
+        assert answer.output_error.text == head
+        assert answer.output_error.message == (
+            f"the text ends before its JSON does (cut at character {len(head)})"
+        )
 
 
 @dataclasses.dataclass
@@ -333,17 +392,44 @@ async def test_the_forced_tool_call_is_read_as_the_answer(emulator: EmulatorFixt
         events = [e async for e in stream]
         response = (await stream.result()).unwrap()
     assert isinstance(response.output_parsed, City), response.output_error
-    assert [c.name for c in response.tool_calls] == ["City"]
+    # The forced call is the answer, not a call to run: it reads as a native answer does.
+    assert response.tool_calls == () and response.stop_reason is StopReason.STOP
+    assert City.model_validate_json(response.text) == response.output_parsed
+    assert collect(events) == response
     assert any(isinstance(e, OutputDelta) for e in events)
     assert not any(isinstance(e, ToolArgumentsDelta) for e in events)
     assert City.model_validate(stream.partial_output()) == response.output_parsed
 
 
+async def test_the_agent_loop_ends_on_the_forced_answer_without_running_it(
+    emulator: EmulatorFixture,
+) -> None:
+    """A turn with local tools and ``output=`` on a provider without native structured
+    output: the answer's synthetic tool is never dispatched (the registry does not know
+    it); the turn ends on it, ``output_parsed`` set, the conversation resubmittable."""
+    config_ = SamplerConfig(
+        base_url=emulator.base_url, provider="deepseek", model="emulator-1", api_key="sk-ds-1"
+    )
+    registry = ToolRegistry()
+
+    def population(city: str) -> int:
+        """The population of a city."""
+        raise AssertionError("the answer was forced: no tool runs")
+
+    registry.register(population)
+    request = ConversationRequest([User("a city")], output=City)
+    async with open_sampler(config_) as sampler:
+        result = await process_conversation_turn(sampler, request, tools=registry)
+    assert result.stop is AgentStop.FINAL_ANSWER and result.steps == 1, result.message
+    assert result.response is not None
+    assert isinstance(result.response.output_parsed, City), result.response.output_error
+    assert not any(isinstance(item, ToolResult) for item in result.items)
+    assert all(not item.tool_calls for item in result.items if isinstance(item, Assistant))
+
+
 def test_a_run_of_fragments_is_read_once_and_its_changes_follow_it() -> None:
     """Within a batch (one network read), consecutive fragments of one document are one
     run: pushed one by one, read once at the run's end, the changes placed after it."""
-    from trio_sampler.types import FirstToken
-
     tools = ConversationRequest([User("x")], output=Point, tools=[ToolSpec("a"), ToolSpec("b")])
     partials = PartialOutputs.for_request("r", tools)
     assert partials is not None
@@ -384,8 +470,47 @@ def test_a_run_of_fragments_is_read_once_and_its_changes_follow_it() -> None:
     assert partials.batch(quiet) is quiet
 
 
+def test_a_batch_of_one_calls_fragments_reads_as_the_general_path_does() -> None:
+    """A read holding nothing but one tool call's fragments (a burst's usual batch) is
+    read at once; its changes are those the event-by-event path finds."""
+    request = ConversationRequest([User("x")], tools=[ToolSpec("a"), ToolSpec("b")])
+    text = '{"path": "a.py", "content": "x = [1, 2]\\n", "mode": 420}'
+    pieces = [text[i : i + 4] for i in range(0, len(text), 4)]
+    one = PartialOutputs.for_request("r", request)
+    general = PartialOutputs.for_request("r", request)
+    assert one is not None and general is not None
+    calls: list[SamplingEvent] = [ToolCallDelta("r", 1, None, None, p) for p in pieces]
+    fast = one.batch(calls[:7]) + one.batch(calls[7:])
+    # The same fragments with an event between them: read by the general path.
+    first = FirstToken("r")
+    slow = general.batch([first, *calls[:7]]) + general.batch([*calls[7:], first])
+    deltas = [e for e in fast if isinstance(e, ToolArgumentsDelta)]
+    assert [type(e) for e in fast] == (
+        [ToolCallDelta] * 7
+        + [ToolArgumentsDelta]
+        + [ToolCallDelta] * (len(calls) - 7)
+        + [ToolArgumentsDelta]
+    )
+    expected = [e for e in slow if isinstance(e, ToolArgumentsDelta)]
+    assert [d.changes for d in deltas] == [d.changes for d in expected]
+    assert one.arguments(1) == general.arguments(1) == json.loads(text)
+    # Two calls in one batch: the general path, each call's run after it.
+    two = PartialOutputs.for_request("r", request)
+    assert two is not None
+    mixed = two.batch([ToolCallDelta("r", 0, None, None, "[1]"), calls[0]])
+    assert [type(e).__name__ for e in mixed] == [
+        "ToolCallDelta",
+        "ToolArgumentsDelta",
+        "ToolCallDelta",
+        "ToolArgumentsDelta",
+    ]
+
+
 def test_a_closed_subtree_that_breaks_the_schema_is_reported_as_it_closes() -> None:
-    partials = PartialOutputs.for_request("r", ConversationRequest([User("x")], output=City))
+    schema = structured_output(City)
+    assert schema is not None  # the schema alone, as a JSON Schema dict is checked
+    request = ConversationRequest([User("x")], output=dict(schema.schema.schema))
+    partials = PartialOutputs.for_request("r", request)
     assert partials is not None
 
     def text(piece: str) -> ChannelToken:
@@ -399,3 +524,48 @@ def test_a_closed_subtree_that_breaks_the_schema_is_reported_as_it_closes() -> N
     assert deltas[1].problems == ("$.districts[1]: expected string, got integer",)
     end = partials.batch([text(': "capital"}')])
     assert [e.problems for e in end if isinstance(e, OutputDelta)] == [()]
+
+
+class Stop(pydantic.BaseModel):
+    city: str
+    nights: int = pydantic.Field(gt=0)
+
+    @pydantic.field_validator("city")
+    @classmethod
+    def _known(cls, city: str) -> str:
+        if city not in {"Paris", "Lyon"}:
+            raise ValueError(f"no hotel in {city}")
+        return city
+
+
+class Trip(pydantic.BaseModel):
+    traveller: str
+    stops: list[Stop]
+
+
+def test_a_pydantic_model_validates_each_closed_subtree_as_it_closes() -> None:
+    """With a pydantic model as ``output``, a closed subtree is validated by the model's
+    own type for it (constraints, validators), reported on the event, the stream read on."""
+    partials = PartialOutputs.for_request("r", ConversationRequest([User("x")], output=Trip))
+    assert partials is not None
+    pieces = [
+        '{"traveller": "Ada", "stops": [{"city": "Paris", "nights": 2}, ',
+        '{"city": "Oslo", "nights": 0}',
+        ', {"city": "Lyon", "nights": 1}]}',
+    ]
+    problems = []
+    for piece in pieces:
+        batch = partials.batch([ChannelToken("r", SamplingChannel.TEXT, piece, 1)])
+        problems.append([p for e in batch if isinstance(e, OutputDelta) for p in e.problems])
+    assert problems[0] == []
+    # The second stop, as it closes: the model's validator and its Field constraint.
+    assert problems[1] == [
+        "$.stops[1].city: Value error, no hotel in Oslo",
+        "$.stops[1].nights: Input should be greater than 0",
+    ]
+    assert problems[2] == []  # read on; the problems above are not repeated
+    assert partials.output()["stops"][2] == {"city": "Lyon", "nights": 1}
+    text = "".join(pieces)
+    ended = partials.finish(Completed("r", ConversationResponse(items=[Assistant(text)])))
+    assert isinstance(ended, Completed) and ended.response.output_error is not None
+    assert ended.response.output_error.kind is OutputErrorKind.INVALID

@@ -23,10 +23,12 @@ from ..types import (
     ChannelToken,
     Completed,
     Failed,
+    JSONChangeKind,
     Retrying,
     SamplingChannel,
     SamplingEvent,
     StreamStarted,
+    ToolArgumentsDelta,
     ToolCall,
     ToolCallCompleted,
     ToolCallDelta,
@@ -127,6 +129,12 @@ class Entry:
     key: object = None
     #: A tool result that is an error, a failure.
     error: bool = False
+    #: A tool call's arguments as read so far (top-level members; ``None``: none yet),
+    #: and the member whose string is still open.
+    arguments: dict[str, Any] | None = None
+    open_member: str | None = None
+    #: A tool call as it was shown while its arguments streamed, one text per change.
+    steps: list[str] = attrs.field(factory=list)
 
 
 @attrs.define
@@ -194,6 +202,8 @@ class Lane:
             self._token(event)
         elif isinstance(event, ToolCallDelta):
             self._tool_delta(event)
+        elif isinstance(event, ToolArgumentsDelta):
+            self._tool_arguments(event)
         elif isinstance(event, ToolCallCompleted):
             self._tool_completed(event)
         elif isinstance(event, BackendToolCallStarted):
@@ -245,7 +255,30 @@ class Lane:
                 )
             )
             self.status = f"calling {name}"
-        entry.text += event.arguments_delta
+
+    def _tool_arguments(self, event: ToolArgumentsDelta) -> None:
+        """The call's arguments filled in from what the fragments changed (read by the
+        sampler, never re-parsed here): ``name(key="value`` growing as it streams."""
+        entry = self._find(event.request_id, ("tool", event.tool_index))
+        if entry is None or entry.done:
+            return
+        arguments = entry.arguments if entry.arguments is not None else {}
+        for kind, path, value in event.changes:
+            if len(path) != 1 or not isinstance(path[0], str):
+                continue  # deeper changes: the member shows whole when it closes
+            member = path[0]
+            if kind is JSONChangeKind.APPEND:
+                arguments[member] += value
+            else:
+                arguments[member] = value
+                opened = kind is JSONChangeKind.SET and isinstance(value, str)
+                entry.open_member = member if opened else None
+        entry.arguments = arguments
+        name = entry.text.split("(", 1)[0]
+        text = f"{name}({_members(arguments, entry.open_member)}"
+        if text != entry.text:
+            entry.text = text
+            entry.steps.append(text)
 
     def _tool_completed(self, event: ToolCallCompleted) -> None:
         key = ("tool", event.tool_index)
@@ -352,6 +385,15 @@ class Lane:
             # The library's kept partial is exactly what streamed before the cancel.
             return bool(result.final_text) and result.final_text == self.streamed_answer
         return True
+
+
+def _members(arguments: Mapping[str, Any], open_member: str | None) -> str:
+    """``key=value, ...`` with the open string's closing quote left out."""
+    shown = []
+    for key, value in arguments.items():
+        text = orjson.dumps(value).decode()
+        shown.append(f"{key}={text[:-1] if key == open_member else text}")
+    return ", ".join(shown)
 
 
 def format_call(name: str, arguments: str, *, skip: tuple[str, ...] = ()) -> str:

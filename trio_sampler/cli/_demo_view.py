@@ -471,6 +471,11 @@ class PlainView:
         lines = [f"{label} {entry.kind.value}: {first}"]
         indent = " " * (len(entry.kind.value) + 2)
         lines.extend(f"{label} {indent}{line}" for line in more)
+        if entry.kind is EntryKind.TOOL_CALL and len(entry.steps) > 1:
+            # The arguments as the live view showed them filling in, read as they streamed.
+            name = entry.text.split("(", 1)[0]
+            filled = " → ".join(step[len(name) + 1 :] for step in entry.steps)
+            lines.append(f"{label} {indent}as it streamed: {filled}")
         return lines
 
     def _flush(self, lanes: list[Lane]) -> None:

@@ -350,7 +350,9 @@ class OutputDelta:
     answer so far is ``RequestStream.partial_output()``. ``problems`` says what in the
     strings, objects and arrays this run closed does not match the schema (checked as they
     close, each problem reported once: a consumer may stop the request at the first),
-    empty when all do. The whole answer is checked at the end (``output_parsed``).
+    empty when all do. With a pydantic model as ``output``, a subtree whose type the model
+    names is validated by that type instead (its ``Field`` constraints, and a nested
+    model's validators). The whole answer is checked at the end (``output_parsed``).
     """
 
     request_id: str

@@ -13,17 +13,22 @@
 
 from __future__ import annotations
 
+import collections.abc
+import functools
 import math
+import typing
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import attrs
 
 __all__ = [
+    "adapter_errors",
     "schema_errors",
     "schema_for",
     "strict_problems",
     "strict_schema",
+    "subtree_check",
     "subtree_errors",
     "to_python",
 ]
@@ -99,6 +104,61 @@ def to_python(target: Any, value: Any) -> Any:
     if isinstance(target, type) and attrs.has(target):
         return target(**result.model_dump())
     return result
+
+
+def subtree_check(target: Any, shape: tuple[str | None, ...]) -> Any | None:
+    """A pydantic ``TypeAdapter`` for the part of pydantic model ``target`` at ``shape``
+    (a path whose array indexes are ``None``), or ``None`` where no single type is known
+    there: ``target`` is not a pydantic model, or the path goes through a union, a field
+    it does not have, or anything but a model, a list or a ``dict[str, ...]``. The field's
+    constraints (``Field(gt=0)``) are kept; a part that is a model brings its validators."""
+    pydantic = _pydantic()
+    if not (isinstance(target, type) and issubclass(target, pydantic.BaseModel)):
+        return None
+    return _subtree_check(target, shape)
+
+
+@functools.lru_cache(maxsize=256)
+def _subtree_check(target: Any, shape: tuple[str | None, ...]) -> Any | None:
+    pydantic = _pydantic()
+    node: Any = target
+    for step in shape:
+        base = typing.get_args(node)[0] if typing.get_origin(node) is Annotated else node
+        origin, args = typing.get_origin(base), typing.get_args(base)
+        if step is None and origin in (list, collections.abc.Sequence) and len(args) == 1:
+            node = args[0]
+        elif step is not None and origin is dict and len(args) == 2:
+            node = args[1]
+        elif step is not None and isinstance(base, type) and issubclass(base, pydantic.BaseModel):
+            fields: dict[str, Any] = base.model_fields  # type: ignore[attr-defined]
+            name = next((n for n, f in fields.items() if (f.alias or n) == step), None)
+            if name is None:
+                return None
+            field = fields[name]
+            node = field.annotation
+            if field.metadata:
+                node = Annotated[(node, *field.metadata)]
+        else:
+            return None
+    try:
+        return pydantic.TypeAdapter(node)
+    except Exception:  # a type pydantic cannot check alone (an unresolved forward reference)
+        return None  # the JSON Schema checks it, as where no single type is known
+
+
+def adapter_errors(adapter: Any, value: Any, at: str) -> list[str]:
+    """What ``adapter`` (from :func:`subtree_check`) finds wrong in ``value``, the value
+    at ``at`` (``$.a[1]``), one message per problem, in :func:`schema_errors`' form."""
+    pydantic = _pydantic()
+    try:
+        adapter.validate_python(value)
+    except pydantic.ValidationError as exc:
+        found = []
+        for error in exc.errors(include_url=False):
+            where = at + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"])
+            found.append(f"{where}: {error['msg']}")
+        return found
+    return []
 
 
 def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from typing import Any
 
 import attrs
 
+from ._partial_json import PartialJSON
 from ._schema import schema_errors, schema_for, strict_problems, strict_schema, to_python
 
 __all__ = [
@@ -98,11 +99,23 @@ class StructuredOutput:
         try:
             value = json.loads(text)
         except ValueError as exc:
-            return None, OutputError(OutputErrorKind.NOT_JSON, str(exc), text)
+            return None, OutputError(OutputErrorKind.NOT_JSON, _not_json(text, exc), text)
         try:
             return self.validate(value), None
         except ValueError as exc:
             return None, OutputError(OutputErrorKind.INVALID, str(exc), text)
+
+
+def _not_json(text: str, exc: ValueError) -> str:
+    """Why ``text`` is not JSON: cut short (a prefix of JSON: the stream or the length
+    limit ended it), or ``json``'s message for where it goes wrong."""
+    reader = PartialJSON()
+    reader.feed(text)
+    reader.finish()
+    error = reader.error
+    if error is not None and error.message.startswith("the text ended"):
+        return f"the text ends before its JSON does (cut at character {error.position})"
+    return str(exc)
 
 
 def _name_of(target: Any) -> str:

@@ -20,23 +20,26 @@ from typing import Any
 import attrs
 
 from ..types import (
+    Assistant,
     ChannelToken,
     Completed,
     ConversationRequest,
     ConversationResponse,
     JSONChange,
     JSONChangeKind,
+    JSONPath,
     OutputDelta,
     Retrying,
     SamplingChannel,
     SamplingEvent,
+    StopReason,
     StructuredOutput,
     TerminalEvent,
     ToolArgumentsDelta,
     ToolCallDelta,
 )
 from ..types._partial_json import PartialJSON
-from ..types._schema import subtree_errors
+from ..types._schema import adapter_errors, subtree_check, subtree_errors
 
 __all__ = ["PartialOutputs", "read_output"]
 
@@ -48,16 +51,43 @@ _ANSWER = -1
 
 def read_output(output: StructuredOutput, response: ConversationResponse) -> ConversationResponse:
     """``response`` with its answer read by ``output``: ``output_parsed`` set, or
-    ``output_error`` (a refusal, text that is not JSON, JSON that does not validate)."""
+    ``output_error`` (a refusal, text that is not JSON, JSON that does not validate).
+
+    Where the answer is the forced call of the tool-forcing strategy, the response reads
+    as a native answer does: the call's arguments become the answer's text and the call
+    is no longer a tool call (nothing runs it: not the agent loop, not ``collect``)."""
+    if not response.text.strip():
+        response = _answer_call_as_text(response, output.schema.name)
     refusal = response.refusal
     text = response.text
     if refusal is None and response.raw_stop_reason == "refusal":
         refusal = text  # Anthropic: a refusal stop, its text the explanation
-    if not text.strip():  # the tool-forcing strategy: the answer is the forced call
-        name = output.schema.name
-        text = next((c.arguments for c in response.tool_calls if c.name == name), text)
     value, error = output.read(text, refusal)
     return attrs.evolve(response, output_parsed=value, output_error=error)
+
+
+def _answer_call_as_text(response: ConversationResponse, name: str) -> ConversationResponse:
+    """``response`` with the call of the answer's tool ``name`` turned into text (the
+    same response when there is none)."""
+    items = list(response.items)
+    for position in range(len(items) - 1, -1, -1):
+        item = items[position]
+        if not isinstance(item, Assistant):
+            continue
+        call = next((c for c in item.tool_calls if c.name == name), None)
+        if call is None:
+            continue
+        others = tuple(c for c in item.tool_calls if c is not call)
+        items[position] = attrs.evolve(
+            item, content=item.content + call.arguments, tool_calls=others
+        )
+        stop = response.stop_reason
+        if stop is StopReason.TOOL_CALLS and not any(
+            isinstance(i, Assistant) and i.tool_calls for i in items
+        ):
+            stop = StopReason.STOP  # the model answered; no call is left to run
+        return attrs.evolve(response, items=tuple(items), stop_reason=stop)
+    return response
 
 
 class PartialOutputs:
@@ -99,43 +129,76 @@ class PartialOutputs:
     def batch(self, events: list[SamplingEvent]) -> list[SamplingEvent]:
         """``events`` with what each run of answer or argument fragments changed after the
         run (the same list when nothing did). A run is read once, at its end: a batch of
-        events (one network read) costs one scan per document it touches."""
-        out: list[SamplingEvent] | None = None
+        events (one network read) costs one scan per document it touches.
+
+        This loop runs once per event of every request with tools or ``output=``: it
+        makes no call for an event (the source is read inline) and builds the new list
+        from slices: a 64 KiB tool call in 4-byte deltas, 256 events a read, went from
+        6.6 to 5.0 ms of CPU (records) and from 4.0 to 2.5 ms (one long string), under a
+        load average of 5 to 9 on 2 cores (``benchmarks/bench_partial_json.py``,
+        "ours, sampler per read"). A batch of one tool call's fragments alone skips the
+        loop (:meth:`_one_call`): 5.0 to 4.2 ms and 2.6 to 2.0 ms more, back to back."""
+        if self.structured is None and events and type(events[0]) is ToolCallDelta:
+            whole = self._one_call(events)
+            if whole is not None:
+                return whole
+        inserts: list[tuple[int, SamplingEvent]] = []  # (before which event, the delta)
         run: int | None = None  # the document of the run in progress (_ANSWER or a call)
         pieces: list[str] = []  # the run's text
+        answer = self._answer
+        name = None if self.structured is None else self.structured.schema.name
         for position, event in enumerate(events):
-            document, text = self._source(event)
+            document: int | None = None
+            if isinstance(event, ToolCallDelta):
+                if name is not None and event.name == name:
+                    self._answer_call = event.tool_index
+                if event.arguments_delta:
+                    index = event.tool_index
+                    document = _ANSWER if index == self._answer_call else index
+                    text = event.arguments_delta
+            elif (
+                isinstance(event, ChannelToken)
+                and event.channel is _TEXT
+                and answer is not None
+                and event.text
+            ):
+                document = _ANSWER
+                text = event.text
             if run is not None and document != run:
-                out = self._end_run(run, pieces, events, position, out)
+                self._end_run(run, pieces, position, inserts)
                 run = None
                 pieces = []
-            if type(event) is Retrying and event.discard_partial:
-                self.reset()
             if document is not None:
                 pieces.append(text)
                 run = document
-            if out is not None:
-                out.append(event)
+            elif isinstance(event, Retrying) and event.discard_partial:
+                self.reset()
+                answer = self._answer
         if run is not None:
-            out = self._end_run(run, pieces, events, len(events), out)
-        return events if out is None else out
+            self._end_run(run, pieces, len(events), inserts)
+        if not inserts:
+            return events
+        out: list[SamplingEvent] = []
+        done = 0
+        for position, delta in inserts:
+            out += events[done:position]
+            out.append(delta)
+            done = position
+        out += events[done:]
+        return out
 
-    def _source(self, event: SamplingEvent) -> tuple[int | None, str]:
-        """The document ``event`` adds text to (``_ANSWER`` or a tool index), and the text."""
-        kind = type(event)
-        if kind is ChannelToken:
-            assert isinstance(event, ChannelToken)
-            if event.channel is _TEXT and self._answer is not None and event.text:
-                return _ANSWER, event.text
-        elif kind is ToolCallDelta:
-            assert isinstance(event, ToolCallDelta)
-            if self.structured is not None and event.name == self.structured.schema.name:
-                self._answer_call = event.tool_index
-            if event.arguments_delta:
-                if event.tool_index == self._answer_call:
-                    return _ANSWER, event.arguments_delta
-                return event.tool_index, event.arguments_delta
-        return None, ""
+    def _one_call(self, events: list[SamplingEvent]) -> list[SamplingEvent] | None:
+        """A batch of nothing but one tool call's fragments (a burst's usual read),
+        read with three comprehensions instead of the loop; ``None`` for any other."""
+        if {type(e) for e in events} != {ToolCallDelta}:
+            return None
+        calls: list[ToolCallDelta] = events  # type: ignore[assignment]  # checked above
+        indexes = {e.tool_index for e in calls}
+        if len(indexes) != 1:
+            return None
+        inserts: list[tuple[int, SamplingEvent]] = []
+        self._end_run(indexes.pop(), [e.arguments_delta for e in calls], len(events), inserts)
+        return [*events, inserts[0][1]] if inserts else events
 
     def _reader(self, document: int) -> PartialJSON:
         if document == _ANSWER:
@@ -150,41 +213,55 @@ class PartialOutputs:
         self,
         document: int,
         pieces: list[str],
-        events: list[SamplingEvent],
         position: int,
-        out: list[SamplingEvent] | None,
-    ) -> list[SamplingEvent] | None:
-        """Read the run that ended before ``events[position]``; its changes follow it."""
+        inserts: list[tuple[int, SamplingEvent]],
+    ) -> None:
+        """Read the run that ended before event ``position``; its changes go there."""
         text = pieces[0] if len(pieces) == 1 else "".join(pieces)
         changes = self._reader(document).feed(text)
         if not changes:
-            return out
-        if out is None:
-            out = events[:position]
+            return
         if document == _ANSWER:
-            out.append(OutputDelta(self.request_id, tuple(changes), self._problems(changes)))
+            delta: SamplingEvent = OutputDelta(
+                self.request_id, tuple(changes), self._problems(changes)
+            )
         else:
-            out.append(ToolArgumentsDelta(self.request_id, document, tuple(changes)))
-        return out
+            delta = ToolArgumentsDelta(self.request_id, document, tuple(changes))
+        inserts.append((position, delta))
 
     def _problems(self, changes: list[JSONChange]) -> tuple[str, ...]:
-        """What the subtrees these changes closed break of the answer's schema (the
-        document itself is checked in full at the end, by ``output_parsed``)."""
-        assert self.structured is not None
-        schema = self.structured.schema.schema
+        """What the subtrees these changes closed break of the answer's type or schema
+        (the document itself is checked in full at the end, by ``output_parsed``)."""
         found: list[str] = []
         for kind, path, value in changes:
             if kind is _CLOSE and path:
-                for problem in subtree_errors(value, schema, path):
+                for problem in self._subtree_problems(value, path):
                     if problem not in self._reported:  # an enclosing subtree repeats it
                         self._reported.add(problem)
                         found.append(problem)
         return tuple(found)
 
+    def _subtree_problems(self, value: Any, path: JSONPath) -> list[str]:
+        """A pydantic model's own type for the subtree validates it (its constraints and
+        validators) where one is known for ``path``; the JSON Schema checks the rest."""
+        assert self.structured is not None
+        target = self.structured.target
+        if target is not None:
+            shape = tuple(None if type(step) is int else step for step in path)
+            adapter = subtree_check(target, shape)  # type: ignore[arg-type]
+            if adapter is not None:
+                at = "$" + "".join(f"[{s}]" if type(s) is int else f".{s}" for s in path)
+                return adapter_errors(adapter, value, at)
+        return subtree_errors(value, self.structured.schema.schema, path)
+
     def finish(self, terminal: TerminalEvent) -> TerminalEvent:
-        """The terminal, its response's answer read (a ``Completed`` of a request with
-        ``output=``; any other terminal as it is)."""
-        if self.structured is None or type(terminal) is not Completed:
+        """The terminal, its response's answer read (a request with ``output=``): the
+        ``Completed`` response's, or the ``partial`` of a ``Failed`` or ``Cancelled``
+        (a stream cut anywhere says ``NOT_JSON`` there, the text kept)."""
+        if self.structured is None:
             return terminal
-        assert isinstance(terminal, Completed)
-        return attrs.evolve(terminal, response=read_output(self.structured, terminal.response))
+        if isinstance(terminal, Completed):
+            return attrs.evolve(terminal, response=read_output(self.structured, terminal.response))
+        if terminal.partial is None:
+            return terminal
+        return attrs.evolve(terminal, partial=read_output(self.structured, terminal.partial))

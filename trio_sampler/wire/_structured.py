@@ -5,7 +5,9 @@ A provider whose profile says it has no native structured output
 request's schema as a synthetic tool, named after the schema, and a ``tool_choice`` that
 forces it: the model's answer is then that call's arguments.
 :class:`~trio_sampler.wire.PartialOutputs` reads a call of that name as the answer, as it
-streams and at the end (``output_parsed``). The conversion report says it was done.
+streams and at the end (``output_parsed``), where the response is rewritten as a native
+answer reads (the call's arguments its text, the call gone): the agent loop ends on it and
+never runs it. The conversion report says it was done.
 """
 
 from __future__ import annotations
