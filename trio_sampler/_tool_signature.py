@@ -6,7 +6,7 @@ parameter descriptions taken from the docstring (``Args:`` / ``Parameters`` sect
 ``:param name:`` lines) or from ``Annotated[T, "text"]``. Annotations the standard library
 can say (``str``, ``Literal``, ``Optional``, ``list[...]``, ``dict[str, ...]``, enums,
 dataclasses, attrs classes, ``TypedDict``) need no dependency
-(:func:`~trio_sampler.types._schema.object_schema`); a pydantic model (or a type only
+(``types._schema.object_schema``); a pydantic model (or a type only
 pydantic reads) makes the whole signature a pydantic model, pydantic imported then only.
 A parameter without an annotation, ``*args`` or ``**kwargs`` leaves no schema to derive:
 registration fails saying what to write.
