@@ -8,6 +8,7 @@ import dataclasses
 import datetime
 import enum
 import sys
+import typing
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, NotRequired, Optional, Union
 
@@ -280,3 +281,31 @@ def test_a_tool_taking_a_pydantic_model_without_pydantic_says_which_extra(
 
     with pytest.raises(TypeError, match=r"tool 'sign'.*pydantic model.*trio-sampler\[structured\]"):
         ToolRegistry().register(sign)
+
+
+def test_a_typing_typeddict_which_pydantic_refuses_before_3_12_is_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Line(typing.TypedDict):
+        text: str
+        number: typing.NotRequired[int]
+
+    _without_pydantic(monkeypatch)
+    assert schema_for(Line) == {
+        "type": "object",
+        "properties": {"text": {"type": "string"}, "number": {"type": "integer"}},
+        "required": ["text"],
+        "title": "Line",
+    }
+    assert to_python(Line, {"text": "a", "number": 1}) == {"text": "a", "number": 1}
+
+
+def test_a_pydantic_model_inside_a_dataclass_is_derived_by_pydantic() -> None:
+    @dataclasses.dataclass
+    class Team:
+        lead: Signup
+        size: int
+
+    assert schema_for(Team) == pydantic.TypeAdapter(Team).json_schema()
+    team = to_python(Team, {"lead": {"name": "Ada"}, "size": 2})
+    assert team == Team(Signup(name="Ada"), 2)

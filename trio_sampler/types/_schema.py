@@ -23,6 +23,7 @@ import collections.abc
 import dataclasses
 import enum
 import functools
+import inspect
 import json
 import math
 import types
@@ -237,8 +238,6 @@ def _explicit_doc(cls: type) -> str | None:
     doc = cls.__doc__
     if not doc or (dataclasses.is_dataclass(cls) and doc.startswith(f"{cls.__name__}(")):
         return None  # none, or the one dataclasses generates from the signature
-    import inspect
-
     return inspect.cleandoc(doc)
 
 
