@@ -32,7 +32,6 @@ from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal, Union
 
 import attrs
-import typing_extensions
 
 __all__ = [
     "NeedsPydantic",
@@ -207,7 +206,13 @@ def _is_scalar(target: Any) -> bool:
 
 
 def _is_typeddict(target: Any) -> bool:
-    return typing_extensions.is_typeddict(target)
+    # typing's and typing_extensions' alike (the latter is not one to typing.is_typeddict).
+    return (
+        isinstance(target, type)
+        and issubclass(target, dict)
+        and hasattr(target, "__required_keys__")
+        and hasattr(target, "__total__")
+    )
 
 
 def _is_enum(target: Any) -> bool:
