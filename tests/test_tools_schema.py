@@ -149,8 +149,24 @@ async def test_arguments_that_do_not_validate_never_reach_the_function() -> None
     result = await registry.execute(ToolCall("1", "schedule", '{"day": "sun", "hours": "x"}'))
     assert result.is_error and not ran
     assert "bad arguments for 'schedule'" in result.content
+    assert "day: 'sun' is not one of ['mon', 'tue']" in result.content
+    assert "hours: expected integer, got string" in result.content
+
+
+async def test_with_a_pydantic_parameter_pydantic_validates_the_arguments() -> None:
+    ran: list[object] = []
+
+    @tool
+    def deliver(to: Address, day: Literal["mon", "tue"]) -> str:
+        ran.append((to, day))
+        return "ok"
+
+    registry = ToolRegistry()
+    registry.register(deliver)
+    result = await registry.execute(ToolCall("1", "deliver", '{"to": {"city": 1}, "day": "sun"}'))
+    assert result.is_error and not ran
+    assert "to.street: Field required" in result.content
     assert "day: Input should be 'mon' or 'tue'" in result.content
-    assert "hours: Input should be a valid integer" in result.content
 
 
 async def test_a_hand_written_schema_is_checked_before_the_call() -> None:

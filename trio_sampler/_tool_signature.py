@@ -3,14 +3,17 @@
 ``def add(a: int, b: int = 0) -> int`` becomes ``{"type": "object", "properties": {"a":
 {"type": "integer"}, "b": {"type": "integer", "default": 0}}, "required": ["a"]}``, the
 parameter descriptions taken from the docstring (``Args:`` / ``Parameters`` sections or
-``:param name:`` lines). Annotations may be anything pydantic reads (``Literal``,
-``Optional``, ``list[...]``, ``dict[str, ...]``, pydantic models, dataclasses,
-``TypedDict``) and attrs classes; pydantic is imported here only. A parameter without an
-annotation, ``*args`` or ``**kwargs`` leaves no schema to derive: registration fails
-saying what to write.
+``:param name:`` lines) or from ``Annotated[T, "text"]``. Annotations the standard library
+can say (``str``, ``Literal``, ``Optional``, ``list[...]``, ``dict[str, ...]``, enums,
+dataclasses, attrs classes, ``TypedDict``) need no dependency
+(``types._schema.object_schema``); a pydantic model (or a type only
+pydantic reads) makes the whole signature a pydantic model, pydantic imported then only.
+A parameter without an annotation, ``*args`` or ``**kwargs`` leaves no schema to derive:
+registration fails saying what to write.
 
-At call time the arguments are validated by the same model, so a pydantic model, a
-dataclass or an attrs class parameter receives an instance, not a dict.
+At call time the arguments are checked against the schema (by the pydantic model, when
+there is one) and built into the annotations' types, so a dataclass, attrs, enum or
+pydantic parameter receives an instance, not a dict.
 """
 
 from __future__ import annotations
@@ -22,7 +25,16 @@ from typing import Any
 
 import attrs
 
-from .types._schema import _pydantic, attrs_model
+from .types._schema import (
+    _MISSING,
+    Field,
+    NeedsPydantic,
+    _pydantic,
+    attrs_model,
+    convert,
+    object_schema,
+    schema_errors,
+)
 
 __all__ = ["Signature", "signature_of"]
 
@@ -60,14 +72,25 @@ class Signature:
     arguments (decoded JSON) into keyword arguments."""
 
     schema: Mapping[str, Any]
-    model: Any = None  # the pydantic model of the parameters (None: no parameters)
-    #: Parameters whose annotation is an attrs class: built from the validated mapping.
+    #: The parameters' annotations, by name (the plain derivation; empty: none).
+    annotations: Mapping[str, Any] = attrs.field(factory=dict)
+    model: Any = None  # the pydantic model of the parameters, when pydantic derived them
+    #: Parameters whose annotation is an attrs class: built from the validated model.
     attrs_classes: Mapping[str, type] = attrs.field(factory=dict)
 
     def arguments(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """``values`` validated and converted; raises ``ValueError`` saying what is wrong."""
-        if self.model is None:
-            return dict(values)
+        if self.model is not None:
+            return self._pydantic_arguments(values)
+        errors = schema_errors(dict(values), self.schema)
+        if errors:
+            raise ValueError("; ".join(_where(error) for error in errors[:5]))
+        return {
+            name: convert(self.annotations[name], value) if name in self.annotations else value
+            for name, value in values.items()
+        }
+
+    def _pydantic_arguments(self, values: Mapping[str, Any]) -> dict[str, Any]:
         pydantic = _pydantic()
         try:
             validated = self.model.model_validate(dict(values))
@@ -78,6 +101,14 @@ class Signature:
             if name in out and out[name] is not None:
                 out[name] = cls(**out[name].model_dump())
         return out
+
+
+def _where(error: str) -> str:
+    """A validation message with the argument's path as the model wrote it (``$.a.b:``
+    reads ``a.b:``; the arguments as a whole, ``arguments:``)."""
+    if error.startswith("$."):
+        return error[2:]
+    return "arguments" + error[1:] if error.startswith("$") else error
 
 
 def _short(exc: Any) -> str:
@@ -100,36 +131,61 @@ def signature_of(function: Callable[..., Any], name: str | None = None) -> Signa
     """The schema of ``function``'s parameters (see the module's documentation);
     ``name`` is the tool's, for messages (default: the function's)."""
     label = name or str(getattr(function, "__name__", "tool"))
+    fields = _parameters(function, label)
+    if not fields:
+        return Signature({"type": "object", "properties": {}})
+    try:
+        schema = object_schema(fields)
+    except NeedsPydantic as need:
+        return _pydantic_signature(fields, label, need)
+    return Signature(schema, {field.key: field.annotation for field in fields})
+
+
+def _parameters(function: Callable[..., Any], label: str) -> list[Field]:
+    """``function``'s parameters as the properties of its arguments object."""
     try:
         parameters = inspect.signature(function).parameters
     except (TypeError, ValueError) as exc:
         raise TypeError(
             f"{function!r} has no signature to derive a schema from; pass parameters="
         ) from exc
-    if not parameters:
-        return Signature({"type": "object", "properties": {}})
     try:
         hints = inspect.get_annotations(function, eval_str=True)
     except Exception:
         hints = {}
     docs = parameter_docs(inspect.getdoc(function) or "")
-    pydantic = _pydantic()
-    fields: dict[str, Any] = {}
-    attrs_classes: dict[str, type] = {}
+    fields: list[Field] = []
     for name, parameter in parameters.items():
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             raise _missing_annotation(label, name, "it takes *args / **kwargs")
         annotation = hints.get(name, parameter.annotation)
         if annotation is inspect.Parameter.empty:
             raise _missing_annotation(label, name, "no annotation on parameter")
+        required = parameter.default is inspect.Parameter.empty
+        default = _MISSING if required else parameter.default
+        fields.append(Field(name, annotation, required, default, docs.get(name)))
+    return fields
+
+
+def _pydantic_signature(fields: list[Field], label: str, need: NeedsPydantic) -> Signature:
+    """The parameters as a pydantic model (a parameter is one, or of a type only pydantic
+    reads)."""
+    pydantic = _pydantic(need, f"deriving the schema of tool {label!r}")
+    model_fields: dict[str, Any] = {}
+    attrs_classes: dict[str, type] = {}
+    for field in fields:
+        annotation = field.annotation
         if isinstance(annotation, type) and attrs.has(annotation):
-            attrs_classes[name] = annotation
+            attrs_classes[field.key] = annotation
             annotation = attrs_model(annotation)
-        default = ... if parameter.default is inspect.Parameter.empty else parameter.default
-        fields[name] = (annotation, pydantic.Field(default, description=docs.get(name)))
+        default = ... if field.required else field.default
+        model_fields[field.key] = (
+            annotation,
+            pydantic.Field(default, description=field.description),
+        )
     try:
         model = pydantic.create_model(
-            f"{label}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields
+            f"{label}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **model_fields
         )
         schema = model.model_json_schema()
     except (TypeError, pydantic.PydanticUserError) as exc:  # a type pydantic cannot read
@@ -141,4 +197,4 @@ def signature_of(function: Callable[..., Any], name: str | None = None) -> Signa
     schema.pop("title", None)
     for prop in schema.get("properties", {}).values():
         prop.pop("title", None)
-    return Signature(schema, model, attrs_classes)
+    return Signature(schema, model=model, attrs_classes=attrs_classes)
