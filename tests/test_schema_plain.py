@@ -309,3 +309,20 @@ def test_a_pydantic_model_inside_a_dataclass_is_derived_by_pydantic() -> None:
     assert schema_for(Team) == pydantic.TypeAdapter(Team).json_schema()
     team = to_python(Team, {"lead": {"name": "Ada"}, "size": 2})
     assert team == Team(Signup(name="Ada"), 2)
+
+
+def test_a_plain_output_type_streams_its_partials_without_pydantic(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A closed subtree of a plain type is checked against its JSON Schema alone: asking
+    # whether a pydantic check applies must not import pydantic.
+    from trio_sampler.types._schema import subtree_check
+
+    monkeypatch.setitem(sys.modules, "pydantic", None)
+
+    @dataclasses.dataclass
+    class Stop:
+        city: str
+        nights: int
+
+    assert subtree_check(Stop, ("nights",)) is None

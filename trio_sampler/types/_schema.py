@@ -166,8 +166,7 @@ def subtree_check(target: Any, shape: tuple[str | None, ...]) -> Any | None:
     there: ``target`` is not a pydantic model, or the path goes through a union, a field
     it does not have, or anything but a model, a list or a ``dict[str, ...]``. The field's
     constraints (``Field(gt=0)``) are kept; a part that is a model brings its validators."""
-    pydantic = _pydantic()
-    if not (isinstance(target, type) and issubclass(target, pydantic.BaseModel)):
+    if not _is_pydantic(target):  # asked without importing pydantic: plain types need none
         return None
     return _subtree_check(target, shape)
 
