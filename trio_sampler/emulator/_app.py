@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import math
 import uuid
@@ -76,6 +77,18 @@ _SSE_HEADERS = [
     (b"cache-control", b"no-cache"),
 ]
 _JSON = (b"content-type", b"application/json")
+
+#: How the server under the app resets the current request's stream, given the ``send``
+#: it handed the app (:func:`~trio_sampler.emulator.serve` sets it per connection: an
+#: HTTP/2 stream gets RST_STREAM). Without it, a response left mid-body is the server's to
+#: end: an HTTP/1.1 connection is closed.
+RESET_STREAM: contextvars.ContextVar[Callable[[Send], Awaitable[None]] | None] = (
+    contextvars.ContextVar("trio_sampler_emulator_reset_stream", default=None)
+)
+#: The server's own ``send`` for the current request (each request's task sets its own).
+_SERVER_SEND: contextvars.ContextVar[Send | None] = contextvars.ContextVar(
+    "trio_sampler_emulator_server_send", default=None
+)
 #: What newer Anthropic models answer (400) to a request ending with an assistant message;
 #: gateways that proxy them to OpenAI-compatible clients pass the same text on.
 PREFILL_REJECTED = (
@@ -199,6 +212,7 @@ class EmulatorApp:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
         elif scope["type"] == "http":
+            _SERVER_SEND.set(send)
             await self._http(scope, *_tracking_the_exchange(scope, receive, send))
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -447,7 +461,8 @@ class EmulatorApp:
                     "more_body": True,
                 }
             )
-            return  # returning mid-body makes the server close the connection
+            await _drop_stream()
+            return
         if isinstance(outcome, MalformedFault):
             payload = payload[: len(payload) // 2].ljust(len(payload))
         await send({"type": "http.response.body", "body": payload, "more_body": False})
@@ -645,6 +660,16 @@ async def _hold(receive: Receive, seconds: float | None) -> None:
         raise _ClientGone
 
 
+async def _drop_stream() -> None:
+    """End the current response mid-body, as a dropped connection does: the server
+    resets an HTTP/2 stream at once (the client sees the error rather than waiting out
+    its idle timeout); otherwise the app's returning mid-body closes the connection."""
+    reset = RESET_STREAM.get()
+    send = _SERVER_SEND.get()
+    if reset is not None and send is not None:
+        await reset(send)
+
+
 async def _send_start(send: Send, status: int, headers: list[tuple[bytes, bytes]]) -> None:
     await send({"type": "http.response.start", "status": status, "headers": headers})
 
@@ -729,7 +754,8 @@ async def _emit_frames(
                 break
             if isinstance(outcome, DropFault):
                 await flush()
-                return  # no final message: the server closes the connection mid-body
+                await _drop_stream()
+                return
             pending += renderer.malformed()
         for stall in plan.stalls:
             if (middle if stall.after_events is None else stall.after_events) == index:
