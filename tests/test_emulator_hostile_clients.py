@@ -22,7 +22,7 @@ import orjson
 import pytest
 import trio
 
-from trio_sampler.emulator import EmulatorServer, script_headers, serve
+from trio_sampler.emulator import EmulatorApp, EmulatorServer, script_headers, serve
 
 CHAT: dict[str, Any] = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -159,4 +159,64 @@ async def test_drop_over_http2_resets_the_stream_at_once() -> None:
                 while not ended:
                     for event in await client.events():
                         ended |= isinstance(event, h2.events.StreamEnded)
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    ("backend", "field", "body"),
+    [
+        ("chat_completions", "max_tokens", CHAT),
+        ("chat_completions", "max_completion_tokens", CHAT),
+        ("responses", "max_output_tokens", {"model": "gpt-test", "input": "hi"}),
+        ("messages", "max_tokens", {"model": "claude-test", "messages": CHAT["messages"]}),
+    ],
+)
+async def test_more_output_tokens_than_any_model_gives_is_a_400_naming_the_field(
+    backend: str, field: str, body: dict[str, Any]
+) -> None:
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(serve)
+        async with httpx2.AsyncClient(timeout=10) as client:
+            response = await client.post(
+                server.url_for(backend),
+                json={**body, field: 10**7, "stream": True},
+                headers=script_headers(ignore_eos=True),
+            )
+        assert response.status_code == 400
+        assert field in response.json()["error"]["message"]
+        assert "128000" in response.json()["error"]["message"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_replies_held_for_clients_that_never_read_are_bounded_in_total() -> None:
+    """One client asks for a long reply and never reads it: the reply stays held (the
+    socket buffers are full). Past the server's bound, the next long reply is refused as
+    overloaded (503) while a short one still fits."""
+    long_reply = {**CHAT, "stream": True, "max_tokens": 100_000}
+    app = EmulatorApp(max_reply_bytes=20 * 2**20)
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(functools.partial(serve, app=app))
+        body = orjson.dumps(long_reply)
+        head = (
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\nx-emulator-script: "
+            b'{"ignore_eos": true}\r\ncontent-type: application/json\r\n'
+            b"content-length: %d\r\n\r\n" % len(body)
+        )
+        async with await trio.open_tcp_stream(server.host, server.port) as idle:
+            await idle.send_all(head + body)  # and never reads
+            with trio.fail_after(10):
+                while not app.replies.held:  # noqa: ASYNC110 (a counter, polled)
+                    await trio.sleep(0.01)
+            async with httpx2.AsyncClient(timeout=10) as client:
+                refused = await client.post(
+                    server.url_for("chat_completions"),
+                    json=long_reply,
+                    headers=script_headers(ignore_eos=True),
+                )
+                assert refused.status_code == 503
+                assert "overloaded" in refused.json()["error"]["message"]
+                assert await served_normally(server)
+        with trio.fail_after(10):
+            while app.replies.held:  # noqa: ASYNC110 (the client went away: it is let go)
+                await trio.sleep(0.01)
         nursery.cancel_scope.cancel()

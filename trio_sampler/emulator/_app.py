@@ -17,8 +17,9 @@ import trio
 from .._receive_time import LAST_SENT
 from ..wire import get_backend
 from ._arrival import request_answered, request_arrived
+from ._budget import DEFAULT_MAX_REPLY_BYTES, ReplyBudget
 from ._cache import SHARED_CACHE, PromptCache
-from ._faults import AttemptPlan, FaultBook
+from ._faults import AttemptPlan, FaultBook, OutcomeFault
 from ._log import (
     DEFAULT_MAX_RECORDED_BODY_BYTES,
     DEFAULT_MAX_RECORDED_BYTES,
@@ -137,6 +138,10 @@ class EmulatorApp:
             ``keep_alive_timeout`` (see :func:`~trio_sampler.emulator.serve`).
         max_recorded_bytes: the request log's bound in bytes (oldest dropped first).
         max_recorded_body_bytes: of each recorded body, at most this many bytes are kept.
+        max_reply_bytes: the bytes of replies held at once, over every connection (a
+            reply is held from its rendering until its last byte is handed to the
+            connection; a client that never reads holds it until it goes away). Past it,
+            new requests get 503 (Anthropic: 529, overloaded).
     """
 
     def __init__(
@@ -150,6 +155,7 @@ class EmulatorApp:
         body_timeout: float = DEFAULT_BODY_TIMEOUT,
         max_recorded_bytes: int = DEFAULT_MAX_RECORDED_BYTES,
         max_recorded_body_bytes: int = DEFAULT_MAX_RECORDED_BODY_BYTES,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
         if not (isinstance(body_timeout, int | float) and 0 < body_timeout < math.inf):
             raise ValueError(
@@ -161,6 +167,7 @@ class EmulatorApp:
         self.cache = SHARED_CACHE if cache is None else cache
         self.faults = FaultBook()
         self.body_timeout = float(body_timeout)
+        self.replies = ReplyBudget(max_reply_bytes)
         self.log = RequestLog(max_bytes=max_recorded_bytes, max_body_bytes=max_recorded_body_bytes)
         #: When this process's paced deltas were written, against their schedule.
         self.punctuality = Punctuality()
@@ -421,22 +428,24 @@ class EmulatorApp:
                 self._bench_store(
                     renderer, script, data, 200, base + _SSE_HEADERS, b"".join(frames)
                 )
-            await _send_start(send, 200, base + _SSE_HEADERS)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope)
-                await _emit(
-                    send,
-                    renderer,
-                    reply,
-                    view,
-                    frames,
-                    plan,
-                    script.delay_ms / 1000,
-                    pacing,
-                    arrived,
-                    self.punctuality,
-                )
-                nursery.cancel_scope.cancel()
+            anthropic = renderer.backend == "messages"
+            with self.replies.holding(sum(map(len, frames)), anthropic=anthropic):
+                await _send_start(send, 200, base + _SSE_HEADERS)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope)
+                    await _emit(
+                        send,
+                        renderer,
+                        reply,
+                        view,
+                        frames,
+                        plan,
+                        script.delay_ms / 1000,
+                        pacing,
+                        arrived,
+                        self.punctuality,
+                    )
+                    nursery.cancel_scope.cancel()
             return
         if plan.first_token_after is not None:
             await _hold(receive, arrived + plan.first_token_after - trio.current_time())
@@ -450,22 +459,8 @@ class EmulatorApp:
             return
         if bench:
             self._bench_store(renderer, script, data, 200, [*base, _JSON], payload)
-        await _send_start(
-            send, 200, [*base, _JSON, (b"content-length", str(len(payload)).encode())]
-        )
-        if isinstance(outcome, DropFault):
-            await send(
-                {
-                    "type": "http.response.body",
-                    "body": payload[: len(payload) // 2],
-                    "more_body": True,
-                }
-            )
-            await _drop_stream()
-            return
-        if isinstance(outcome, MalformedFault):
-            payload = payload[: len(payload) // 2].ljust(len(payload))
-        await send({"type": "http.response.body", "body": payload, "more_body": False})
+        with self.replies.holding(len(payload), anthropic=renderer.backend == "messages"):
+            await _send_payload(send, base, payload, outcome)
 
     def _bench_key(
         self, renderer: Renderer, script: Script, data: Mapping[str, Any]
@@ -658,6 +653,28 @@ async def _hold(receive: Receive, seconds: float | None) -> None:
         nursery.cancel_scope.cancel()
     if gone:
         raise _ClientGone
+
+
+async def _send_payload(
+    send: Send,
+    base: list[tuple[bytes, bytes]],
+    payload: bytes,
+    outcome: OutcomeFault | None,
+) -> None:
+    await _send_start(send, 200, [*base, _JSON, (b"content-length", str(len(payload)).encode())])
+    if isinstance(outcome, DropFault):
+        await send(
+            {
+                "type": "http.response.body",
+                "body": payload[: len(payload) // 2],
+                "more_body": True,
+            }
+        )
+        await _drop_stream()
+        return
+    if isinstance(outcome, MalformedFault):
+        payload = payload[: len(payload) // 2].ljust(len(payload))
+    await send({"type": "http.response.body", "body": payload, "more_body": False})
 
 
 async def _drop_stream() -> None:
