@@ -79,14 +79,25 @@ _SSE_HEADERS = [
 ]
 _JSON = (b"content-type", b"application/json")
 
-#: How the server under the app resets the current request's stream, given the ``send``
-#: it handed the app (:func:`~trio_sampler.emulator.serve` sets it per connection: an
-#: HTTP/2 stream gets RST_STREAM). Without it, a response left mid-body is the server's to
-#: end: an HTTP/1.1 connection is closed.
-RESET_STREAM: contextvars.ContextVar[Callable[[Send], Awaitable[None]] | None] = (
-    contextvars.ContextVar("trio_sampler_emulator_reset_stream", default=None)
+
+@attrs.frozen
+class StreamControl:
+    """What the server under the app can do with a request's stream beyond ASGI, given
+    the ``send`` it handed the app (:func:`~trio_sampler.emulator.serve` provides it per
+    connection; elsewhere there is none)."""
+
+    #: Reset the stream (HTTP/2: RST_STREAM) once what was sent so far has gone out.
+    reset: Callable[[Send], Awaitable[None]]
+    #: Whether the client has already closed or reset the stream: a request reset as
+    #: soon as it was sent (an HTTP/2 rapid-reset flood) is then not answered at all.
+    closed: Callable[[Send], bool]
+
+
+#: The current connection's :class:`StreamControl` (``None``: a response left mid-body is
+#: the server's to end, and an HTTP/1.1 server closes the connection).
+STREAM_CONTROL: contextvars.ContextVar[StreamControl | None] = contextvars.ContextVar(
+    "trio_sampler_emulator_stream_control", default=None
 )
-#: The server's own ``send`` for the current request (each request's task sets its own).
 _SERVER_SEND: contextvars.ContextVar[Send | None] = contextvars.ContextVar(
     "trio_sampler_emulator_server_send", default=None
 )
@@ -267,6 +278,8 @@ class EmulatorApp:
                 raise ApiError(f"Method {method} not allowed for {path}.", status=405)
             renderer, view_of = route
             body = await self._read_body(receive)
+            if _stream_closed():
+                return  # reset by the client: nobody to answer
             # When the request arrived (the read of its last bytes, where the server
             # says): paced streams count from here.
             arrived = request_arrived()
@@ -681,10 +694,18 @@ async def _drop_stream() -> None:
     """End the current response mid-body, as a dropped connection does: the server
     resets an HTTP/2 stream at once (the client sees the error rather than waiting out
     its idle timeout); otherwise the app's returning mid-body closes the connection."""
-    reset = RESET_STREAM.get()
+    control = STREAM_CONTROL.get()
     send = _SERVER_SEND.get()
-    if reset is not None and send is not None:
-        await reset(send)
+    if control is not None and send is not None:
+        await control.reset(send)
+
+
+def _stream_closed() -> bool:
+    """Whether the client has already closed the current request's stream (known only
+    under :func:`~trio_sampler.emulator.serve`)."""
+    control = STREAM_CONTROL.get()
+    send = _SERVER_SEND.get()
+    return control is not None and send is not None and control.closed(send)
 
 
 async def _send_start(send: Send, status: int, headers: list[tuple[bytes, bytes]]) -> None:

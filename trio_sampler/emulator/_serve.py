@@ -42,7 +42,7 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.utils import wrap_app
 
 from ..types import ApiBackend
-from ._app import DEFAULT_BODY_TIMEOUT, RESET_STREAM, EmulatorApp
+from ._app import DEFAULT_BODY_TIMEOUT, STREAM_CONTROL, EmulatorApp, StreamControl
 from ._arrival import CONNECTION, ArrivalStream
 
 __all__ = ["BACKEND_PATHS", "EmulatorServer", "serve"]
@@ -178,7 +178,7 @@ async def _serve_hypercorn(
         peer = _peer(stream)
         timed = ArrivalStream(stream)
         CONNECTION.set(timed)  # this task's context: the app's tasks start from it
-        RESET_STREAM.set(_reset_h2_stream)
+        STREAM_CONTROL.set(_STREAM_CONTROL)
         try:
             # (Hypercorn annotates the stream as TLS; a plain one is what it serves.)
             await TCPServer(wrapped, config, context, dict(lifespan_state), cast(Any, timed))
@@ -238,6 +238,15 @@ async def _reset_h2_stream(send: Any) -> None:
         protocol.priority.unblock(stream_id)
         await protocol.has_data.set()
 
+
+def _stream_closed(send: Any) -> bool:
+    """Whether Hypercorn has closed the stream whose ASGI ``send`` this is (the client
+    closed or reset it)."""
+    stream = getattr(send, "__self__", None)
+    return isinstance(stream, HTTPStream) and stream.closed
+
+
+_STREAM_CONTROL = StreamControl(reset=_reset_h2_stream, closed=_stream_closed)
 
 _ACCEPT_LOGGER = "trio.serve_listeners"
 _ACCEPT_REPORT_INTERVAL = 10.0
