@@ -164,9 +164,7 @@ async def in_batches(count: int, concurrency: int, job: Any, *args: Any) -> floa
     return time.perf_counter() - started
 
 
-async def idle_phase(
-    port: int, pid: int, count: int, job: Any, settle: float
-) -> dict[str, float | int]:
+async def idle_phase(port: int, pid: int, count: int, job: Any, settle: float) -> dict[str, Any]:
     before = rss_bytes(pid)
     hold = trio.Event()
     peak = before

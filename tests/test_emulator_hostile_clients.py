@@ -12,7 +12,7 @@ import functools
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import h2.config
 import h2.connection
@@ -94,7 +94,7 @@ async def test_slow_http2_body_gets_its_408_and_the_server_lives(
                 while status is None:
                     for event in await client.events():
                         if isinstance(event, h2.events.ResponseReceived):
-                            status = dict(event.headers)[":status"]
+                            status = dict(cast(list[tuple[str, str]], event.headers))[":status"]
             assert status == "408"
             # The client goes on sending on the stream the server has answered and closed:
             # the server ends this connection.

@@ -253,10 +253,11 @@ class ModelCatalog:
         the model has none), all output (reasoning included) at the output price. Computed
         exactly and rounded once, half up. A usage that breaks its invariants
         (:attr:`Usage.violations`: a negative count, say) is priced with each count clamped
-        at zero: never a negative cost.
+        at zero: never a negative cost. A usage whose counts are not counts (a string, 1e30
+        tokens: not :attr:`Usage.priceable`) is not priced at all (``None``).
         """
         info = self.get(model)
-        if info is None:
+        if info is None or not usage.priceable:
             return None
         (uncached_rate, read_rate, write_rate, output_rate), denominator = _tick_rates(info.prices)
         cache_read = max(usage.cache_read_tokens, 0)

@@ -13,6 +13,8 @@ from typing import Any, TypeAlias, TypeVar
 
 import attrs
 
+from . import _checks
+
 __all__ = [
     "IMAGE_STRIP_PLACEHOLDER",
     "ApiBackend",
@@ -164,9 +166,9 @@ class TextPart:
 class ImagePart:
     """An image, by ``https://`` URL or by ``data:<mime>;base64,...`` URI."""
 
-    url: str
+    url: str = attrs.field(validator=_checks.text("ImagePart.url"))
     #: Optional fidelity hint (``"low"``, ``"high"``, ``"auto"``), where the backend has one.
-    detail: str | None = None
+    detail: str | None = attrs.field(default=None, validator=_checks.optional_text("detail"))
 
     @property
     def is_data_uri(self) -> bool:
@@ -241,9 +243,9 @@ class ToolCall:
     dropped connection): such a call must not be run as if it were valid.
     """
 
-    id: str
-    name: str
-    arguments: str = "{}"
+    id: str = attrs.field(validator=_checks.text("ToolCall.id"))
+    name: str = attrs.field(validator=_checks.text("ToolCall.name"))
+    arguments: str = attrs.field(default="{}", validator=_checks.text("ToolCall.arguments"))
     arguments_complete: bool = True
 
     def parsed_arguments(self) -> Any:
@@ -262,7 +264,13 @@ class Assistant:
     """
 
     content: str = ""
-    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_tuple)
+    tool_calls: tuple[ToolCall, ...] = attrs.field(
+        default=(),
+        converter=_tuple,
+        validator=_checks.elements_of(
+            "tool_calls", ToolCall, '[ToolCall("call_1", "lookup", "{}")]'
+        ),
+    )
     #: The refusal text, when the model declined (OpenAI ``refusal``).
     refusal: str | None = None
     #: The model that produced this turn, as the server named it.
@@ -275,9 +283,13 @@ class Assistant:
 class ToolResult:
     """The result of running a local tool, answering :attr:`ToolCall.id`."""
 
-    call_id: str
+    call_id: str = attrs.field(validator=_checks.text("ToolResult.call_id"))
     content: str
-    images: tuple[ImagePart, ...] = attrs.field(default=(), converter=_tuple)
+    images: tuple[ImagePart, ...] = attrs.field(
+        default=(),
+        converter=_tuple,
+        validator=_checks.elements_of("images", ImagePart, '[ImagePart("https://...")]'),
+    )
     is_error: bool = False
 
 
@@ -350,7 +362,7 @@ class ToolSpec:
     name: str
     description: str | None = None
     parameters: Mapping[str, Any] = attrs.field(
-        factory=lambda: {"type": "object", "properties": {}}
+        factory=lambda: {"type": "object", "properties": {}}, validator=_checks.tool_parameters
     )
     #: Ask for strict schema adherence where the backend supports it (``None``: backend default).
     strict: bool | None = None
@@ -520,8 +532,8 @@ ToolChoiceSpec: TypeAlias = ToolChoice | NamedToolChoice
 class ResponseSchema:
     """Ask for a JSON answer matching ``schema``."""
 
-    name: str
-    schema: Mapping[str, Any]
+    name: str = attrs.field(validator=_checks.text("ResponseSchema.name"))
+    schema: Mapping[str, Any] = attrs.field(validator=_checks.json_schema("ResponseSchema.schema"))
     strict: bool = True
     description: str | None = None
 
@@ -640,25 +652,45 @@ class ConversationRequest:
     #: A :class:`ToolChoice` (or its name: ``"auto"``, ``"none"``, ``"required"``) or a
     #: :class:`NamedToolChoice`.
     tool_choice: ToolChoiceSpec | None = attrs.field(default=None, converter=_tool_choice)
-    parallel_tool_calls: bool | None = None
-    model: str | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    max_output_tokens: int | None = None
+    parallel_tool_calls: bool | None = attrs.field(
+        default=None, validator=_checks.optional_bool("parallel_tool_calls")
+    )
+    model: str | None = attrs.field(default=None, validator=_checks.optional_text("model"))
+    temperature: float | None = attrs.field(default=None, validator=_checks.temperature)
+    top_p: float | None = attrs.field(
+        default=None, validator=_checks.optional_unit_interval("top_p")
+    )
+    max_output_tokens: int | None = attrs.field(
+        default=None, validator=_checks.optional_tokens("max_output_tokens")
+    )
     #: A :class:`ReasoningEffort`, or its name (``"low"``, ``"high"``, ...).
     reasoning_effort: ReasoningEffort | None = attrs.field(
         default=None, converter=_reasoning_effort
     )
     #: Anthropic extended-thinking budget; derived from the effort when ``None``.
-    thinking_budget_tokens: int | None = None
-    response_schema: ResponseSchema | None = None
+    thinking_budget_tokens: int | None = attrs.field(
+        default=None, validator=_checks.optional_tokens("thinking_budget_tokens")
+    )
+    response_schema: ResponseSchema | None = attrs.field(
+        default=None,
+        validator=_checks.optional_instance(
+            "response_schema", ResponseSchema, 'ResponseSchema("answer", {"type": "object"})'
+        ),
+    )
     stop_sequences: tuple[str, ...] = attrs.field(default=(), converter=_stop_sequences)
-    prompt_cache_key: str | None = None
+    prompt_cache_key: str | None = attrs.field(
+        default=None, validator=_checks.optional_text("prompt_cache_key")
+    )
     #: End-user id for abuse monitoring (``user`` / ``safety_identifier`` / ``metadata.user_id``).
-    user_id: str | None = None
+    user_id: str | None = attrs.field(default=None, validator=_checks.optional_text("user_id"))
     #: Tracing metadata sent where the backend accepts it (string values only).
-    metadata: Mapping[str, str] = attrs.field(factory=dict)
-    extra_headers: Mapping[str, str] = attrs.field(factory=dict)
+    metadata: Mapping[str, str] = attrs.field(
+        factory=dict, validator=_checks.string_map("metadata")
+    )
+    #: Headers of this request only (credential-named ones are redacted in the repr).
+    extra_headers: Mapping[str, str] = attrs.field(
+        factory=dict, validator=_checks.check_header_map, repr=_checks.headers_repr
+    )
 
     def strip_images(self) -> tuple[ConversationRequest, tuple[str, ...]]:
         """Replace user images by placeholder text and drop tool-result images.
@@ -690,6 +722,11 @@ class ConversationRequest:
 # ---------------------------------------------------------------------------
 
 
+#: More tokens than any one response has used or could (a model's context is at most a
+#: few million tokens): a count past it is a server's error, flagged and never priced.
+MAX_PLAUSIBLE_TOKENS = _checks.MAX_TOKENS
+
+
 @attrs.frozen
 class Usage:
     """Token usage, normalized the same way on every backend.
@@ -707,17 +744,39 @@ class Usage:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+    #: The counts the server sent in a form the protocol does not allow (a string, say),
+    #: by their wire names; each was read as 0.
+    malformed: tuple[str, ...] = ()
 
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
     @property
+    def priceable(self) -> bool:
+        """Whether its counts are counts at all: none malformed, none past
+        :data:`MAX_PLAUSIBLE_TOKENS` (a usage that breaks only the other invariants is
+        priced, its counts clamped at zero)."""
+        return not self.malformed and (
+            max(
+                self.input_tokens,
+                self.output_tokens,
+                self.cache_read_tokens,
+                self.cache_write_tokens,
+                self.reasoning_tokens,
+            )
+            <= MAX_PLAUSIBLE_TOKENS
+        )
+
+    @property
     def violations(self) -> tuple[UsageViolation, ...]:
         """The invariants this usage breaks, as reported (kept as sent, never priced as such):
+        every count a number the protocol allows, none past :data:`MAX_PLAUSIBLE_TOKENS`,
         every count non-negative, cache reads and writes within the input, reasoning within
         the output."""
         found: list[UsageViolation] = []
+        if self.malformed:
+            found.append(UsageViolation.MALFORMED_COUNT)
         counts = (
             self.input_tokens,
             self.output_tokens,
@@ -725,6 +784,8 @@ class Usage:
             self.cache_write_tokens,
             self.reasoning_tokens,
         )
+        if any(count > MAX_PLAUSIBLE_TOKENS for count in counts):
+            found.append(UsageViolation.IMPLAUSIBLE_COUNT)
         if any(count < 0 for count in counts):
             found.append(UsageViolation.NEGATIVE_COUNT)
         given, out, read, write, reasoning = (max(count, 0) for count in counts)
@@ -738,6 +799,10 @@ class Usage:
 class UsageViolation(enum.Enum):
     """A usage invariant the server's report breaks (see :attr:`Usage.violations`)."""
 
+    #: A count sent as something other than a number (a string, a list, ...).
+    MALFORMED_COUNT = "malformed_count"
+    #: A count past :data:`MAX_PLAUSIBLE_TOKENS` (``1e30`` tokens): not a real usage.
+    IMPLAUSIBLE_COUNT = "implausible_count"
     NEGATIVE_COUNT = "negative_count"
     CACHE_EXCEEDS_INPUT = "cache_exceeds_input"
     REASONING_EXCEEDS_OUTPUT = "reasoning_exceeds_output"

@@ -48,7 +48,12 @@ def validate_headers(pairs: Iterable[tuple[str, str]], *, what: str) -> None:
                 "split the request (header injection); remove the line breaks"
             )
         if is_credential_name(name):
-            check_credential(value, f"{what} {name!r}")
+            check_credential(value, f"{what} {name!r}")  # says which character, and why
+        if not value.isascii():  # the value is not shown: it may be a credential
+            raise ValueError(
+                f"{what} {name!r} has a non-ASCII value; HTTP header values are ASCII: "
+                "percent-encode it (urllib.parse.quote) or send it in the body"
+            )
 
 
 @attrs.frozen
