@@ -76,6 +76,11 @@ async def handler(stream):
             while True:
                 await stream.send_all(block * 4)
         await stream.send_all(HEAD + b"\r\n")
+        if case == "endless-event":
+            # One event that never ends: it grows in the SSE decoder, not in the fold.
+            await stream.send_all(b"data: ")
+            while True:
+                await stream.send_all(b"x" * 65536)
         if case.startswith("endless-tool"):
             await stream.send_all(TOOL_OPEN)
         pieces = {"endless-tool-arguments": TOOL, "endless-tool-objects": OBJECTS}
@@ -170,6 +175,18 @@ def test_twenty_hostile_streams_stay_within_the_sampler_cap() -> None:
     assert int(str(result["peak_total"])) <= cap + 20 * 256 * 1024, result
     growth = int(str(result["growth"]))
     assert growth <= 1.1 * cap + 20 * _MIB, f"20 streams: peak grew {growth / _MIB:.0f} MiB"
+
+
+def test_endless_events_count_against_the_sampler_cap() -> None:
+    """An event that never ends grows in each stream's SSE decoder (up to
+    ``max_sse_event_bytes``, 16 MiB): those buffers count against the sampler's cap like
+    text does. Regression: uncounted, 20 such streams held 364 MiB under a 32 MiB cap."""
+    cap = 32 * _MIB
+    result = _run_child("endless-event", 64 * _MIB, streams=20, cap=cap)
+    codes = result["codes"]
+    assert isinstance(codes, list) and len(codes) == 20
+    assert "sampler_memory_cap" in codes, codes
+    assert int(str(result["peak_total"])) <= cap + 20 * 256 * 1024, result
 
 
 # -- in process: the bookkeeping ------------------------------------------------------

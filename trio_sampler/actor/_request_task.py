@@ -1150,6 +1150,8 @@ class RequestRunner:
                     self._tell_admission(admitted, started[0].rate_limit)
                 await state.emit(started, metrics.headers_at)
                 decoder = SSEDecoder(config.max_sse_event_bytes)
+                if holding is not None:
+                    holding.count(decoder)
                 deadline = now + timeouts.first_token
                 chunks = stream.__aiter__()
                 body_done = False
