@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from ..types import ApiBackend
-from ._errors import backend_choice
+from ._errors import backend_choice, positive_int
 
 __all__ = ["add_parser"]
 
@@ -145,6 +145,16 @@ def add_parser(commands: Any) -> None:
     run = parser.add_argument_group("running and output")
     run.add_argument("--workers", type=int, default=1, help="processes sharing the load")
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument(
+        "--memory-cap",
+        type=positive_int,
+        default=1024,
+        metavar="MIB",
+        help=(
+            "response text the whole run may hold at once, in MiB (default 1024); streams "
+            "past it are stopped and counted as sampler_memory_cap errors"
+        ),
+    )
     run.add_argument("--json", type=Path, metavar="PATH", help="write the results JSON")
     run.add_argument("--csv", type=Path, metavar="PATH", help="write one CSV row per stage")
     run.add_argument("--html", type=Path, metavar="PATH", help="write the HTML report")
@@ -246,7 +256,16 @@ def _build(args: argparse.Namespace) -> Any:
         drain_timeout_s=args.drain_timeout,
     )
     slo = SLO(ttft_ms=args.slo_ttft, tpot_ms=args.slo_tpot, e2e_ms=args.slo_e2e)
-    return LoadTest(config, stages, workload, limits, slo, workers=args.workers, seed=args.seed)
+    return LoadTest(
+        config,
+        stages,
+        workload,
+        limits,
+        slo,
+        workers=args.workers,
+        seed=args.seed,
+        max_buffered_response_bytes=args.memory_cap * 1024 * 1024,
+    )
 
 
 def run_loadtest(args: argparse.Namespace) -> int:

@@ -141,6 +141,15 @@ def summary_table(result: LoadTestResult) -> Table:
         table.add_column(header, justify="right")
     for stage in result.stages:
         table.add_row(*_stage_cells(stage))
+    stopped = sum(
+        stage.summary["requests"].get("errors", {}).get("sampler_memory_cap", 0)
+        for stage in result.stages
+    )
+    if stopped:
+        table.caption = (
+            f"{stopped:,} streams were stopped by the run's memory cap "
+            "(max_buffered_response_bytes): the server sent more than the run may hold"
+        )
     return table
 
 

@@ -199,6 +199,10 @@ class LoadTest:
         seed: seeds the workload draws and arrivals (worker ``i`` uses ``seed + i``).
         client_cpu_bound: a worker using at least this share of one core is saturated.
         client_lag_bound_ms: an event-loop lag p99 at or above this marks the client bound.
+        max_buffered_response_bytes: the response text (and SSE buffers) the whole run
+            may hold at once, over every worker and sampler (1 GiB): each of the run's
+            samplers gets its share. A stream stopped by it fails with
+            ``sampler_memory_cap``, which the report's errors name.
     """
 
     config: SamplerConfig
@@ -210,6 +214,9 @@ class LoadTest:
     seed: int = 0
     client_cpu_bound: float = attrs.field(default=0.9, validator=attrs.validators.gt(0))
     client_lag_bound_ms: float = attrs.field(default=10.0, validator=attrs.validators.gt(0))
+    max_buffered_response_bytes: int = attrs.field(
+        default=1024 * 1024 * 1024, validator=attrs.validators.gt(0)
+    )
 
     def __attrs_post_init__(self) -> None:
         if not self.stages:

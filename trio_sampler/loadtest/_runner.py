@@ -52,6 +52,8 @@ LAG_PROBE_INTERVAL = 0.01
 #: and the client spent 2.7 times the CPU per request it did at 100 streams. A stream's
 #: requests all go through the same sampler.
 STREAMS_PER_SAMPLER = 100
+#: The error code of a stream the memory cap stopped (``actor._memory``).
+MEMORY_CAP = "sampler_memory_cap"
 
 
 @attrs.define
@@ -229,7 +231,9 @@ class StageRunner:
         stats = self.stats
         stats.window(submitted + self.offset, done + self.offset)
         if isinstance(terminal, Failed):
-            stats.error(terminal.error.kind.value)
+            # Stopped by the run's memory cap: named as such in the report's errors.
+            code = terminal.error.error_code
+            stats.error(code if code == MEMORY_CAP else terminal.error.kind.value)
             self.progress.failed += 1
             return
         if isinstance(terminal, Cancelled) or not isinstance(terminal, Completed):
@@ -425,6 +429,9 @@ async def run_stages(
     results: list[StageStats | None] = []
     shares = [stage.share(worker, test.workers) for stage in test.stages]
     peak = max((share.peak_streams for share in shares if share is not None), default=1)
+    count = -(-peak // STREAMS_PER_SAMPLER)
+    # The run's one memory cap, shared out: together the samplers never hold more.
+    share = max(1, test.max_buffered_response_bytes // (count * test.workers))
     async with AsyncExitStack() as stack:
         samplers = [
             await stack.enter_async_context(
@@ -433,9 +440,10 @@ async def run_stages(
                     doom_loop=DoomLoopPolicy(enabled=False),
                     seed=test.seed + number,
                     transport=transport,
+                    max_buffered_response_bytes=share,
                 )
             )
-            for number in range(-(-peak // STREAMS_PER_SAMPLER))
+            for number in range(count)
         ]
         for index, stage in enumerate(test.stages):
             if before_stage is not None:
