@@ -18,6 +18,7 @@ from trio_sampler import (
 )
 from trio_sampler.config import RetryPolicy
 from trio_sampler.models import ModelCatalog
+from trio_sampler.wire._usage import malformed_counts
 
 
 @pytest.mark.parametrize(
@@ -117,7 +118,8 @@ def test_a_count_sent_as_a_string_is_flagged_and_not_priced(
     backend: str, usage: dict[str, object], named: str
 ) -> None:
     read = _transform_usage(backend, usage)
-    assert read is not None and read.malformed == (named,)
+    assert read is not None and read.malformed == 1
+    assert malformed_counts(usage) == (named,)
     assert UsageViolation.MALFORMED_COUNT in read.violations
     assert ModelCatalog.load().cost_ticks("gpt-4o", read) is None
 

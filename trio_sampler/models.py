@@ -32,6 +32,7 @@ from typing import Any
 import attrs
 import orjson
 
+from ._credential_names import redact_url
 from .types import ApiBackend, Usage
 from .types._conversation import coerce_enum
 
@@ -84,7 +85,7 @@ class ModelInfo:
     max_output_tokens: int
     prices: ModelPrices
     #: Where the provider serves it (``None``: the provider profile's address).
-    base_url: str | None = None
+    base_url: str | None = attrs.field(default=None, repr=redact_url)
 
 
 def _fail(source: str, where: str, problem: str) -> ModelCatalogError:

@@ -10,6 +10,7 @@ from types import MappingProxyType
 import attrs
 import trio
 
+from .._credential_names import redact_url
 from ..config import SamplerConfig
 from ..routing import CircuitBreaker, RouteBreaker
 from ..types import RateLimitSnapshot, SamplingErrorInfo, SamplingErrorKind, Usage
@@ -100,7 +101,8 @@ class FleetAdmission:
     state lives beside its route's limiter. See ``docs/fleet.md``.
     """
 
-    url: str
+    #: The Redis URL (its password, if any, hidden in the repr).
+    url: str = attrs.field(repr=redact_url)
     spec: LimiterSpec | None = None
     on_event: EventHook | None = None
     share_breakers: bool | frozenset[str] = attrs.field(default=False, converter=_route_names)

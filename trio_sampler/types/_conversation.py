@@ -13,6 +13,7 @@ from typing import Any, TypeAlias, TypeVar
 
 import attrs
 
+from .._credential_names import redact_url
 from . import _checks
 
 __all__ = [
@@ -166,7 +167,7 @@ class TextPart:
 class ImagePart:
     """An image, by ``https://`` URL or by ``data:<mime>;base64,...`` URI."""
 
-    url: str = attrs.field(validator=_checks.text("ImagePart.url"))
+    url: str = attrs.field(validator=_checks.text("ImagePart.url"), repr=redact_url)
     #: Optional fidelity hint (``"low"``, ``"high"``, ``"auto"``), where the backend has one.
     detail: str | None = attrs.field(default=None, validator=_checks.optional_text("detail"))
 
@@ -463,7 +464,7 @@ class MCPServer:
 
     #: The server's label (Responses ``server_label``, Anthropic ``name``).
     name: str
-    url: str
+    url: str = attrs.field(repr=redact_url)
     #: Only these of the server's tools (``None``: all of them).
     allowed_tools: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_strings)
     #: Sent to the MCP server as its bearer token; never shown in ``repr``.
@@ -478,7 +479,7 @@ class MCPServer:
         if not self.name:
             raise ValueError("MCPServer needs a name (its label), e.g. MCPServer('deepwiki', url)")
         if not self.url.startswith(("https://", "http://")):
-            raise ValueError(f"MCPServer url must be an http(s) URL, got {self.url!r}")
+            raise ValueError(f"MCPServer url must be an http(s) URL, got {redact_url(self.url)!r}")
 
 
 def _provider_tool_backend(value: ApiBackend | str) -> ApiBackend:
@@ -744,9 +745,9 @@ class Usage:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
-    #: The counts the server sent in a form the protocol does not allow (a string, say),
-    #: by their wire names; each was read as 0.
-    malformed: tuple[str, ...] = ()
+    #: How many counts the server sent in a form the protocol does not allow (a string,
+    #: say); each was read as 0.
+    malformed: int = 0
 
     @property
     def total_tokens(self) -> int:

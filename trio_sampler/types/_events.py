@@ -31,6 +31,7 @@ from typing import Any, TypeAlias
 
 import attrs
 
+from .._credential_names import redact_url
 from ._conversation import BackendToolCall, ConversationResponse, Reasoning, ToolCall, Usage
 from ._ratelimit import RateLimitSnapshot
 
@@ -374,12 +375,16 @@ class Retrying:
     route: str | None = None
 
 
+def _redacted_urls(urls: tuple[str, ...]) -> str:
+    return repr(tuple(redact_url(url) for url in urls))
+
+
 @attrs.frozen
 class ImagesStripped:
     """Images were replaced by placeholder text before a retry."""
 
     request_id: str
-    stripped_urls: tuple[str, ...]
+    stripped_urls: tuple[str, ...] = attrs.field(repr=_redacted_urls)
     reason: StripReason
 
 

@@ -142,6 +142,10 @@ class ConversionError(ValueError):
         self.note = note
 
 
+def _redacted_headers(pairs: tuple[tuple[str, str], ...]) -> str:
+    return repr(tuple((k, "***" if is_credential_name(k) else v) for k, v in pairs))
+
+
 @attrs.frozen
 class WireRequest:
     """A rendered request: ``POST {base_url}{path}`` with ``headers`` and ``body``.
@@ -152,6 +156,6 @@ class WireRequest:
     path: str
     body: bytes
     data: Mapping[str, Any]
-    headers: tuple[tuple[str, str], ...] = ()
+    headers: tuple[tuple[str, str], ...] = attrs.field(default=(), repr=_redacted_headers)
     report: ConversionReport = ConversionReport()
     method: str = "POST"

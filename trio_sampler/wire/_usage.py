@@ -2,8 +2,8 @@
 
 Every protocol sends a token count as a JSON integer (null where it has none). A string
 (``"12"``), a boolean, a list or an object where a count belongs is not read as a
-number: the count is taken as 0 and its name kept in :attr:`Usage.malformed`, so the
-usage is flagged (:attr:`UsageViolation.MALFORMED_COUNT`) and never priced.
+number: the count is taken as 0 and counted in :attr:`Usage.malformed`, so the usage is
+flagged (:attr:`UsageViolation.MALFORMED_COUNT`) and never priced.
 """
 
 from __future__ import annotations

@@ -607,7 +607,7 @@ class ChatCompletionsTransform(StreamTransform):
             cache_read_tokens=cache_read,
             cache_write_tokens=cache_write,
             reasoning_tokens=reasoning,
-            malformed=malformed_counts(usage),
+            malformed=len(malformed_counts(usage)),
         )
         cost = reported_cost(usage, self.profile.cost_fields)
         if cost is not None:

@@ -301,7 +301,7 @@ class MessagesTransform(StreamTransform):
             cache_read_tokens=self._cache_read,
             cache_write_tokens=self._cache_write,
             reasoning_tokens=self._thinking or 0,
-            malformed=self._malformed,
+            malformed=len(self._malformed),
         )
 
     # -- content blocks --------------------------------------------------------------

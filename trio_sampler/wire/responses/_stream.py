@@ -153,7 +153,7 @@ def usage_from_wire(
         cache_read_tokens=_int(input_details.get("cached_tokens")),
         cache_write_tokens=cache_write,
         reasoning_tokens=_int(output_details.get("reasoning_tokens")),
-        malformed=malformed_counts(usage),
+        malformed=len(malformed_counts(usage)),
     )
     return normalized, reported_cost(usage, cost_fields)
 
