@@ -17,7 +17,7 @@ import trio
 from .._receive_time import LAST_SENT
 from ..wire import get_backend
 from ._arrival import request_answered, request_arrived
-from ._budget import DEFAULT_MAX_REPLY_BYTES, ReplyBudget
+from ._budget import DEFAULT_MAX_REPLY_BYTES, ReplyBudget, frames_size
 from ._cache import SHARED_CACHE, PromptCache
 from ._faults import AttemptPlan, FaultBook, OutcomeFault
 from ._log import (
@@ -65,6 +65,10 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 #: Seconds a request body may take to arrive in full (slow-body clients hold a
 #: connection, and a file descriptor, for at most this long).
 DEFAULT_BODY_TIMEOUT = 30.0
+#: Frames sent together are sent in body messages of about this size: a long reply to a
+#: client that does not read is then held once (its frames), not copied whole into one
+#: message as well.
+_COALESCE_BYTES = 64 * 1024
 #: Pre-rendered bench bodies kept (the cache is cleared when full).
 MAX_BENCH_BODIES = 1024
 
@@ -425,6 +429,8 @@ class EmulatorApp:
                 send, outcome.status, error_body, base + retry_after_headers(outcome.retry_after)
             )
             return
+        # Refused before its reply is rendered, when the replies held fill the budget.
+        self.replies.check(anthropic=renderer.backend == "messages")
         if isinstance(outcome, ContentFilterFault):
             script = attrs.evolve(script, stop="content_filter")
         if isinstance(outcome, EmptyFault):
@@ -442,7 +448,7 @@ class EmulatorApp:
                     renderer, script, data, 200, base + _SSE_HEADERS, b"".join(frames)
                 )
             anthropic = renderer.backend == "messages"
-            with self.replies.holding(sum(map(len, frames)), anthropic=anthropic):
+            with self.replies.holding(frames_size(frames), anthropic=anthropic):
                 await _send_start(send, 200, base + _SSE_HEADERS)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope)
@@ -825,5 +831,7 @@ async def _emit_frames(
                 previous = written
                 continue
         pending += frame
+        if len(pending) >= _COALESCE_BYTES:
+            await flush()
     await flush()
     await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -11,17 +11,28 @@ started goes on.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Sequence
 
 import attrs
 
 from ._validate import ApiError
 
-__all__ = ["DEFAULT_MAX_REPLY_BYTES", "ReplyBudget"]
+__all__ = ["DEFAULT_MAX_REPLY_BYTES", "ReplyBudget", "frames_size"]
 
 #: The default bound of :class:`ReplyBudget`: far above what ordinary load holds (a
 #: thousand streams of a few kilobytes each), far below what non-reading clients reach.
 DEFAULT_MAX_REPLY_BYTES = 256 * 1024 * 1024
+
+
+#: What each frame costs beyond its bytes: the ``bytes`` object's header and its slot in
+#: the list (a token's frame is about a hundred bytes, so this is a third again).
+_FRAME_OVERHEAD = sys.getsizeof(b"") + 8
+
+
+def frames_size(frames: Sequence[bytes]) -> int:
+    """The memory a rendered stream's frames take, as the budget counts it."""
+    return sum(map(len, frames)) + _FRAME_OVERHEAD * len(frames)
 
 
 @attrs.define
@@ -30,6 +41,12 @@ class ReplyBudget:
 
     limit: int = DEFAULT_MAX_REPLY_BYTES
     held: int = 0
+
+    def check(self, *, anthropic: bool) -> None:
+        """Raise the overloaded error when the replies held already fill the limit (so
+        a reply is not rendered only to be refused)."""
+        if self.held >= self.limit:
+            raise _overloaded(anthropic)
 
     @contextlib.contextmanager
     def holding(self, size: int, *, anthropic: bool) -> Iterator[None]:
@@ -41,13 +58,17 @@ class ReplyBudget:
                 else is held (the limit bounds the sum, not one reply).
         """
         if self.held and self.held + size > self.limit:
-            raise ApiError(
-                "The server is overloaded: too many long replies are waiting for their "
-                "clients to read them. Please try again later.",
-                status=529 if anthropic else 503,
-            )
+            raise _overloaded(anthropic)
         self.held += size
         try:
             yield
         finally:
             self.held -= size
+
+
+def _overloaded(anthropic: bool) -> ApiError:
+    return ApiError(
+        "The server is overloaded: too many long replies are waiting for their clients to "
+        "read them. Please try again later.",
+        status=529 if anthropic else 503,
+    )
