@@ -13,7 +13,7 @@ streams start) over the cap, and how the streams ended. Loopback only, bounded i
 (each stream ends when the cap or a per-stream bound stops it). Prints a table and writes
 ``benchmarks/results/memory_cap.json``.
 
-    python benchmarks/memory_cap.py [--streams 20] [--cap-mib 32]
+    python benchmarks/memory_cap.py [--streams 20] [--cap-mib 32 128]
 """
 
 from __future__ import annotations
@@ -113,25 +113,34 @@ def run_case(case: str, streams: int, cap: int) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--streams", type=int, default=20)
-    parser.add_argument("--cap-mib", type=int, default=32)
+    parser.add_argument("--cap-mib", type=int, nargs="+", default=[32, 128])
     args = parser.parse_args()
-    cap = args.cap_mib * _MIB
-    rows = {}
+    rows = []
     print(f"{'case':<14} {'streams':>7} {'cap':>7} {'RSS growth':>11} {'x cap':>6}  endings")
-    for case in ("endless-event", "endless-text"):
-        result = run_case(case, args.streams, cap)
-        growth = int(str(result["growth"]))
-        codes = result["codes"]
-        assert isinstance(codes, list)
-        endings = dict(collections.Counter(str(code) for code in codes))
-        rows[case] = {"growth": growth, "ratio": round(growth / cap, 3), "endings": endings}
-        print(
-            f"{case:<14} {args.streams:>7} {args.cap_mib:>5}Mi {growth / _MIB:>8.1f}MiB "
-            f"{growth / cap:>6.2f}  {endings}"
-        )
+    for cap_mib in args.cap_mib:
+        cap = cap_mib * _MIB
+        for case in ("endless-event", "endless-text"):
+            result = run_case(case, args.streams, cap)
+            growth = int(str(result["growth"]))
+            codes = result["codes"]
+            assert isinstance(codes, list)
+            endings = dict(collections.Counter(str(code) for code in codes))
+            rows.append(
+                {
+                    "case": case,
+                    "cap": cap,
+                    "growth": growth,
+                    "ratio": round(growth / cap, 3),
+                    "endings": endings,
+                }
+            )
+            print(
+                f"{case:<14} {args.streams:>7} {cap_mib:>5}Mi {growth / _MIB:>8.1f}MiB "
+                f"{growth / cap:>6.2f}  {endings}"
+            )
     write_results(
         Path(__file__).parent / "results" / "memory_cap.json",
-        {"streams": args.streams, "cap": cap, "cases": rows},
+        {"streams": args.streams, "runs": rows},
     )
 
 
