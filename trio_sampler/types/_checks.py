@@ -29,6 +29,7 @@ __all__ = [
     "string_map",
     "temperature",
     "text",
+    "tool_call_fields",
     "tool_parameters",
 ]
 
@@ -281,3 +282,19 @@ def json_schema(name: str) -> Any:
         check_json_value(name, value)
 
     return check
+
+
+def tool_call_fields(_instance: Any, _attribute: Any, items: Any) -> None:
+    """An attrs validator for a request's ``items``: the tool calls of its assistant turns
+    have ``str`` ids, names and arguments (checked here rather than by ``ToolCall``
+    itself, which the stream transforms build from what the server sent)."""
+    for index, item in enumerate(items):
+        for number, call in enumerate(getattr(item, "tool_calls", ())):
+            for field in ("id", "name", "arguments"):
+                value = getattr(call, field, None)
+                if not isinstance(value, str):
+                    raise TypeError(
+                        f"items[{index}].tool_calls[{number}].{field} must be a str, not a "
+                        f'{type(value).__name__}; e.g. ToolCall("call_1", "lookup", '
+                        '\'{"city": "Paris"}\')'
+                    )

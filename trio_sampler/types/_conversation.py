@@ -244,9 +244,9 @@ class ToolCall:
     dropped connection): such a call must not be run as if it were valid.
     """
 
-    id: str = attrs.field(validator=_checks.text("ToolCall.id"))
-    name: str = attrs.field(validator=_checks.text("ToolCall.name"))
-    arguments: str = attrs.field(default="{}", validator=_checks.text("ToolCall.arguments"))
+    id: str
+    name: str
+    arguments: str = "{}"
     arguments_complete: bool = True
 
     def parsed_arguments(self) -> Any:
@@ -647,7 +647,9 @@ class ConversationRequest:
     the configured model.
     """
 
-    items: tuple[ConversationItem, ...] = attrs.field(converter=_items)
+    items: tuple[ConversationItem, ...] = attrs.field(
+        converter=_items, validator=_checks.tool_call_fields
+    )
     tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=_tools)
     hosted_tools: tuple[HostedTool, ...] = attrs.field(default=(), converter=_hosted_tools)
     #: A :class:`ToolChoice` (or its name: ``"auto"``, ``"none"``, ``"required"``) or a
