@@ -427,3 +427,34 @@ def test_deltas_wait_only_briefly_whatever_else_arrives() -> None:
     response = acc.build_response()
     assert response.text == "ab" * 3000
     assert response.assistant.tool_calls[0].arguments == "c" * 3000
+
+
+def test_a_hosted_tools_input_being_assembled_counts_as_held() -> None:
+    """Transform state that grows with what the server sends (Messages assembles a
+    server tool's input outside the fold) counts in what the stream holds, so a server
+    that sends an endless input is stopped by the sampler's cap like endless text."""
+    from trio_sampler.wire.sse import SSEDecoder
+
+    def sse(payload: dict[str, object]) -> bytes:
+        return b"event: x\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+    tool = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}}
+    piece = '{"query": "' + "n" * 1000
+    body = sse({"type": "message_start", "message": {"id": "m", "usage": {}}}) + sse(
+        {"type": "content_block_start", "index": 0, "content_block": tool}
+    )
+    body += b"".join(
+        sse(
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": piece},
+            }
+        )
+        for _ in range(100)
+    )
+    transform = new_transform(ApiBackend.MESSAGES, "r")
+    decoder = SSEDecoder()
+    for event in decoder.feed(body):
+        transform.feed(event)
+    assert transform.held_bytes >= 100 * len(piece)

@@ -486,6 +486,7 @@ class MessagesTransform(StreamTransform):
             self.acc.tool_arguments(block, partial, out)
         elif block.kind == _HOSTED:
             block.input_parts.append(partial)
+            self.state_bytes += len(partial)
 
     def _ignore_delta(
         self, block: _Block | None, delta: dict[str, Any], out: list[SamplingEvent]
