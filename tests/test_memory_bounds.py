@@ -76,6 +76,11 @@ async def handler(stream):
             while True:
                 await stream.send_all(block * 4)
         await stream.send_all(HEAD + b"\r\n")
+        if case == "endless-event":
+            # One event that never ends: it grows in the SSE decoder, not in the fold.
+            await stream.send_all(b"data: ")
+            while True:
+                await stream.send_all(b"x" * 65536)
         if case.startswith("endless-tool"):
             await stream.send_all(TOOL_OPEN)
         pieces = {"endless-tool-arguments": TOOL, "endless-tool-objects": OBJECTS}
@@ -170,6 +175,18 @@ def test_twenty_hostile_streams_stay_within_the_sampler_cap() -> None:
     assert int(str(result["peak_total"])) <= cap + 20 * 256 * 1024, result
     growth = int(str(result["growth"]))
     assert growth <= 1.1 * cap + 20 * _MIB, f"20 streams: peak grew {growth / _MIB:.0f} MiB"
+
+
+def test_endless_events_count_against_the_sampler_cap() -> None:
+    """An event that never ends grows in each stream's SSE decoder (up to
+    ``max_sse_event_bytes``, 16 MiB): those buffers count against the sampler's cap like
+    text does. Regression: uncounted, 20 such streams held 364 MiB under a 32 MiB cap."""
+    cap = 32 * _MIB
+    result = _run_child("endless-event", 64 * _MIB, streams=20, cap=cap)
+    codes = result["codes"]
+    assert isinstance(codes, list) and len(codes) == 20
+    assert "sampler_memory_cap" in codes, codes
+    assert int(str(result["peak_total"])) <= cap + 20 * 256 * 1024, result
 
 
 # -- in process: the bookkeeping ------------------------------------------------------
@@ -410,3 +427,34 @@ def test_deltas_wait_only_briefly_whatever_else_arrives() -> None:
     response = acc.build_response()
     assert response.text == "ab" * 3000
     assert response.assistant.tool_calls[0].arguments == "c" * 3000
+
+
+def test_a_hosted_tools_input_being_assembled_counts_as_held() -> None:
+    """Transform state that grows with what the server sends (Messages assembles a
+    server tool's input outside the fold) counts in what the stream holds, so a server
+    that sends an endless input is stopped by the sampler's cap like endless text."""
+    from trio_sampler.wire.sse import SSEDecoder
+
+    def sse(payload: dict[str, object]) -> bytes:
+        return b"event: x\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+    tool = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}}
+    piece = '{"query": "' + "n" * 1000
+    body = sse({"type": "message_start", "message": {"id": "m", "usage": {}}}) + sse(
+        {"type": "content_block_start", "index": 0, "content_block": tool}
+    )
+    body += b"".join(
+        sse(
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": piece},
+            }
+        )
+        for _ in range(100)
+    )
+    transform = new_transform(ApiBackend.MESSAGES, "r")
+    decoder = SSEDecoder()
+    for event in decoder.feed(body):
+        transform.feed(event)
+    assert transform.held_bytes >= 100 * len(piece)

@@ -646,13 +646,13 @@ def test_usage_in_x_groq() -> None:
     assert resp.usage == Usage(5, 7)
 
 
-def test_usage_odd_values_are_tolerated() -> None:
+def test_usage_odd_values_are_tolerated_and_a_count_sent_as_text_is_flagged() -> None:
     resp = usage_of(
         usage_chunk(
             {"prompt_tokens": 5.0, "completion_tokens": "7", "cost": "1", "cost_in_usd_ticks": -3}
         )
     )
-    assert resp.usage == Usage(5, 0)
+    assert resp.usage == Usage(5, 0, malformed=1)
     assert resp.cost_usd_ticks is None
 
 

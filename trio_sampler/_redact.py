@@ -59,6 +59,7 @@ from .types import (
     SamplingErrorInfo,
     SamplingEvent,
 )
+from .types._credential_names import is_credential_name, redact_url
 
 __all__ = [
     "REDACTED",
@@ -77,22 +78,6 @@ _T = TypeVar("_T")
 
 #: What a value that only looks like a credential becomes.
 REDACTED: Final = "[REDACTED]"
-
-# Names whose values are credentials (headers, query parameters): hidden in reprs and in
-# logged URLs, checked like keys, scrubbed wherever they are echoed. Over-matching only
-# hides a harmless value. ``code`` is an OAuth authorization code.
-_SENSITIVE_NAME = re.compile(
-    r"auth|key|token|secret|cookie|signature|sig$|password|passwd|credential|^code$", re.I
-)
-
-
-@functools.lru_cache(maxsize=1024)
-def is_credential_name(name: str) -> bool:
-    """True when a header or query parameter called ``name`` carries a credential.
-
-    Cached: the same few names come with every request, and the case-insensitive search
-    is microseconds each time."""
-    return _SENSITIVE_NAME.search(name) is not None
 
 
 def check_credential(value: str, what: str) -> None:
@@ -222,20 +207,6 @@ def scrub_secrets(text: str) -> str:
     if not could_hold_shape(text):
         return text
     return _SHAPES.sub(_shape, text)
-
-
-_QUERY_PAIR = re.compile(r"([?&;])([^=&#;]*)=([^&#;]*)")
-
-
-def redact_url(url: object) -> str:
-    """``url`` as text with the values of credential query parameters (``?key=...`` auth,
-    signed URLs; names :func:`is_credential_name` accepts) replaced by ``***``."""
-
-    def hide(match: re.Match[str]) -> str:
-        sep, name, value = match.groups()
-        return f"{sep}{name}={'***' if is_credential_name(name) else value}"
-
-    return _QUERY_PAIR.sub(hide, str(url))
 
 
 # ---------------------------------------------------------------------------------------

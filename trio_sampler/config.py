@@ -248,6 +248,17 @@ def _redacted_pairs(pairs: tuple[tuple[str, str], ...]) -> str:
     return repr(tuple(shown))
 
 
+#: SamplerConfig's fields of an object type: (name, type, what to write). ``None`` is
+#: allowed where the field's default is ``None``.
+_FIELD_KINDS: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
+    ("model", str, 'a model name such as "gpt-5-mini", or None'),
+    ("provider", str, 'a provider profile name such as "openai", or None'),
+    ("anthropic_version", str, "a date string such as '2023-06-01'"),
+    ("timeouts", Timeouts, "a Timeouts(...) (e.g. Timeouts(first_token=60))"),
+    ("retry", RetryPolicy, "a RetryPolicy(...) (e.g. RetryPolicy(max_retries=2))"),
+)
+
+
 @attrs.frozen
 class SamplerConfig:
     """Everything needed to talk to one endpoint. Validated at construction.
@@ -311,6 +322,21 @@ class SamplerConfig:
     #: Without rate-limit headers from the server it never holds anything.
     rate_limit_pacing: RateLimitPacing | None = attrs.field(factory=RateLimitPacing)
 
+    def _check_kinds(self) -> None:
+        """Each field of an object type holds that type (a dict for a policy object, a
+        number for a name: the field named, and what to write)."""
+        for name, kind, example in _FIELD_KINDS:
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, kind):
+                raise TypeError(f"{name} must be {example}, not a {type(value).__name__}")
+        for name in ("model", "provider", "anthropic_version"):
+            value = getattr(self, name)
+            if isinstance(value, str) and not value.isascii():
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValueError(f"{name} holds a lone surrogate; write valid text") from None
+
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.backend, ApiBackend | str):
             raise TypeError(
@@ -325,6 +351,7 @@ class SamplerConfig:
                 "rate_limit_pacing must be a trio_sampler.ratelimit.RateLimitPacing(...) or "
                 f"None (no pacing), not a {type(self.rate_limit_pacing).__name__}"
             )
+        self._check_kinds()
         if self.model is not None and not self.model.strip():
             raise ValueError("model must be a non-empty name or None")
         if self.api_key is not None:

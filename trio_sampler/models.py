@@ -34,6 +34,7 @@ import orjson
 
 from .types import ApiBackend, TrioSamplerError, Usage
 from .types._conversation import coerce_enum
+from .types._credential_names import redact_url
 
 __all__ = [
     "TICKS_PER_USD",
@@ -84,7 +85,7 @@ class ModelInfo:
     max_output_tokens: int
     prices: ModelPrices
     #: Where the provider serves it (``None``: the provider profile's address).
-    base_url: str | None = None
+    base_url: str | None = attrs.field(default=None, repr=redact_url)
 
 
 def _fail(source: str, where: str, problem: str) -> ModelCatalogError:
@@ -253,10 +254,11 @@ class ModelCatalog:
         the model has none), all output (reasoning included) at the output price. Computed
         exactly and rounded once, half up. A usage that breaks its invariants
         (:attr:`Usage.violations`: a negative count, say) is priced with each count clamped
-        at zero: never a negative cost.
+        at zero: never a negative cost. A usage whose counts are not counts (a string, 1e30
+        tokens: not :attr:`Usage.priceable`) is not priced at all (``None``).
         """
         info = self.get(model)
-        if info is None:
+        if info is None or not usage.priceable:
             return None
         (uncached_rate, read_rate, write_rate, output_rate), denominator = _tick_rates(info.prices)
         cache_read = max(usage.cache_read_tokens, 0)

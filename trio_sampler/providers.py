@@ -15,6 +15,7 @@ import attrs
 
 from .types import ApiBackend
 from .types._conversation import coerce_enum
+from .types._credential_names import redact_url
 
 __all__ = [
     "COST_IN_TICKS",
@@ -73,7 +74,7 @@ class ProviderProfile:
     """
 
     name: str
-    base_url: str | None
+    base_url: str | None = attrs.field(repr=redact_url)
     backend: ApiBackend = attrs.field(converter=_profile_backend)
     auth_scheme: AuthScheme = attrs.field(default=AuthScheme.BEARER, converter=_profile_auth)
     #: Environment variable holding the key; ``None`` when the provider has no standard one.

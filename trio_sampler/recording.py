@@ -93,8 +93,9 @@ class Exchange:
 
     method: str
     #: The URL, credential query parameters' values removed.
-    url: str
-    request_headers: tuple[tuple[str, str], ...]
+    url: str = attrs.field(converter=redact_url)
+    #: The request's headers, the values of credential names removed.
+    request_headers: tuple[tuple[str, str], ...] = attrs.field(converter=_headers)
     request_body: bytes
     status: int
     response_headers: tuple[tuple[str, str], ...]

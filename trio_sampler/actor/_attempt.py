@@ -204,6 +204,8 @@ class _Body:
         self._decoder = SSEDecoder(config.max_sse_event_bytes)
         self._timeouts = config.timeouts
         self._holding = holding
+        if holding is not None:  # the decoder's buffer grows with server input too
+            holding.count(self._decoder)
         #: Content has been produced (reads are parsed whole from then on).
         self.emitted = False
         #: The part of a read not parsed yet.

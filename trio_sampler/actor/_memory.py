@@ -7,6 +7,12 @@ stops the largest streams until the total is back under it: each then fails like
 over ``max_response_bytes`` does, with its partial output and
 ``error_code="sampler_memory_cap"``, not retried.
 
+What an attempt holds is every buffer that grows with what the server sends: the text,
+reasoning, refusal and tool arguments its transform's fold holds, and what its SSE decoder
+holds for the event in progress (up to ``max_sse_event_bytes`` each: an endless event
+grows there, not in the fold). A buffer is counted once :meth:`Holding.count` is told of
+it.
+
 An attempt reports what it holds before every body read (:meth:`Holding.report`) and
 lets the memory cancel the read's scope when the attempt is the one to stop. So the total
 is exact at every read, and exceeds the limit by at most what each stream's last read
@@ -15,13 +21,15 @@ added.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import trio
 
 from ..client import SamplingClientError
 from ..types import SamplingErrorInfo, SamplingErrorKind
 from ..wire import StreamTransform
 
-__all__ = ["DEFAULT_MAX_BUFFERED_RESPONSE_BYTES", "Holding", "ResponseMemory"]
+__all__ = ["DEFAULT_MAX_BUFFERED_RESPONSE_BYTES", "Buffer", "Holding", "ResponseMemory"]
 
 #: ``open_sampler(max_buffered_response_bytes=)`` by default: 1 GiB in all.
 DEFAULT_MAX_BUFFERED_RESPONSE_BYTES = 1024 * 1024 * 1024
@@ -79,6 +87,13 @@ class ResponseMemory:
         )
 
 
+class Buffer(Protocol):
+    """Something that holds bytes of a response outside the fold."""
+
+    @property
+    def buffered_bytes(self) -> int: ...
+
+
 def _held(holding: Holding) -> int:
     return holding.bytes
 
@@ -94,6 +109,7 @@ class Holding:
     def __init__(self, memory: ResponseMemory, transform: StreamTransform) -> None:
         self._memory = memory
         self._transform = transform
+        self._buffers: tuple[Buffer, ...] = ()
         self.bytes = 0
         #: Chosen to stop: every read from now on fails with the memory's error.
         self.stopped = False
@@ -107,13 +123,21 @@ class Holding:
     def release(self) -> None:
         self._memory.release(self)
 
+    def count(self, buffer: Buffer) -> None:
+        """Count what ``buffer`` holds too, from the next report on (the SSE decoder)."""
+        self._buffers = (*self._buffers, buffer)
+
+    def held(self) -> int:
+        """Bytes held now: the fold's text and every counted buffer."""
+        return self._transform.held_bytes + sum(b.buffered_bytes for b in self._buffers)
+
     def report(self) -> None:
         """Before a read: report what the attempt holds now (the largest past the
         limit is stopped); raises the memory's error if this attempt is stopped."""
         if self._transform.finished:
             self.release()  # the response (or partial) is the consumer's now
         else:
-            self._memory.update(self, self._transform.held_bytes)
+            self._memory.update(self, self.held())
         self.check()
 
     def guard(self, scope: trio.CancelScope | None) -> None:

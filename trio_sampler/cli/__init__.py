@@ -57,13 +57,36 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``trio-sampler``; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    undecodable = _undecodable(arguments)
+    if undecodable is not None:
+        print(f"trio-sampler: {undecodable}", file=sys.stderr)
+        return EXIT_USAGE
+    args = build_parser().parse_args(arguments)
     prog = f"trio-sampler {args.command}"
     try:
         status: int = args.run(args)
     except BaseException as exc:  # sorted by _ended_by; anything else is re-raised
         return _ended_by(prog, exc)
     return status
+
+
+def _undecodable(arguments: Sequence[str]) -> str | None:
+    """Why an argument cannot be used, when one holds bytes that are not text in the
+    locale's encoding (Python keeps them as lone surrogates, which no request, file name
+    or JSON can carry); ``None`` when every argument is text."""
+    for position, argument in enumerate(arguments, start=1):
+        try:
+            argument.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            char = ord(argument[exc.start])  # an undecodable byte b is kept as U+DC00 + b
+            shown = f"the byte 0x{char - 0xDC00:02x}" if 0xDC80 <= char <= 0xDCFF else "a byte"
+            return (
+                f"argument {position} holds {shown} at character {exc.start} that is not "
+                "text in this locale's encoding; pass it as UTF-8 (check the shell's and the "
+                "terminal's encoding, e.g. LANG=C.UTF-8)"
+            )
+    return None
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:

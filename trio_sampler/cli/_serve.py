@@ -57,6 +57,16 @@ def add_parser(commands: Any) -> None:
         ),
     )
     parser.add_argument(
+        "--body-timeout",
+        type=_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help=(
+            "answer 408 and close the connection when a request body takes longer than "
+            "this to arrive in full (default 30)"
+        ),
+    )
+    parser.add_argument(
         "--models",
         metavar="FILE",
         help=(
@@ -111,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
             reuse_port=args.reuse_port,
             models=models,
             keep_alive_timeout=args.keep_alive_timeout,
+            body_timeout=args.body_timeout,
             gc_growth=DEFAULT_GROWTH if args.gc == "growth" else None,
         )
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import math
 import uuid
@@ -16,8 +17,9 @@ import trio
 from .._receive_time import LAST_SENT
 from ..wire import get_backend
 from ._arrival import request_answered, request_arrived
+from ._budget import DEFAULT_MAX_REPLY_BYTES, ReplyBudget, frames_size
 from ._cache import SHARED_CACHE, PromptCache
-from ._faults import AttemptPlan, FaultBook
+from ._faults import AttemptPlan, FaultBook, OutcomeFault
 from ._log import (
     DEFAULT_MAX_RECORDED_BODY_BYTES,
     DEFAULT_MAX_RECORDED_BYTES,
@@ -63,6 +65,10 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 #: Seconds a request body may take to arrive in full (slow-body clients hold a
 #: connection, and a file descriptor, for at most this long).
 DEFAULT_BODY_TIMEOUT = 30.0
+#: Frames sent together are sent in body messages of about this size: a long reply to a
+#: client that does not read is then held once (its frames), not copied whole into one
+#: message as well.
+_COALESCE_BYTES = 64 * 1024
 #: Pre-rendered bench bodies kept (the cache is cleared when full).
 MAX_BENCH_BODIES = 1024
 
@@ -76,6 +82,29 @@ _SSE_HEADERS = [
     (b"cache-control", b"no-cache"),
 ]
 _JSON = (b"content-type", b"application/json")
+
+
+@attrs.frozen
+class StreamControl:
+    """What the server under the app can do with a request's stream beyond ASGI, given
+    the ``send`` it handed the app (:func:`~trio_sampler.emulator.serve` provides it per
+    connection; elsewhere there is none)."""
+
+    #: Reset the stream (HTTP/2: RST_STREAM) once what was sent so far has gone out.
+    reset: Callable[[Send], Awaitable[None]]
+    #: Whether the client has already closed or reset the stream: a request reset as
+    #: soon as it was sent (an HTTP/2 rapid-reset flood) is then not answered at all.
+    closed: Callable[[Send], bool]
+
+
+#: The current connection's :class:`StreamControl` (``None``: a response left mid-body is
+#: the server's to end, and an HTTP/1.1 server closes the connection).
+STREAM_CONTROL: contextvars.ContextVar[StreamControl | None] = contextvars.ContextVar(
+    "trio_sampler_emulator_stream_control", default=None
+)
+_SERVER_SEND: contextvars.ContextVar[Send | None] = contextvars.ContextVar(
+    "trio_sampler_emulator_server_send", default=None
+)
 #: What newer Anthropic models answer (400) to a request ending with an assistant message;
 #: gateways that proxy them to OpenAI-compatible clients pass the same text on.
 PREFILL_REJECTED = (
@@ -124,6 +153,10 @@ class EmulatorApp:
             ``keep_alive_timeout`` (see :func:`~trio_sampler.emulator.serve`).
         max_recorded_bytes: the request log's bound in bytes (oldest dropped first).
         max_recorded_body_bytes: of each recorded body, at most this many bytes are kept.
+        max_reply_bytes: the bytes of replies held at once, over every connection (a
+            reply is held from its rendering until its last byte is handed to the
+            connection; a client that never reads holds it until it goes away). Past it,
+            new requests get 503 (Anthropic: 529, overloaded).
     """
 
     def __init__(
@@ -137,6 +170,7 @@ class EmulatorApp:
         body_timeout: float = DEFAULT_BODY_TIMEOUT,
         max_recorded_bytes: int = DEFAULT_MAX_RECORDED_BYTES,
         max_recorded_body_bytes: int = DEFAULT_MAX_RECORDED_BODY_BYTES,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
         if not (isinstance(body_timeout, int | float) and 0 < body_timeout < math.inf):
             raise ValueError(
@@ -148,6 +182,7 @@ class EmulatorApp:
         self.cache = SHARED_CACHE if cache is None else cache
         self.faults = FaultBook()
         self.body_timeout = float(body_timeout)
+        self.replies = ReplyBudget(max_reply_bytes)
         self.log = RequestLog(max_bytes=max_recorded_bytes, max_body_bytes=max_recorded_body_bytes)
         #: When this process's paced deltas were written, against their schedule.
         self.punctuality = Punctuality()
@@ -199,6 +234,7 @@ class EmulatorApp:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
         elif scope["type"] == "http":
+            _SERVER_SEND.set(send)
             await self._http(scope, *_tracking_the_exchange(scope, receive, send))
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -246,6 +282,8 @@ class EmulatorApp:
                 raise ApiError(f"Method {method} not allowed for {path}.", status=405)
             renderer, view_of = route
             body = await self._read_body(receive)
+            if _stream_closed():
+                return  # reset by the client: nobody to answer
             # When the request arrived (the read of its last bytes, where the server
             # says): paced streams count from here.
             arrived = request_arrived()
@@ -391,6 +429,8 @@ class EmulatorApp:
                 send, outcome.status, error_body, base + retry_after_headers(outcome.retry_after)
             )
             return
+        # Refused before its reply is rendered, when the replies held fill the budget.
+        self.replies.check(anthropic=renderer.backend == "messages")
         if isinstance(outcome, ContentFilterFault):
             script = attrs.evolve(script, stop="content_filter")
         if isinstance(outcome, EmptyFault):
@@ -407,22 +447,24 @@ class EmulatorApp:
                 self._bench_store(
                     renderer, script, data, 200, base + _SSE_HEADERS, b"".join(frames)
                 )
-            await _send_start(send, 200, base + _SSE_HEADERS)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope)
-                await _emit(
-                    send,
-                    renderer,
-                    reply,
-                    view,
-                    frames,
-                    plan,
-                    script.delay_ms / 1000,
-                    pacing,
-                    arrived,
-                    self.punctuality,
-                )
-                nursery.cancel_scope.cancel()
+            anthropic = renderer.backend == "messages"
+            with self.replies.holding(frames_size(frames), anthropic=anthropic):
+                await _send_start(send, 200, base + _SSE_HEADERS)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope)
+                    await _emit(
+                        send,
+                        renderer,
+                        reply,
+                        view,
+                        frames,
+                        plan,
+                        script.delay_ms / 1000,
+                        pacing,
+                        arrived,
+                        self.punctuality,
+                    )
+                    nursery.cancel_scope.cancel()
             return
         if plan.first_token_after is not None:
             await _hold(receive, arrived + plan.first_token_after - trio.current_time())
@@ -436,21 +478,8 @@ class EmulatorApp:
             return
         if bench:
             self._bench_store(renderer, script, data, 200, [*base, _JSON], payload)
-        await _send_start(
-            send, 200, [*base, _JSON, (b"content-length", str(len(payload)).encode())]
-        )
-        if isinstance(outcome, DropFault):
-            await send(
-                {
-                    "type": "http.response.body",
-                    "body": payload[: len(payload) // 2],
-                    "more_body": True,
-                }
-            )
-            return  # returning mid-body makes the server close the connection
-        if isinstance(outcome, MalformedFault):
-            payload = payload[: len(payload) // 2].ljust(len(payload))
-        await send({"type": "http.response.body", "body": payload, "more_body": False})
+        with self.replies.holding(len(payload), anthropic=renderer.backend == "messages"):
+            await _send_payload(send, base, payload, outcome)
 
     def _bench_key(
         self, renderer: Renderer, script: Script, data: Mapping[str, Any]
@@ -645,6 +674,46 @@ async def _hold(receive: Receive, seconds: float | None) -> None:
         raise _ClientGone
 
 
+async def _send_payload(
+    send: Send,
+    base: list[tuple[bytes, bytes]],
+    payload: bytes,
+    outcome: OutcomeFault | None,
+) -> None:
+    await _send_start(send, 200, [*base, _JSON, (b"content-length", str(len(payload)).encode())])
+    if isinstance(outcome, DropFault):
+        await send(
+            {
+                "type": "http.response.body",
+                "body": payload[: len(payload) // 2],
+                "more_body": True,
+            }
+        )
+        await _drop_stream()
+        return
+    if isinstance(outcome, MalformedFault):
+        payload = payload[: len(payload) // 2].ljust(len(payload))
+    await send({"type": "http.response.body", "body": payload, "more_body": False})
+
+
+async def _drop_stream() -> None:
+    """End the current response mid-body, as a dropped connection does: the server
+    resets an HTTP/2 stream at once (the client sees the error rather than waiting out
+    its idle timeout); otherwise the app's returning mid-body closes the connection."""
+    control = STREAM_CONTROL.get()
+    send = _SERVER_SEND.get()
+    if control is not None and send is not None:
+        await control.reset(send)
+
+
+def _stream_closed() -> bool:
+    """Whether the client has already closed the current request's stream (known only
+    under :func:`~trio_sampler.emulator.serve`)."""
+    control = STREAM_CONTROL.get()
+    send = _SERVER_SEND.get()
+    return control is not None and send is not None and control.closed(send)
+
+
 async def _send_start(send: Send, status: int, headers: list[tuple[bytes, bytes]]) -> None:
     await send({"type": "http.response.start", "status": status, "headers": headers})
 
@@ -729,7 +798,8 @@ async def _emit_frames(
                 break
             if isinstance(outcome, DropFault):
                 await flush()
-                return  # no final message: the server closes the connection mid-body
+                await _drop_stream()
+                return
             pending += renderer.malformed()
         for stall in plan.stalls:
             if (middle if stall.after_events is None else stall.after_events) == index:
@@ -761,5 +831,7 @@ async def _emit_frames(
                 previous = written
                 continue
         pending += frame
+        if len(pending) >= _COALESCE_BYTES:
+            await flush()
     await flush()
     await send({"type": "http.response.body", "body": b"", "more_body": False})

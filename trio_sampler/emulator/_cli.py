@@ -9,7 +9,7 @@ from typing import Any
 
 import trio
 
-from ._app import EmulatorApp
+from ._app import DEFAULT_BODY_TIMEOUT, EmulatorApp
 from ._gc import collect_by_growth
 from ._serve import serve
 
@@ -53,16 +53,17 @@ async def serve_and_report(
     models: Mapping[str, Mapping[str, Any]] | None = None,
     keep_alive_timeout: float = 5.0,
     gc_growth: int | None = None,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
 ) -> int:
     """Serve until cancelled, printing the ``listening on`` line; 1 when it cannot listen.
 
     ``models`` is :class:`~trio_sampler.emulator.EmulatorApp`'s table of per-model scripts;
-    ``keep_alive_timeout`` is :func:`~trio_sampler.emulator.serve`'s. With ``gc_growth``
-    the process collects cyclic garbage once that many container objects were allocated
-    and not freed, instead of by the interpreter's policy (see ``_gc``): for a process
-    that does nothing else, as the ``trio-sampler serve`` command.
+    ``keep_alive_timeout`` and ``body_timeout`` are :func:`~trio_sampler.emulator.serve`'s.
+    With ``gc_growth`` the process collects cyclic garbage once that many container
+    objects were allocated and not freed, instead of by the interpreter's policy (see
+    ``_gc``): for a process that does nothing else, as the ``trio-sampler serve`` command.
     """
-    app = EmulatorApp(bench=bench, models=models) if models else None
+    app = EmulatorApp(bench=bench, models=models, body_timeout=body_timeout) if models else None
     async with trio.open_nursery() as nursery:
         try:
             server = await nursery.start(
@@ -75,6 +76,7 @@ async def serve_and_report(
                     reuse_port=reuse_port,
                     app=app,
                     keep_alive_timeout=keep_alive_timeout,
+                    body_timeout=body_timeout,
                 )
             )
         except (OSError, ValueError) as failure:  # handled here: the nursery would wrap it

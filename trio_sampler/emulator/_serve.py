@@ -5,6 +5,16 @@ Trio connection handler (``TCPServer``) is driven from our listener instead, so 
 connection's stream is an :class:`~trio_sampler.emulator._arrival.ArrivalStream` and a
 paced request's clock starts at the read of its last bytes (see ``_arrival``). Hypercorn
 still parses, runs the app and writes every byte; only who accepts the connection differs.
+
+Each connection is isolated: an exception out of one connection's handling (Hypercorn's
+HTTP/2 protocol raises ``KeyError(<stream id>)`` when a client goes on sending the body of
+a stream it has already answered, as after a 408 at the body timeout) is logged and ends
+that connection only, never the server whose nursery runs every connection.
+
+This is the one module that touches Hypercorn's internals: its Trio ``TCPServer`` and, to
+reset an HTTP/2 stream for the ``drop`` fault, the ``HTTPStream`` behind an ASGI ``send``
+and the ``H2Protocol`` behind that (``tests/test_emulator_hostile_clients.py`` fails if an
+upgrade moves them).
 """
 
 from __future__ import annotations
@@ -19,15 +29,20 @@ from collections.abc import Iterator
 from typing import Any, cast
 
 import attrs
+import h2.errors
+import h2.exceptions
 import trio
 from hypercorn.config import Config
+from hypercorn.events import RawData
+from hypercorn.protocol.h2 import H2Protocol
+from hypercorn.protocol.http_stream import HTTPStream
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.utils import wrap_app
 
 from ..types import ApiBackend
-from ._app import DEFAULT_BODY_TIMEOUT, EmulatorApp
+from ._app import DEFAULT_BODY_TIMEOUT, STREAM_CONTROL, EmulatorApp, StreamControl
 from ._arrival import CONNECTION, ArrivalStream
 
 __all__ = ["BACKEND_PATHS", "EmulatorServer", "serve"]
@@ -160,10 +175,16 @@ async def _serve_hypercorn(
     context = WorkerContext(None)
 
     async def connection(stream: trio.SocketStream) -> None:
+        peer = _peer(stream)
         timed = ArrivalStream(stream)
         CONNECTION.set(timed)  # this task's context: the app's tasks start from it
-        # (Hypercorn annotates the stream as TLS; a plain one is what it serves over HTTP.)
-        await TCPServer(wrapped, config, context, dict(lifespan_state), cast(Any, timed))
+        STREAM_CONTROL.set(_STREAM_CONTROL)
+        try:
+            # (Hypercorn annotates the stream as TLS; a plain one is what it serves.)
+            await TCPServer(wrapped, config, context, dict(lifespan_state), cast(Any, timed))
+        except* Exception as group:
+            # Hypercorn has closed the connection on its way out (``TCPServer.run``).
+            _LOGGER.warning("connection %s ended by an exception", peer, exc_info=group)
 
     async with trio.open_nursery() as lifespan_nursery:
         await lifespan_nursery.start(lifespan.handle_lifespan)
@@ -182,6 +203,50 @@ async def _serve_hypercorn(
             # Only a cancel ends serving: idle connections stop waiting at once.
             await context.terminated.set()
 
+
+_LOGGER = logging.getLogger("trio_sampler.emulator")
+
+
+def _peer(stream: trio.SocketStream) -> str:
+    try:
+        return str(stream.socket.getpeername())
+    except OSError:
+        return "(gone)"
+
+
+async def _reset_h2_stream(send: Any) -> None:
+    """Reset the HTTP/2 stream whose ASGI ``send`` this is (RST_STREAM with
+    ``INTERNAL_ERROR``) once the body sent so far has gone out; nothing over HTTP/1.1,
+    whose connection Hypercorn closes when the app returns mid-body."""
+    stream = getattr(send, "__self__", None)
+    protocol = getattr(getattr(stream, "send", None), "__self__", None)
+    if not isinstance(stream, HTTPStream) or not isinstance(protocol, H2Protocol):
+        return
+    stream_id = stream.stream_id
+    buffer = protocol.stream_buffers.get(stream_id)
+    if buffer is not None:
+        await buffer.drain()
+    try:
+        protocol.connection.reset_stream(stream_id, h2.errors.ErrorCodes.INTERNAL_ERROR)
+    except h2.exceptions.ProtocolError:
+        return  # the stream or the connection is already closed
+    await protocol.send(RawData(data=protocol.connection.data_to_send()))
+    if buffer is not None:
+        # Its sender finds the buffer complete, fails to end the reset stream and
+        # forgets it (``H2Protocol._send_data``).
+        await buffer.close()
+        protocol.priority.unblock(stream_id)
+        await protocol.has_data.set()
+
+
+def _stream_closed(send: Any) -> bool:
+    """Whether Hypercorn has closed the stream whose ASGI ``send`` this is (the client
+    closed or reset it)."""
+    stream = getattr(send, "__self__", None)
+    return isinstance(stream, HTTPStream) and stream.closed
+
+
+_STREAM_CONTROL = StreamControl(reset=_reset_h2_stream, closed=_stream_closed)
 
 _ACCEPT_LOGGER = "trio.serve_listeners"
 _ACCEPT_REPORT_INTERVAL = 10.0

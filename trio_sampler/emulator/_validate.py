@@ -26,8 +26,19 @@ def _canonical(value: Any) -> str:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
 
+#: The most output tokens a request may ask for (every model the emulator plays has this
+#: ceiling, the largest of the real ones'): a larger ``max_tokens`` is a 400, as it is from
+#: the real APIs, and an ``ignore_eos`` reply is never longer.
+MAX_OUTPUT_TOKENS = 128_000
+
+
 def _int_field(
-    body: Mapping[str, Any], key: str, minimum: int, *, anthropic: bool = False
+    body: Mapping[str, Any],
+    key: str,
+    minimum: int,
+    *,
+    anthropic: bool = False,
+    maximum: int | None = None,
 ) -> int | None:
     value = body.get(key)
     if value is None:
@@ -48,6 +59,17 @@ def _int_field(
             f"but got {value} instead.",
             param=key,
             code="integer_below_min_value",
+        )
+    if maximum is not None and value > maximum:
+        if anthropic:
+            raise ApiError(
+                f"{key}: {value} > {maximum}, which is the maximum allowed number of output tokens"
+            )
+        raise ApiError(
+            f"Invalid '{key}': integer above maximum value. Expected a value <= {maximum}, "
+            f"but got {value} instead.",
+            param=key,
+            code="integer_above_max_value",
         )
     return value
 
@@ -136,9 +158,9 @@ def view_chat(body: Mapping[str, Any], cache: PromptCache) -> RequestView:
             answered.add(call_id)
     if pending:
         _unanswered_chat(pending)
-    max_tokens = _int_field(body, "max_completion_tokens", 1)
+    max_tokens = _int_field(body, "max_completion_tokens", 1, maximum=MAX_OUTPUT_TOKENS)
     if max_tokens is None:
-        max_tokens = _int_field(body, "max_tokens", 1)
+        max_tokens = _int_field(body, "max_tokens", 1, maximum=MAX_OUTPUT_TOKENS)
     options = body.get("stream_options")
     if options is not None and not stream:
         raise ApiError(
@@ -270,7 +292,7 @@ def view_responses(body: Mapping[str, Any], cache: PromptCache) -> RequestView:
                 param=f"input[{index}].role",
                 code="invalid_value",
             )
-    max_tokens = _int_field(body, "max_output_tokens", 16)
+    max_tokens = _int_field(body, "max_output_tokens", 16, maximum=MAX_OUTPUT_TOKENS)
     reasoning = body.get("reasoning")
     include = body.get("include") or ()
     tools: list[ToolOffer] = []
@@ -323,7 +345,7 @@ def view_messages(body: Mapping[str, Any], cache: PromptCache) -> RequestView:
     model = body["model"]
     if not isinstance(model, str) or not model:
         raise ApiError("model: Input should be a valid string")
-    max_tokens = _int_field(body, "max_tokens", 1, anthropic=True)
+    max_tokens = _int_field(body, "max_tokens", 1, anthropic=True, maximum=MAX_OUTPUT_TOKENS)
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise ApiError("stream: Input should be a valid boolean")

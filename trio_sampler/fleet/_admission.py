@@ -14,6 +14,7 @@ from ..admission import Admission, AdmissionGate, Ticket
 from ..config import SamplerConfig
 from ..routing import CircuitBreaker, RouteBreaker
 from ..types import RateLimitSnapshot, SamplingErrorInfo, SamplingErrorKind, Usage
+from ..types._credential_names import redact_url
 from ..wire import WireRequest
 from ._breaker import SharedBreaker
 from ._events import EventHook, FleetEvent, LimiterStatistics
@@ -101,7 +102,8 @@ class FleetAdmission(Admission):
     state lives beside its route's limiter. See ``docs/fleet.md``.
     """
 
-    url: str
+    #: The Redis URL (its password, if any, hidden in the repr).
+    url: str = attrs.field(repr=redact_url)
     spec: LimiterSpec | None = None
     on_event: EventHook | None = None
     share_breakers: bool | frozenset[str] = attrs.field(default=False, converter=_route_names)

@@ -13,6 +13,8 @@ from typing import Any, TypeAlias, TypeVar
 
 import attrs
 
+from . import _checks
+from ._credential_names import redact_url
 from ._structured import OutputError, ResponseSchema, StructuredOutput, structured_output
 
 __all__ = [
@@ -169,9 +171,9 @@ class TextPart:
 class ImagePart:
     """An image, by ``https://`` URL or by ``data:<mime>;base64,...`` URI."""
 
-    url: str
+    url: str = attrs.field(validator=_checks.text("ImagePart.url"), repr=redact_url)
     #: Optional fidelity hint (``"low"``, ``"high"``, ``"auto"``), where the backend has one.
-    detail: str | None = None
+    detail: str | None = attrs.field(default=None, validator=_checks.optional_text("detail"))
 
     @property
     def is_data_uri(self) -> bool:
@@ -316,7 +318,13 @@ class Assistant:
     """
 
     content: str = ""
-    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_tuple)
+    tool_calls: tuple[ToolCall, ...] = attrs.field(
+        default=(),
+        converter=_tuple,
+        validator=_checks.elements_of(
+            "tool_calls", ToolCall, '[ToolCall("call_1", "lookup", "{}")]'
+        ),
+    )
     #: The refusal text, when the model declined (OpenAI ``refusal``).
     refusal: str | None = None
     #: The model that produced this turn, as the server named it.
@@ -327,16 +335,26 @@ class Assistant:
     #: as received, since the server reads it on the next turn.
     phase: str | None = None
     #: The sources this turn's text cites, in the order the server sent them.
-    citations: tuple[Citation, ...] = attrs.field(default=(), converter=_tuple)
+    citations: tuple[Citation, ...] = attrs.field(
+        default=(),
+        converter=_tuple,
+        validator=_checks.elements_of(
+            "citations", Citation, '[Citation(source="https://example.com/page")]'
+        ),
+    )
 
 
 @attrs.frozen
 class ToolResult:
     """The result of running a local tool, answering :attr:`ToolCall.id`."""
 
-    call_id: str
+    call_id: str = attrs.field(validator=_checks.text("ToolResult.call_id"))
     content: str
-    images: tuple[ImagePart, ...] = attrs.field(default=(), converter=_tuple)
+    images: tuple[ImagePart, ...] = attrs.field(
+        default=(),
+        converter=_tuple,
+        validator=_checks.elements_of("images", ImagePart, '[ImagePart("https://...")]'),
+    )
     is_error: bool = False
 
 
@@ -445,7 +463,7 @@ class ToolSpec:
     name: str
     description: str | None = None
     parameters: Mapping[str, Any] = attrs.field(
-        factory=lambda: {"type": "object", "properties": {}}
+        factory=lambda: {"type": "object", "properties": {}}, validator=_checks.tool_parameters
     )
     #: Ask for strict schema adherence where the backend supports it (``None``: backend default).
     strict: bool | None = None
@@ -546,7 +564,7 @@ class MCPServer:
 
     #: The server's label (Responses ``server_label``, Anthropic ``name``).
     name: str
-    url: str
+    url: str = attrs.field(repr=redact_url)
     #: Only these of the server's tools (``None``: all of them).
     allowed_tools: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_strings)
     #: Sent to the MCP server as its bearer token; never shown in ``repr``.
@@ -561,7 +579,7 @@ class MCPServer:
         if not self.name:
             raise ValueError("MCPServer needs a name (its label), e.g. MCPServer('deepwiki', url)")
         if not self.url.startswith(("https://", "http://")):
-            raise ValueError(f"MCPServer url must be an http(s) URL, got {self.url!r}")
+            raise ValueError(f"MCPServer url must be an http(s) URL, got {redact_url(self.url)!r}")
 
 
 def _provider_tool_backend(value: ApiBackend | str) -> ApiBackend:
@@ -719,31 +737,53 @@ class ConversationRequest:
     the configured model.
     """
 
-    items: tuple[ConversationItem, ...] = attrs.field(converter=_items)
+    items: tuple[ConversationItem, ...] = attrs.field(
+        converter=_items, validator=_checks.tool_call_fields
+    )
     tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=_tools)
     hosted_tools: tuple[HostedTool, ...] = attrs.field(default=(), converter=_hosted_tools)
     #: A :class:`ToolChoice` (or its name: ``"auto"``, ``"none"``, ``"required"``) or a
     #: :class:`NamedToolChoice`.
     tool_choice: ToolChoiceSpec | None = attrs.field(default=None, converter=_tool_choice)
-    parallel_tool_calls: bool | None = None
-    model: str | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    max_output_tokens: int | None = None
+    parallel_tool_calls: bool | None = attrs.field(
+        default=None, validator=_checks.optional_bool("parallel_tool_calls")
+    )
+    model: str | None = attrs.field(default=None, validator=_checks.optional_text("model"))
+    temperature: float | None = attrs.field(default=None, validator=_checks.temperature)
+    top_p: float | None = attrs.field(
+        default=None, validator=_checks.optional_unit_interval("top_p")
+    )
+    max_output_tokens: int | None = attrs.field(
+        default=None, validator=_checks.optional_tokens("max_output_tokens")
+    )
     #: A :class:`ReasoningEffort`, or its name (``"low"``, ``"high"``, ...).
     reasoning_effort: ReasoningEffort | None = attrs.field(
         default=None, converter=_reasoning_effort
     )
     #: Anthropic extended-thinking budget; derived from the effort when ``None``.
-    thinking_budget_tokens: int | None = None
-    response_schema: ResponseSchema | None = None
+    thinking_budget_tokens: int | None = attrs.field(
+        default=None, validator=_checks.optional_tokens("thinking_budget_tokens")
+    )
+    response_schema: ResponseSchema | None = attrs.field(
+        default=None,
+        validator=_checks.optional_instance(
+            "response_schema", ResponseSchema, 'ResponseSchema("answer", {"type": "object"})'
+        ),
+    )
     stop_sequences: tuple[str, ...] = attrs.field(default=(), converter=_stop_sequences)
-    prompt_cache_key: str | None = None
+    prompt_cache_key: str | None = attrs.field(
+        default=None, validator=_checks.optional_text("prompt_cache_key")
+    )
     #: End-user id for abuse monitoring (``user`` / ``safety_identifier`` / ``metadata.user_id``).
-    user_id: str | None = None
+    user_id: str | None = attrs.field(default=None, validator=_checks.optional_text("user_id"))
     #: Tracing metadata sent where the backend accepts it (string values only).
-    metadata: Mapping[str, str] = attrs.field(factory=dict)
-    extra_headers: Mapping[str, str] = attrs.field(factory=dict)
+    metadata: Mapping[str, str] = attrs.field(
+        factory=dict, validator=_checks.string_map("metadata")
+    )
+    #: Headers of this request only (credential-named ones are redacted in the repr).
+    extra_headers: Mapping[str, str] = attrs.field(
+        factory=dict, validator=_checks.check_header_map, repr=_checks.headers_repr
+    )
     #: Structured output: a JSON Schema, a :class:`ResponseSchema` or a Python type (a
     #: pydantic model, a dataclass, an attrs class, a ``TypedDict``), held as a
     #: :class:`~trio_sampler.types.StructuredOutput`. It sets ``response_schema`` when that
@@ -786,6 +826,11 @@ class ConversationRequest:
 # ---------------------------------------------------------------------------
 
 
+#: More tokens than any one response has used or could (a model's context is at most a
+#: few million tokens): a count past it is a server's error, flagged and never priced.
+MAX_PLAUSIBLE_TOKENS = _checks.MAX_TOKENS
+
+
 @attrs.frozen
 class Usage:
     """Token usage, normalized the same way on every backend.
@@ -803,17 +848,39 @@ class Usage:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+    #: How many counts the server sent in a form the protocol does not allow (a string,
+    #: say); each was read as 0.
+    malformed: int = 0
 
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
     @property
+    def priceable(self) -> bool:
+        """Whether its counts are counts at all: none malformed, none past
+        :data:`MAX_PLAUSIBLE_TOKENS` (a usage that breaks only the other invariants is
+        priced, its counts clamped at zero)."""
+        return not self.malformed and (
+            max(
+                self.input_tokens,
+                self.output_tokens,
+                self.cache_read_tokens,
+                self.cache_write_tokens,
+                self.reasoning_tokens,
+            )
+            <= MAX_PLAUSIBLE_TOKENS
+        )
+
+    @property
     def violations(self) -> tuple[UsageViolation, ...]:
         """The invariants this usage breaks, as reported (kept as sent, never priced as such):
+        every count a number the protocol allows, none past :data:`MAX_PLAUSIBLE_TOKENS`,
         every count non-negative, cache reads and writes within the input, reasoning within
         the output."""
         found: list[UsageViolation] = []
+        if self.malformed:
+            found.append(UsageViolation.MALFORMED_COUNT)
         counts = (
             self.input_tokens,
             self.output_tokens,
@@ -821,6 +888,8 @@ class Usage:
             self.cache_write_tokens,
             self.reasoning_tokens,
         )
+        if any(count > MAX_PLAUSIBLE_TOKENS for count in counts):
+            found.append(UsageViolation.IMPLAUSIBLE_COUNT)
         if any(count < 0 for count in counts):
             found.append(UsageViolation.NEGATIVE_COUNT)
         given, out, read, write, reasoning = (max(count, 0) for count in counts)
@@ -834,6 +903,10 @@ class Usage:
 class UsageViolation(enum.Enum):
     """A usage invariant the server's report breaks (see :attr:`Usage.violations`)."""
 
+    #: A count sent as something other than a number (a string, a list, ...).
+    MALFORMED_COUNT = "malformed_count"
+    #: A count past :data:`MAX_PLAUSIBLE_TOKENS` (``1e30`` tokens): not a real usage.
+    IMPLAUSIBLE_COUNT = "implausible_count"
     NEGATIVE_COUNT = "negative_count"
     CACHE_EXCEEDS_INPUT = "cache_exceeds_input"
     REASONING_EXCEEDS_OUTPUT = "reasoning_exceeds_output"

@@ -43,6 +43,7 @@ from ._conversation import (
     ToolCall,
     Usage,
 )
+from ._credential_names import redact_url
 from ._errors import TrioSamplerError
 from ._partial import JSONChange
 from ._ratelimit import RateLimitSnapshot
@@ -487,12 +488,16 @@ class Retrying:
     route: str | None = None
 
 
+def _redacted_urls(urls: tuple[str, ...]) -> str:
+    return repr(tuple(redact_url(url) for url in urls))
+
+
 @attrs.frozen
 class ImagesStripped:
     """Images were replaced by placeholder text before a retry."""
 
     request_id: str
-    stripped_urls: tuple[str, ...]
+    stripped_urls: tuple[str, ...] = attrs.field(repr=_redacted_urls)
     reason: StripReason
 
 

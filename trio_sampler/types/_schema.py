@@ -33,6 +33,8 @@ from typing import Annotated, Any, Literal, Union
 
 import attrs
 
+from ._errors import TrioSamplerError
+
 __all__ = [
     "NeedsPydantic",
     "adapter_errors",
@@ -63,7 +65,7 @@ _PLAIN_TYPES = (
 )
 
 
-class NeedsPydantic(Exception):
+class NeedsPydantic(TrioSamplerError):
     """``target`` is not read by the plain derivation: a pydantic model (``model``), or a
     type only pydantic reads."""
 
@@ -123,10 +125,11 @@ def schema_for(target: Any) -> dict[str, Any]:
     try:
         return plain_schema(target)
     except NeedsPydantic as need:
-        adapter = _adapter(target, need)
+        pending = need
+    _pydantic(pending, f"deriving a JSON Schema from {target!r}")  # names the extra
     try:
-        schema: dict[str, Any] = adapter.json_schema()
-    except Exception as exc:
+        schema: dict[str, Any] = _adapter(target, pending).json_schema()
+    except Exception as exc:  # pydantic's own errors for a type it cannot read
         raise TypeError(
             f"no JSON Schema can be derived from {target!r} ({exc}); use {_PLAIN_TYPES}, "
             "a pydantic model, or a JSON Schema dict"

@@ -24,6 +24,7 @@ from typing import Any
 
 import attrs
 
+from . import _checks
 from ._partial_json import PartialJSON
 from ._schema import schema_errors, schema_for, strict_problems, strict_schema, to_python
 
@@ -42,8 +43,8 @@ _NAME = re.compile(r"[^A-Za-z0-9_-]")
 class ResponseSchema:
     """Ask for a JSON answer matching ``schema``."""
 
-    name: str
-    schema: Mapping[str, Any]
+    name: str = attrs.field(validator=_checks.text("ResponseSchema.name"))
+    schema: Mapping[str, Any] = attrs.field(validator=_checks.json_schema("ResponseSchema.schema"))
     strict: bool = True
     description: str | None = None
 
@@ -138,7 +139,10 @@ def structured_output(value: Any) -> StructuredOutput | None:
     elif isinstance(value, Mapping):
         schema = ResponseSchema(name=str(value.get("title") or "output"), schema=dict(value))
     else:
-        derived = strict_schema(schema_for(value))
+        try:
+            derived = strict_schema(schema_for(value))
+        except TypeError as exc:
+            raise TypeError(f"output: {exc}") from exc
         schema = ResponseSchema(
             name=_name_of(value),
             schema=derived,

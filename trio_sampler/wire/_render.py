@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from ..types._checks import check_json_value
 from ..types._conversation import (
     ApiBackend,
     Assistant,
@@ -98,8 +99,22 @@ def finish_request(
     for key, value in options.extra_body.items():
         data[key] = value
     return WireRequest(
-        path=path, body=dumps(data), data=data, headers=headers, report=report.report()
+        path=path, body=_encoded(data), data=data, headers=headers, report=report.report()
     )
+
+
+def _encoded(data: JsonObject) -> bytes:
+    """:func:`dumps` of a request body; what JSON cannot carry (a lone surrogate in a
+    prompt, an integer past 64 bits, a set in a tool schema that came in through
+    ``extra_body``) is the caller's ``ValueError``, naming where it is in the body."""
+    try:
+        return dumps(data)
+    except orjson.JSONEncodeError as exc:
+        try:
+            check_json_value("body", data)
+        except (TypeError, ValueError) as found:
+            raise ValueError(str(found)) from None
+        raise ValueError(f"the request body cannot be encoded as JSON ({exc})") from None
 
 
 class ReportCollector:

@@ -49,7 +49,12 @@ def validate_headers(pairs: Iterable[tuple[str, str]], *, what: str) -> None:
                 "split the request (header injection); remove the line breaks"
             )
         if is_credential_name(name):
-            check_credential(value, f"{what} {name!r}")
+            check_credential(value, f"{what} {name!r}")  # says which character, and why
+        if not value.isascii():  # the value is not shown: it may be a credential
+            raise ValueError(
+                f"{what} {name!r} has a non-ASCII value; HTTP header values are ASCII: "
+                "percent-encode it (urllib.parse.quote) or send it in the body"
+            )
 
 
 @attrs.frozen
@@ -138,6 +143,10 @@ class ConversionError(TrioSamplerError, ValueError):
         self.note = note
 
 
+def _redacted_headers(pairs: tuple[tuple[str, str], ...]) -> str:
+    return repr(tuple((k, "***" if is_credential_name(k) else v) for k, v in pairs))
+
+
 @attrs.frozen
 class WireRequest:
     """A rendered request: ``POST {base_url}{path}`` with ``headers`` and ``body``.
@@ -148,6 +157,6 @@ class WireRequest:
     path: str
     body: bytes
     data: Mapping[str, Any]
-    headers: tuple[tuple[str, str], ...] = ()
+    headers: tuple[tuple[str, str], ...] = attrs.field(default=(), repr=_redacted_headers)
     report: ConversionReport = ConversionReport()
     method: str = "POST"

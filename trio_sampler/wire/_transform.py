@@ -170,10 +170,15 @@ class StreamTransform(abc.ABC):
         is reasoning."""
         return self.acc.reasoning_opened
 
+    #: Bytes a transform holds of its own, outside the fold (a hosted tool's input being
+    #: assembled): a transform that keeps such state adds to it as it grows.
+    state_bytes = 0
+
     @property
     def held_bytes(self) -> int:
-        """Bytes of response text the stream holds, as CPython stores them."""
-        return self.acc.held_bytes
+        """Bytes of the response the stream holds: its text, as CPython stores it, and
+        its transform's own state (what a sampler's memory account counts)."""
+        return self.acc.held_bytes + self.state_bytes
 
     @property
     def max_held_bytes(self) -> int:

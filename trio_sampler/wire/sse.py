@@ -141,6 +141,12 @@ class SSEDecoder:
         self._event_bytes = 0
 
     @property
+    def buffered_bytes(self) -> int:
+        """The bytes it holds for the event in progress: its data lines and the carried
+        partial line (at most ``max_event_bytes``; what a memory account counts)."""
+        return self._event_bytes + len(self._partial)
+
+    @property
     def last_event_id(self) -> str | None:
         """The last ``id`` field seen (WHATWG: it persists across events)."""
         return self._last_id

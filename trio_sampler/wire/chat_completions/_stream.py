@@ -12,6 +12,7 @@ ignored (counted in :attr:`ChatCompletionsTransform.ignored_choices`).
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import orjson
@@ -32,6 +33,7 @@ from .._transform import (
     str_field,
     truncated_stream_error,
 )
+from .._usage import malformed_counts
 from ..errors import internal_error
 from ..sse import SSEPayload
 
@@ -90,11 +92,12 @@ def _plain_text(payload: Any) -> str | None:
 
 
 def _int(value: Any) -> int:
-    """A token count as sent (int, float or null) → int; anything else → 0."""
+    """A token count as sent (int, finite float or null) → int; anything else → 0 (and
+    named in the usage's ``malformed``)."""
     kind = type(value)
     if kind is int:
         return value  # type: ignore[no-any-return]
-    if kind is float:
+    if kind is float and math.isfinite(value):
         return int(value)
     return 0
 
@@ -625,6 +628,7 @@ class ChatCompletionsTransform(StreamTransform):
             cache_read_tokens=cache_read,
             cache_write_tokens=cache_write,
             reasoning_tokens=reasoning,
+            malformed=len(malformed_counts(usage)),
         )
         cost = reported_cost(usage, self.profile.cost_fields)
         if cost is not None:

@@ -29,6 +29,7 @@ one that ends before is a truncated stream (``Failed``, retryable).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, ClassVar, Final
 
@@ -52,6 +53,7 @@ from .._transform import (
     str_field,
     truncated_stream_error,
 )
+from .._usage import malformed_counts
 
 __all__ = ["STOP_REASONS", "MessagesTransform"]
 
@@ -99,9 +101,14 @@ class _Block:
 
 
 def _count(value: Any) -> int | None:
-    """A token count as sent, or ``None`` when absent, null or not an integer."""
-    if type(value) is int:
-        return value
+    """A token count as sent (an int, or a finite float as some servers send), or
+    ``None`` when absent, null or not a number (then named in the usage's ``malformed``,
+    see ``wire._usage``)."""
+    kind = type(value)
+    if kind is int:
+        return value  # type: ignore[no-any-return]
+    if kind is float and math.isfinite(value):
+        return int(value)
     return None
 
 
@@ -155,6 +162,7 @@ class MessagesTransform(StreamTransform):
         self._thinking: int | None = None
         #: Fallback hops seen, waiting for their usage (``usage.iterations``).
         self._hops: list[ServedModelChanged] = []
+        self._malformed: tuple[str, ...] = ()
         self._events: dict[str, _Handler] = {
             "content_block_delta": self._on_block_delta,
             "content_block_start": self._on_block_start,
@@ -309,6 +317,9 @@ class MessagesTransform(StreamTransform):
         acc.complete(out)
 
     def _apply_usage_extras(self, usage: dict[str, Any]) -> None:
+        malformed = malformed_counts(usage)
+        if malformed:
+            self._malformed = tuple(dict.fromkeys((*self._malformed, *malformed)))
         details = usage.get("output_tokens_details")
         if isinstance(details, dict):
             thinking = _count(details.get("thinking_tokens"))
@@ -326,6 +337,7 @@ class MessagesTransform(StreamTransform):
             cache_read_tokens=self._cache_read,
             cache_write_tokens=self._cache_write,
             reasoning_tokens=self._thinking or 0,
+            malformed=len(self._malformed),
         )
 
     # -- content blocks --------------------------------------------------------------
@@ -551,6 +563,7 @@ class MessagesTransform(StreamTransform):
             self.acc.tool_arguments(block, partial, out)
         elif block.kind == _HOSTED:
             block.input_parts.append(partial)
+            self.state_bytes += len(partial)
 
     def _ignore_delta(
         self, block: _Block | None, delta: dict[str, Any], out: list[SamplingEvent]

@@ -19,6 +19,7 @@ state replaces streamed state), so the fold of the events is the response; an em
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, TypeAlias
 
@@ -41,6 +42,7 @@ from .._transform import (
     str_field,
     truncated_stream_error,
 )
+from .._usage import malformed_counts
 
 __all__ = ["HOSTED_TOOL_ITEMS", "ResponsesTransform"]
 
@@ -111,7 +113,14 @@ def _str(value: Any) -> str | None:
 
 
 def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    """A count as sent (int, or a finite float as some servers send) → int; else 0 (and
+    named in the usage's ``malformed``, see ``wire._usage``)."""
+    kind = type(value)
+    if kind is int:
+        return value  # type: ignore[no-any-return]
+    if kind is float and math.isfinite(value):
+        return int(value)
+    return 0
 
 
 def _dict(value: Any) -> Mapping[str, Any]:
@@ -151,6 +160,7 @@ def usage_from_wire(
         cache_read_tokens=_int(input_details.get("cached_tokens")),
         cache_write_tokens=cache_write,
         reasoning_tokens=_int(output_details.get("reasoning_tokens")),
+        malformed=len(malformed_counts(usage)),
     )
     return normalized, reported_cost(usage, cost_fields)
 

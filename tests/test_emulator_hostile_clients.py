@@ -1,0 +1,222 @@
+"""The emulator against hostile HTTP/2 clients, over loopback with a raw ``h2`` client.
+
+Each connection is isolated: whatever one connection does (resets streams as fast as it
+can open them, sends a body too slowly and keeps sending after its 408), the server logs
+it, ends that connection only and goes on serving others. The ``drop`` fault resets its
+HTTP/2 stream, so the client sees the error at once rather than at its idle timeout.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, cast
+
+import h2.config
+import h2.connection
+import h2.events
+import httpx2
+import orjson
+import pytest
+import trio
+
+from trio_sampler.emulator import EmulatorApp, EmulatorServer, script_headers, serve
+
+CHAT: dict[str, Any] = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
+
+
+class RawH2:
+    """An HTTP/2 client connection driven frame by frame (prior knowledge, no TLS)."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.conn = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
+        )
+
+    async def flush(self) -> None:
+        data = self.conn.data_to_send()
+        if data:
+            await self.stream.send_all(data)
+
+    def headers(self, path: str, extra: dict[str, str] | None = None) -> list[tuple[str, str]]:
+        return [
+            (":method", "POST"),
+            (":path", path),
+            (":scheme", "http"),
+            (":authority", "localhost"),
+            ("content-type", "application/json"),
+            *(extra or {}).items(),
+        ]
+
+    async def events(self) -> list[h2.events.Event]:
+        """The events of the next read (``[]`` when the server closed the connection)."""
+        data = await self.stream.receive_some(65536)
+        if not data:
+            return []
+        events = self.conn.receive_data(data)
+        await self.flush()
+        return list(events)
+
+
+@asynccontextmanager
+async def raw_h2(server: EmulatorServer) -> AsyncIterator[RawH2]:
+    stream = await trio.open_tcp_stream(server.host, server.port)
+    async with stream:
+        client = RawH2(stream)
+        client.conn.initiate_connection()
+        await client.flush()
+        yield client
+
+
+async def served_normally(server: EmulatorServer) -> bool:
+    """Whether a fresh connection still gets a normal answer."""
+    async with httpx2.AsyncClient(timeout=10) as client:
+        response = await client.post(server.url_for("chat_completions"), json=CHAT)
+    return response.status_code == 200 and bool(response.json()["choices"])
+
+
+async def test_slow_http2_body_gets_its_408_and_the_server_lives(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(functools.partial(serve, body_timeout=0.2))
+        async with raw_h2(server) as client:
+            stream_id = client.conn.get_next_available_stream_id()
+            client.conn.send_headers(stream_id, client.headers("/v1/chat/completions"))
+            client.conn.send_data(stream_id, b'{"model": ')
+            await client.flush()
+            status = None
+            with trio.fail_after(10):
+                while status is None:
+                    for event in await client.events():
+                        if isinstance(event, h2.events.ResponseReceived):
+                            status = dict(cast(list[tuple[str, str]], event.headers))[":status"]
+            assert status == "408"
+            # The client goes on sending on the stream the server has answered and closed:
+            # the server ends this connection.
+            with pytest.raises(trio.BrokenResourceError):
+                for _ in range(50):
+                    client.conn.send_data(stream_id, b" " * 100)
+                    await client.flush()
+                    await trio.sleep(0.02)
+        assert await served_normally(server)
+        nursery.cancel_scope.cancel()
+    logged = [r for r in caplog.records if r.name == "trio_sampler.emulator"]
+    assert [r.getMessage().endswith("ended by an exception") for r in logged] == [True]
+
+
+async def test_http2_rapid_reset_leaves_the_server_serving() -> None:
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(serve)
+        for _ in range(5):
+            async with raw_h2(server) as client:
+                for _ in range(200):
+                    stream_id = client.conn.get_next_available_stream_id()
+                    client.conn.send_headers(stream_id, client.headers("/v1/chat/completions"))
+                    client.conn.send_data(stream_id, orjson.dumps(CHAT), end_stream=True)
+                    client.conn.reset_stream(stream_id)
+                with trio.move_on_after(0.5):
+                    await client.flush()
+                    while await client.events():
+                        pass
+        assert await served_normally(server)
+        nursery.cancel_scope.cancel()
+
+
+async def test_drop_over_http2_resets_the_stream_at_once() -> None:
+    headers = script_headers(faults=[{"type": "drop", "after_events": 3}])
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(serve)
+        async with raw_h2(server) as client:
+            stream_id = client.conn.get_next_available_stream_id()
+            client.conn.send_headers(stream_id, client.headers("/v1/chat/completions", headers))
+            client.conn.send_data(stream_id, orjson.dumps({**CHAT, "stream": True}), True)
+            await client.flush()
+            received = b""
+            reset = None
+            with trio.fail_after(5):  # an open stream would wait out this timeout
+                while reset is None:
+                    events = await client.events()
+                    assert events, "the connection closed instead of the stream being reset"
+                    for event in events:
+                        if isinstance(event, h2.events.DataReceived):
+                            received += event.data
+                        elif isinstance(event, h2.events.StreamReset):
+                            reset = event
+            assert reset.stream_id == stream_id
+            assert received.count(b"\n\n") == 3  # the events before the drop arrived
+            # The connection itself goes on: a second request on it is answered.
+            second = client.conn.get_next_available_stream_id()
+            client.conn.send_headers(second, client.headers("/v1/chat/completions"))
+            client.conn.send_data(second, orjson.dumps(CHAT), end_stream=True)
+            await client.flush()
+            ended = False
+            with trio.fail_after(5):
+                while not ended:
+                    for event in await client.events():
+                        ended |= isinstance(event, h2.events.StreamEnded)
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    ("backend", "field", "body"),
+    [
+        ("chat_completions", "max_tokens", CHAT),
+        ("chat_completions", "max_completion_tokens", CHAT),
+        ("responses", "max_output_tokens", {"model": "gpt-test", "input": "hi"}),
+        ("messages", "max_tokens", {"model": "claude-test", "messages": CHAT["messages"]}),
+    ],
+)
+async def test_more_output_tokens_than_any_model_gives_is_a_400_naming_the_field(
+    backend: str, field: str, body: dict[str, Any]
+) -> None:
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(serve)
+        async with httpx2.AsyncClient(timeout=10) as client:
+            response = await client.post(
+                server.url_for(backend),
+                json={**body, field: 10**7, "stream": True},
+                headers=script_headers(ignore_eos=True),
+            )
+        assert response.status_code == 400
+        assert field in response.json()["error"]["message"]
+        assert "128000" in response.json()["error"]["message"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_replies_held_for_clients_that_never_read_are_bounded_in_total() -> None:
+    """One client asks for a long reply and never reads it: the reply stays held (the
+    socket buffers are full). Past the server's bound, the next long reply is refused as
+    overloaded (503) while a short one still fits."""
+    long_reply = {**CHAT, "stream": True, "max_tokens": 100_000}
+    app = EmulatorApp(max_reply_bytes=20 * 2**20)
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(functools.partial(serve, app=app))
+        body = orjson.dumps(long_reply)
+        head = (
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\nx-emulator-script: "
+            b'{"ignore_eos": true}\r\ncontent-type: application/json\r\n'
+            b"content-length: %d\r\n\r\n" % len(body)
+        )
+        async with await trio.open_tcp_stream(server.host, server.port) as idle:
+            await idle.send_all(head + body)  # and never reads
+            with trio.fail_after(10):
+                while not app.replies.held:  # noqa: ASYNC110 (a counter, polled)
+                    await trio.sleep(0.01)
+            async with httpx2.AsyncClient(timeout=10) as client:
+                refused = await client.post(
+                    server.url_for("chat_completions"),
+                    json=long_reply,
+                    headers=script_headers(ignore_eos=True),
+                )
+                assert refused.status_code == 503
+                assert "overloaded" in refused.json()["error"]["message"]
+                assert await served_normally(server)
+        with trio.fail_after(10):
+            while app.replies.held:  # noqa: ASYNC110 (the client went away: it is let go)
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
