@@ -43,6 +43,7 @@ from ._events import Failed as Failed
 from ._events import FirstToken as FirstToken
 from ._events import ImagesStripped as ImagesStripped
 from ._events import ModelMetadata as ModelMetadata
+from ._events import Paced as Paced
 from ._events import ReasoningCompleted as ReasoningCompleted
 from ._events import RequestMetrics as RequestMetrics
 from ._events import Retrying as Retrying
@@ -86,6 +87,7 @@ __all__ = [
     "MCPServer",
     "ModelMetadata",
     "NamedToolChoice",
+    "Paced",
     "ProviderTool",
     "RateLimitBudget",
     "RateLimitSnapshot",
