@@ -24,6 +24,7 @@ from trio_sampler.types import (
     Cancelled,
     Completed,
     Failed,
+    Paced,
     Retrying,
     SamplingErrorKind,
     StreamStarted,
@@ -415,6 +416,8 @@ async def test_a_retry_after_of_an_hour_holds_later_requests_max_retry_after_at_
         events = [event async for event in second]
     assert isinstance(_terminal(events), Completed)
     assert trio.current_time() - start == pytest.approx(30.0, abs=0.5)
+    [paced] = [e for e in events if isinstance(e, Paced)]
+    assert "429" in paced.reason and paced.wait_s == pytest.approx(30.0, abs=0.5)
 
 
 async def test_a_wait_past_max_wait_fails_at_once_saying_until_when(
@@ -443,6 +446,30 @@ async def test_a_wait_past_max_wait_fails_at_once_saying_until_when(
     assert terminal.error.retry_after is not None and terminal.error.retry_after > 5.0
     assert trio.current_time() - start < 0.1
     assert len(app.requests()) == 2
+
+
+async def test_a_served_wait_is_announced_before_it_starts(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    app = EmulatorApp(cache=PromptCache(), rate_limits=RateLimits(requests_per_minute=2))
+    async with (
+        EmulatorTransport(app) as transport,
+        open_sampler(_config(), transport=transport) as sampler,
+    ):
+        for _ in range(2):
+            stream = await sampler.submit(REQUEST)
+            assert isinstance(_terminal([e async for e in stream]), Completed)
+        start = trio.current_time()
+        stream = await sampler.submit(REQUEST)
+        events = []
+        async for event in stream:
+            events.append((trio.current_time() - start, event))
+    [(at, paced)] = [(at, e) for at, e in events if isinstance(e, Paced)]
+    assert at < 0.01  # announced when the wait begins, not after it
+    assert paced.reason == "the provider's requests budget has no room yet"
+    assert paced.until - paced.wait_s == pytest.approx(start, abs=0.01)
+    assert isinstance(events[-1][1], Completed)
+    assert events[-1][0] >= paced.wait_s
 
 
 def test_max_wait_must_be_positive() -> None:

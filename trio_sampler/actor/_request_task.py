@@ -949,7 +949,14 @@ class RequestRunner:
         started_at = trio.current_time()
         scratch = AttemptMetrics(0, started_at, leg.name, None)
         deadline = self._deadline(state, config)
-        paced = await self.pacers.admit(config, wire, scratch, deadline=deadline)
+        paced = await self.pacers.admit(
+            config,
+            wire,
+            scratch,
+            deadline=deadline,
+            request_id=state.request_id,
+            announce=state.emit,
+        )
         if isinstance(paced, SamplingErrorInfo):
             return Prepared(wire, None, None, started_at, scratch.paced_s, error=paced)
         try:
@@ -1071,7 +1078,14 @@ class RequestRunner:
                 return _AttemptResult(error=built)
             wire = built
             deadline = self._deadline(state, config)
-            admission = await self.pacers.admit(config, wire, metrics, deadline=deadline)
+            admission = await self.pacers.admit(
+                config,
+                wire,
+                metrics,
+                deadline=deadline,
+                request_id=state.request_id,
+                announce=state.emit,
+            )
             if isinstance(admission, SamplingErrorInfo):
                 return _AttemptResult(error=admission)
             paced = admission
