@@ -1229,6 +1229,10 @@ class RequestRunner:
                             )
                             extra, done, _, _ = self._split(batch_tail, transform)
                             batch.extend(extra)
+                    if armed and not done and transform.acc.doom_loop_signals:
+                        # A confident server signal aborts the attempt when it arrives.
+                        extra, done = self._server_doom(transform)
+                        batch.extend(extra)
                     if batch:
                         await state.emit(batch, at)
                     if done:
@@ -1247,6 +1251,19 @@ class RequestRunner:
             if holding is not None:
                 holding.release()
         return self._judge(transform.outcome, emitted, armed, triggers)
+
+    def _server_doom(self, transform: StreamTransform) -> tuple[list[SamplingEvent], bool]:
+        """Abort the attempt if the server reported a doom loop the policy trusts."""
+        signals = transform.acc.doom_loop_signals
+        confident = [s for s in signals if self._doom.is_confident(parse_trigger(s))]
+        if not confident:
+            return [], False
+        reason = f"the server detected a doom loop ({', '.join(confident)})"
+        error = _error(
+            SamplingErrorKind.DOOM_LOOP_DETECTED, reason, retryable=True, code="doom_loop"
+        )
+        extra, done, _, _ = self._split(transform.abort(error), transform)
+        return extra, done
 
     @staticmethod
     def _tell_admission(admitted: list[Admitted], snapshot: RateLimitSnapshot | None) -> None:
