@@ -525,6 +525,29 @@ async def test_a_cut_before_the_finish_is_never_reported_completed(
     assert [a.route for a in end.metrics.attempts if a.outcome is C] == ["fallback"]  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("then", ["drop", "end"])
+async def test_a_stall_the_server_closes_before_the_idle_timer_fails_over(
+    autojump_clock: trio.abc.Clock, then: str
+) -> None:
+    # Text, then 4.9 s of silence (the idle timeout is 5 s), then the server closes the
+    # stream (a reset, or a clean end without a finish). A stall, routed as one: not
+    # retried on the primary as a transport error.
+    stalled = Reply(chunks=[chat_chunk({"content": TEXT[:20]}), 4.9], then=then)
+    cut = ScriptedTransport([stalled])
+    transport = HostTransport(primary=cut, fallback=EmulatorTransport())
+    routing = RoutingPolicy(
+        [route("primary", "http://primary.test/v1"), route("fallback", "http://fallback.test/v1")]
+    )
+    events, took = await run(routing, transport)
+    end = served(events, "fallback")
+    assert attempts_by_route(end) == [("primary", F), ("fallback", C)]
+    assert end.metrics is not None
+    stall = end.metrics.attempts[0]
+    assert stall.kind is SamplingErrorKind.IDLE_TIMEOUT
+    assert len(cut.requests) == 1
+    assert 4.9 <= took < 5.5
+
+
 class RoundTrip(httpx2.AsyncBaseTransport):
     """Every exchange takes ``seconds`` on the clock before it is answered (a network's
     round trip, under the mock clock)."""

@@ -179,6 +179,28 @@ def _error(
     return SamplingErrorInfo(kind=kind, message=message, retryable=retryable, error_code=code)
 
 
+#: A stream cut after this share of its read timer in silence was stalled: the server
+#: closed it before the timer would have (routed as a stall, not retried in place).
+STALL_CLOSE_SHARE = 0.5
+
+
+def _stall_close(error: SamplingErrorInfo, timer: float, deadline: float) -> SamplingErrorInfo:
+    """``error`` as a stall when it is a cut that ended a silence of at least
+    :data:`STALL_CLOSE_SHARE` of the read timer (``timer`` s, firing at ``deadline``)."""
+    if error.kind is not SamplingErrorKind.TRANSPORT or not timer:
+        return error
+    silent = trio.current_time() - (deadline - timer)
+    if silent < STALL_CLOSE_SHARE * timer:
+        return error
+    return attrs.evolve(
+        error,
+        kind=SamplingErrorKind.IDLE_TIMEOUT,
+        message=f"the stream stalled: {silent:.3g} s without content, then it was cut "
+        f"({error.message})",
+        error_code="stall_closed",
+    )
+
+
 class RequestRunner:
     """Runs requests for one actor; shared state is the client, the budget and the RNG."""
 
@@ -1149,6 +1171,8 @@ class RequestRunner:
         emitted = False
         triggers: tuple[str, ...] = ()
         metrics.sent = True
+        # The read timer: its length, and when it fires (a close near it is a stall).
+        timer, deadline = 0.0, math.inf
         try:
             async with self._client.open_stream(wire, config=config) as stream:
                 now = trio.current_time()
@@ -1164,7 +1188,8 @@ class RequestRunner:
                     self._tell_admission(admitted, started[0].rate_limit)
                 await state.emit(started, metrics.headers_at)
                 decoder = SSEDecoder(config.max_sse_event_bytes)
-                deadline = now + timeouts.first_token
+                timer = timeouts.first_token
+                deadline = now + timer
                 chunks = stream.__aiter__()
                 body_done = False
                 # The part of a read not parsed yet (see ``_FIRST_SLICE_BYTES``).
@@ -1208,7 +1233,8 @@ class RequestRunner:
                     metrics.last_byte_at = at
                     batch, done, content, reasoning = self._split(events, transform)
                     if content:
-                        deadline = now + timeouts.idle
+                        timer = timeouts.idle
+                        deadline = now + timer
                         metrics.tokens(at, content)
                         first_content_at_end = not emitted
                         emitted = True
@@ -1246,11 +1272,15 @@ class RequestRunner:
             if paced is not None:
                 paced.failed(exc.info)
             self._tell_admission(admitted, exc.info.rate_limit_snapshot)
-            return _AttemptResult(error=exc.info, partial=state.partial(), emitted_output=emitted)
+            error = _stall_close(exc.info, timer, deadline)
+            return _AttemptResult(error=error, partial=state.partial(), emitted_output=emitted)
         finally:
             if holding is not None:
                 holding.release()
-        return self._judge(transform.outcome, emitted, armed, triggers)
+        result = self._judge(transform.outcome, emitted, armed, triggers)
+        if result.error is not None:
+            result.error = _stall_close(result.error, timer, deadline)
+        return result
 
     def _server_doom(self, transform: StreamTransform) -> tuple[list[SamplingEvent], bool]:
         """Abort the attempt if the server reported a doom loop the policy trusts."""
