@@ -6,11 +6,15 @@ the request's cost (to start now or after a wait it returns) or changes nothing.
 round trip settles it: SETTLE releases its lease and corrects the reservation with the
 usage the provider reported.
 
-Redis being unreachable, or slower than ``admission_timeout``, is never silent: the
-limiter enters a degraded state (an event, a log warning and a counter), applies its
-failure policy (admit under local limits, or refuse with ``FLEET_UNAVAILABLE``) and tries
-Redis again at most every ``probe_interval``. Nothing waits longer than one admission
-timeout for Redis.
+Redis being unreachable, answering wrongly (a reply of the wrong shape, or noise), or
+slower than ``admission_timeout`` is never silent: the call that met it applies the
+failure policy (admit under local limits, or refuse with ``FLEET_UNAVAILABLE``) and is
+counted. Down (a refused or lost connection, a wrong answer) degrades the limiter at
+once; slow degrades it after :data:`SLOW_CALLS_TO_DEGRADE` timeouts in a row (one slow
+round trip on a loaded host is not an outage). Degraded (an event, a log warning, a
+counter), every call applies the policy at once, and one call at a time probes Redis,
+at most every ``probe_interval``. Nothing waits longer than one admission timeout for
+Redis.
 
 The call path is short because admission latency is the client's CPU, not Redis's: the
 limiters of a client send their scripts on one connection of their own (built from the
@@ -32,7 +36,7 @@ import random
 import socket
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -86,15 +90,53 @@ def _refusal(kind: SamplingErrorKind, message: str, code: str) -> AdmissionRefus
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, trio.TooSlowError | TimeoutError):
-        return "Redis did not answer within the admission timeout"
+        return (
+            f"Redis did not answer within the admission timeout, {SLOW_CALLS_TO_DEGRADE} "
+            "calls in a row"
+        )
+    if isinstance(exc, MalformedReplyError):
+        return f"Redis answered a script wrongly ({exc})"
+    if isinstance(exc, coredis.exceptions.InvalidResponse):
+        return f"Redis sent a reply that is not RESP ({exc})"[:300]
     return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _integers(reply: Any, count: int) -> bool:
+    return (
+        isinstance(reply, list | tuple)
+        and len(reply) == count
+        and all(type(value) is int for value in reply)
+    )
+
+
+def _admit_reply(reply: Any, _keys: int) -> bool:
+    return _integers(reply, 3) and reply[0] in Status.ALL
+
+
+def _pair(reply: Any, _keys: int) -> bool:
+    return _integers(reply, 2)
+
+
+def _integer(reply: Any, _keys: int) -> bool:
+    return type(reply) is int
+
+
+def _per_key(reply: Any, keys: int) -> bool:
+    return _integers(reply, keys)
+
+
+class MalformedReplyError(Exception):
+    """Redis answered a script with a reply of the wrong shape (not our scripts' answer:
+    a proxy, another server on the port, a corrupted stream)."""
 
 
 @attrs.frozen
 class _Script:
-    """A Lua script, called by its SHA1 (loaded on the first NOSCRIPT)."""
+    """A Lua script, called by its SHA1 (loaded on the first NOSCRIPT), and the shape its
+    reply must have (``shape(reply, number of keys)``)."""
 
     source: str
+    shape: Callable[[Any, int], bool]
     sha: str = attrs.field(init=False)
 
     @sha.default
@@ -149,9 +191,12 @@ def _link(client: coredis.Redis[bytes]) -> _Link:
 
 _EVALSHA = b"EVALSHA"
 _SCRIPT_LOAD = b"SCRIPT LOAD"
-_ADMIT, _SETTLE, _RENEW, _SPEND, _RETRY_AFTER, _BREAKERS = (
-    _Script(source) for source in (ADMIT, SETTLE, RENEW, SPEND_RETRY, NOTE_RETRY_AFTER, BREAKERS)
-)
+_ADMIT = _Script(ADMIT, _admit_reply)
+_SETTLE = _Script(SETTLE, _pair)
+_RENEW = _Script(RENEW, _integer)
+_SPEND = _Script(SPEND_RETRY, _pair)
+_RETRY_AFTER = _Script(NOTE_RETRY_AFTER, _integer)
+_BREAKERS = _Script(BREAKERS, _per_key)
 _SCRIPTS = (_ADMIT, _SETTLE, _RENEW, _SPEND, _RETRY_AFTER, _BREAKERS)
 _NOTHING = Cost(0, 0, 0)
 
@@ -165,7 +210,13 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     coredis.exceptions.BusyLoadingError,
     coredis.exceptions.ReadOnlyError,
     coredis.exceptions.AuthenticationError,
+    coredis.exceptions.InvalidResponse,
+    MalformedReplyError,
 )
+#: Of those, the ones that mean slow rather than down.
+_SLOW: tuple[type[BaseException], ...] = (trio.TooSlowError, TimeoutError)
+#: Calls in a row that ran past the admission timeout before the limiter is degraded.
+SLOW_CALLS_TO_DEGRADE = 3
 #: The same, or a script the server refused to load.
 _UNAVAILABLE_OR_REFUSED: tuple[type[BaseException], ...] = (
     *_UNAVAILABLE,
@@ -233,6 +284,10 @@ class FleetLimiter:
         self._local_retry_after = -math.inf
         self._degraded_since: float | None = None
         self._probe_at = -math.inf
+        #: A call is probing Redis while degraded (the others apply the policy at once).
+        self._probing = False
+        #: Calls in a row that ran past the admission timeout.
+        self._slow_calls = 0
         self._stats: dict[str, Any] = attrs.asdict(LimiterStatistics())
 
     def __repr__(self) -> str:
@@ -258,15 +313,33 @@ class FleetLimiter:
         args: Sequence[Any],
         abandoned: tuple[Cost, str] | None = None,
     ) -> Any:
-        """Run one script, or return None when Redis is unavailable (degraded).
+        """Run one script, or return None when Redis is unavailable (the failure policy
+        applies): degraded, one call at a time probes it (when ``probe_interval`` allows)
+        and the others return None at once."""
+        if self._degraded_since is None:
+            return await self._round_trip(script, keys, args, abandoned)
+        if self._probing or trio.current_time() < self._probe_at:
+            return None
+        self._probing = True
+        try:
+            return await self._round_trip(script, keys, args, abandoned)
+        finally:
+            self._probing = False
+
+    async def _round_trip(
+        self,
+        script: _Script,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        abandoned: tuple[Cost, str] | None,
+    ) -> Any:
+        """One script's round trip, within the admission timeout; None on a failure.
 
         A call cancelled after its script was queued still runs it (coredis sends what is
         queued and reads its reply in order, so the connection stays in step). With
         ``abandoned`` (an admission's cost and lease), the cancelled call waits for that
         reply, shielded and within the admission timeout, and gives back what it reserved.
         """
-        if self._degraded_since is not None and trio.current_time() < self._probe_at:
-            return None
         timeout = self.spec.admission_timeout
         until = trio.current_time() + timeout
         request = None
@@ -293,6 +366,8 @@ class FleetLimiter:
                 )
                 await load
                 reply = await request
+            if not script.shape(reply, len(keys)):
+                raise MalformedReplyError(f"a reply of the wrong shape: {reply!r}"[:200])
         except trio.Cancelled:
             if abandoned is not None and request is not None:
                 with trio.CancelScope(shield=True):
@@ -306,6 +381,7 @@ class FleetLimiter:
                 raise  # a broken script is our bug, not an outage
             self._failed(exc)
             return None
+        self._slow_calls = 0
         if self._degraded_since is not None:
             degraded_for = trio.current_time() - self._degraded_since
             self._degraded_since = None
@@ -323,17 +399,28 @@ class FleetLimiter:
         try:
             with trio.move_on_after(self.spec.admission_timeout):
                 reply = await request
-                if int(reply[0]) == Status.ADMITTED:
+                if _admit_reply(reply, 0) and reply[0] == Status.ADMITTED:
                     await self.withdraw(Permit(cost, lease, shared=True))
         except _UNAVAILABLE_OR_REFUSED:
             pass  # lost with the connection: the lease expires, the reservation refills
 
     def _failed(self, exc: BaseException) -> None:
+        """A call failed: counted; degraded when Redis is down, or slow too many times in
+        a row (see the module's documentation)."""
         now = trio.current_time()
         self._stats["redis_failures"] += 1
+        if isinstance(exc, MalformedReplyError | coredis.exceptions.InvalidResponse):
+            self._stats["malformed_replies"] += 1
         self._probe_at = now + self.spec.probe_interval
         if self._degraded_since is not None:
             return
+        if isinstance(exc, _SLOW):
+            self._slow_calls += 1
+            if self._slow_calls < SLOW_CALLS_TO_DEGRADE:
+                logger.info(
+                    "fleet limiter %r: a Redis call ran past the admission timeout", self.spec.name
+                )
+                return
         self._degraded_since = now
         self._stats["degradations"] += 1
         reason = _describe(exc)

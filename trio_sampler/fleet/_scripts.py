@@ -31,6 +31,8 @@ class Status:
     IN_FLIGHT_FULL = 2  #: every in-flight slot is taken
     RETRY_AFTER = 3  #: inside a shared Retry-After window (second element: time left)
     TOO_LARGE = 4  #: the cost exceeds a dimension's burst (second element: its index)
+    #: Every status a well-formed reply has.
+    ALL = frozenset({0, 1, 2, 3, 4})
 
 
 # KEYS: inflight, retry_after, retry_budget, gcra x4 (DIMENSIONS order)

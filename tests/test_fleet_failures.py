@@ -1,0 +1,208 @@
+"""The fleet limiter when Redis fails: wrong answers, a herd while degraded, slow versus
+down, fail-open's bound, and the reservations an outage leaves behind (a real
+redis-server, private to the session; the wrong answers come through a loopback proxy)."""
+
+from __future__ import annotations
+
+import signal
+import uuid
+
+import pytest
+import trio
+from redis_proxy import running_proxy
+
+from benchmarks.redis_server import RedisServer
+from trio_sampler.fleet import (
+    AdmissionRefusedError,
+    Cost,
+    FailurePolicy,
+    FleetEvent,
+    FleetLimits,
+    LimiterDegraded,
+    LimiterSpec,
+    RetryBudgetSpec,
+    open_limiter,
+)
+from trio_sampler.types import SamplingErrorKind
+
+
+def _spec(limits: FleetLimits, **kw: object) -> LimiterSpec:
+    kw.setdefault("on_failure", FailurePolicy.FAIL_CLOSED)
+    kw.setdefault("admission_timeout", 1.0)
+    return LimiterSpec(f"failures-{uuid.uuid4().hex[:12]}", limits, **kw)  # type: ignore[arg-type]
+
+
+# Replies of the wrong shape for every script: a status, an integer, an array of strings,
+# a nested array, an error-free noise line.
+WRONG = {
+    "ok": b"+OK\r\n",
+    "integer": b":7\r\n",
+    "strings": b"*2\r\n$1\r\na\r\n$1\r\nb\r\n",
+    "short": b"*1\r\n:1\r\n",
+    "unknown_status": b"*3\r\n:9\r\n:0\r\n:0\r\n",
+    "nil": b"_\r\n",
+}
+
+
+@pytest.mark.parametrize("wrong", list(WRONG), ids=list(WRONG))
+async def test_a_reply_of_the_wrong_shape_is_a_redis_failure(
+    redis_server: RedisServer, wrong: str
+) -> None:
+    events: list[FleetEvent] = []
+    spec = _spec(FleetLimits(requests_per_minute=1000, max_in_flight=4), probe_interval=0.05)
+    async with (
+        running_proxy(str(redis_server.socket_path)) as proxy,
+        open_limiter(spec, proxy.url, on_event=events.append) as limiter,
+    ):
+        proxy.wrong = WRONG[wrong]
+        with trio.fail_after(spec.admission_timeout + 0.5):  # never a poll loop
+            with pytest.raises(AdmissionRefusedError) as refused:
+                await limiter.acquire(Cost())
+        assert refused.value.info.kind is SamplingErrorKind.FLEET_UNAVAILABLE
+        assert limiter.degraded
+        [degraded] = events
+        assert isinstance(degraded, LimiterDegraded)
+        assert "reply" in degraded.reason
+        stats = limiter.statistics()
+        assert stats.redis_failures == 1 and stats.malformed_replies == 1
+        assert stats.leases == 0
+        proxy.wrong = None
+        await trio.sleep(0.06)
+        permit = await limiter.acquire(Cost())  # the probe: Redis answers right again
+        assert permit.shared and not limiter.statistics().degraded
+        await limiter.release(permit, None)
+
+
+async def test_noise_on_the_connection_is_a_redis_failure(redis_server: RedisServer) -> None:
+    spec = _spec(FleetLimits(requests_per_minute=1000))
+    async with (
+        running_proxy(str(redis_server.socket_path)) as proxy,
+        open_limiter(spec, proxy.url) as limiter,
+    ):
+        proxy.wrong = b"\x00\xffnot redis at all\r\n"
+        with trio.fail_after(spec.admission_timeout + 0.5):
+            with pytest.raises(AdmissionRefusedError) as refused:
+                await limiter.acquire(Cost())
+        assert refused.value.info.kind is SamplingErrorKind.FLEET_UNAVAILABLE
+        assert limiter.degraded
+
+
+@pytest.mark.parametrize("wrong", ["ok", "strings"])
+async def test_wrong_replies_to_the_other_scripts_apply_the_policy(
+    redis_server: RedisServer, wrong: str
+) -> None:
+    spec = _spec(
+        FleetLimits(requests_per_minute=1000, max_in_flight=4),
+        retry_budget=RetryBudgetSpec(ratio=0.5, max_tokens=3),
+    )
+    async with (
+        running_proxy(str(redis_server.socket_path)) as proxy,
+        open_limiter(spec, proxy.url) as limiter,
+    ):
+        permit = await limiter.acquire(Cost())
+        proxy.wrong = WRONG[wrong]
+        with trio.fail_after(spec.admission_timeout + 0.5):
+            await limiter.release(permit, None)  # only the correction is lost
+            assert not await limiter.try_retry()  # fail closed: no retries
+            await limiter.note_retry_after(1.0)
+        assert limiter.degraded
+        assert limiter.statistics().leases == 0
+
+
+# -- degraded: one probe at a time; slow is not down ------------------------------------------
+
+
+async def test_while_degraded_one_call_probes_and_the_others_decide_at_once(
+    redis_server: RedisServer,
+) -> None:
+    spec = _spec(FleetLimits(requests_per_minute=100_000), admission_timeout=0.25)
+    process = redis_server.process
+    assert process is not None
+    async with open_limiter(spec, redis_server.url) as limiter:
+        await limiter.acquire(Cost())
+        process.send_signal(signal.SIGSTOP)  # connections hang: each probe takes 0.25 s
+        try:
+            for _ in range(3):  # slow three times in a row: degraded
+                with pytest.raises(AdmissionRefusedError):
+                    await limiter.acquire(Cost())
+            assert limiter.degraded
+            await trio.sleep(spec.probe_interval)  # a probe is due
+            took: list[float] = []
+
+            async def one() -> None:
+                start = trio.current_time()
+                with pytest.raises(AdmissionRefusedError):
+                    await limiter.acquire(Cost())
+                took.append(trio.current_time() - start)
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(200):
+                    nursery.start_soon(one)
+        finally:
+            process.send_signal(signal.SIGCONT)
+    took.sort()
+    # One caller probes (within the admission timeout); 199 decide without waiting.
+    assert took[-1] < spec.admission_timeout + 0.15
+    assert took[-2] < 0.05
+
+
+async def test_one_slow_round_trip_is_not_an_outage(redis_server: RedisServer) -> None:
+    events: list[FleetEvent] = []
+    spec = _spec(FleetLimits(requests_per_minute=100_000), admission_timeout=0.1)
+    process = redis_server.process
+    assert process is not None
+    async with open_limiter(spec, redis_server.url, on_event=events.append) as limiter:
+        await limiter.acquire(Cost())
+        process.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(AdmissionRefusedError):  # this one call: the policy
+                await limiter.acquire(Cost())
+        finally:
+            process.send_signal(signal.SIGCONT)
+        assert not limiter.degraded and events == []
+        permit = await limiter.acquire(Cost())  # the next goes to Redis as usual
+        assert permit.shared
+        await limiter.release(permit, None)
+        stats = limiter.statistics()
+        assert stats.redis_failures == 1 and stats.degradations == 0
+
+
+async def test_a_refused_connection_is_down_at_once() -> None:
+    from benchmarks.redis_server import running_redis
+
+    events: list[FleetEvent] = []
+    with running_redis() as server:
+        spec = _spec(FleetLimits(requests_per_minute=100))
+        async with open_limiter(spec, server.url, on_event=events.append) as limiter:
+            await limiter.acquire(Cost())
+            server.stop()
+            with pytest.raises(AdmissionRefusedError):
+                await limiter.acquire(Cost())
+            assert limiter.degraded
+            assert [type(e) for e in events] == [LimiterDegraded]
+
+
+# -- fail open: the overshoot is one process's share ------------------------------------------
+
+
+async def test_fail_open_overshoots_by_at_most_its_share_of_a_burst() -> None:
+    from benchmarks.redis_server import running_redis
+
+    share = 1 / 8
+    limits = FleetLimits(requests_per_minute=800, window_s=60.0)  # a burst of 800
+    with running_redis() as server:
+        spec = _spec(limits, on_failure=FailurePolicy.FAIL_OPEN, fallback_share=share)
+        async with open_limiter(spec, server.url) as limiter:
+            for _ in range(800):  # the whole shared burst, counted in Redis
+                await limiter.acquire(Cost())
+            server.stop()
+            start = trio.current_time()
+            admitted = 0
+            with trio.move_on_after(0.5):
+                while True:
+                    await limiter.acquire(Cost(), deadline=trio.current_time() + 0.6)
+                    admitted += 1
+            elapsed = trio.current_time() - start
+    # The local floor: its share of the burst, then its share of the rate.
+    bound = share * 800 + share * 800 / 60.0 * elapsed + 1
+    assert 0 < admitted <= bound
