@@ -53,12 +53,37 @@ class RedisProxy:
         self.port = 0
         self.wrong: bytes | None = None
         self.replaced = 0
+        #: While down, connections are cut and new ones closed at once (a partition).
+        self.down = False
+        self._scopes: set[trio.CancelScope] = set()
+
+    def cut(self) -> None:
+        """A partition: every connection is cut, and new ones are closed, until
+        :meth:`heal`. The server keeps its state."""
+        self.down = True
+        for scope in self._scopes:
+            scope.cancel()
+
+    def heal(self) -> None:
+        self.down = False
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     async def _serve(self, client: trio.SocketStream) -> None:
+        if self.down:
+            await client.aclose()
+            return
+        with trio.CancelScope() as scope:
+            self._scopes.add(scope)
+            try:
+                await self._forward(client)
+            finally:
+                self._scopes.discard(scope)
+        await client.aclose()
+
+    async def _forward(self, client: trio.SocketStream) -> None:
         server = await trio.open_unix_socket(self.socket_path)
         async with client, server, trio.open_nursery() as nursery:
             nursery.start_soon(self._pipe, client, server)

@@ -206,3 +206,82 @@ async def test_fail_open_overshoots_by_at_most_its_share_of_a_burst() -> None:
     # The local floor: its share of the burst, then its share of the rate.
     bound = share * 800 + share * 800 / 60.0 * elapsed + 1
     assert 0 < admitted <= bound
+
+
+# -- every reservation has an owner ------------------------------------------------------------
+
+
+async def test_admissions_that_timed_out_leave_no_slot_behind(redis_server: RedisServer) -> None:
+    # Four admissions time out while Redis is paused; their scripts run when it resumes.
+    # Their leases have no owner: they are given back, not held until lease_ttl (30 s).
+    limits = FleetLimits(requests_per_minute=100_000, max_in_flight=4)
+    spec = _spec(limits, admission_timeout=0.1, probe_interval=0.05)
+    process = redis_server.process
+    assert process is not None
+    async with open_limiter(spec, redis_server.url) as limiter:
+        await limiter.release(await limiter.acquire(Cost()), None)
+        process.send_signal(signal.SIGSTOP)
+        try:
+            async with trio.open_nursery() as nursery:
+                for _ in range(4):
+                    nursery.start_soon(_refused, limiter)
+        finally:
+            process.send_signal(signal.SIGCONT)
+        await trio.sleep(spec.admission_timeout + spec.probe_interval)
+        with trio.fail_after(spec.admission_timeout * 3):
+            permits = [await limiter.acquire(Cost()) for _ in range(4)]
+        assert all(p.shared for p in permits)
+        for permit in permits:
+            await limiter.release(permit, None)
+
+
+async def _refused(limiter: object) -> None:
+    from trio_sampler.fleet import FleetLimiter
+
+    assert isinstance(limiter, FleetLimiter)
+    with pytest.raises(AdmissionRefusedError):
+        await limiter.acquire(Cost())
+
+
+async def test_a_release_that_failed_is_sent_again_when_redis_is_back(
+    redis_server: RedisServer,
+) -> None:
+    # A partition while two requests end: their releases fail, Redis keeps their leases.
+    # Once Redis is reachable, the releases go again: the slots are back within one
+    # admission timeout (not lease_ttl, 30 s).
+    limits = FleetLimits(requests_per_minute=100_000, max_in_flight=2)
+    spec = _spec(limits, admission_timeout=0.1, probe_interval=0.05)
+    async with (
+        running_proxy(str(redis_server.socket_path)) as proxy,
+        open_limiter(spec, proxy.url) as limiter,
+    ):
+        permits = [await limiter.acquire(Cost()) for _ in range(2)]
+        proxy.cut()
+        for permit in permits:
+            await limiter.release(permit, None)
+        assert limiter.degraded
+        await trio.sleep(0.3)
+        proxy.heal()
+        await trio.sleep(2 * spec.admission_timeout)  # the releases go again
+        with trio.fail_after(spec.admission_timeout):
+            again = [await limiter.acquire(Cost()) for _ in range(2)]
+        assert all(p.shared for p in again)
+        for permit in again:
+            await limiter.release(permit, None)
+
+
+async def test_a_settlement_sent_twice_refunds_once(redis_server: RedisServer) -> None:
+    from trio_sampler.fleet._limiter import _SETTLE
+
+    limits = FleetLimits(output_tokens_per_minute=1000, window_s=60.0, max_in_flight=4)
+    spec = _spec(limits)
+    async with open_limiter(spec, redis_server.url) as limiter:
+        permit = await limiter.acquire(Cost(1, 0, 600))
+        await limiter.release(permit, Cost(1, 0, 0))  # 600 refunded
+        held = await limiter.acquire(Cost(1, 0, 1000))  # the whole burst again
+        changes = [permit.lease, 0, 0, repr(-600 * 60.0 * 1_000_000 / 1000), 0]
+        changes += ["x"] * 4
+        await limiter._call(_SETTLE, limiter._keys_settle, changes)  # the same, again
+        with pytest.raises(AdmissionRefusedError):  # no second refund: no room
+            await limiter.acquire(Cost(1, 0, 100), deadline=trio.current_time() + 0.2)
+        await limiter.release(held, None)

@@ -288,6 +288,12 @@ class FleetLimiter:
         self._probing = False
         #: Calls in a row that ran past the admission timeout.
         self._slow_calls = 0
+        #: Admissions that timed out on our side: their request (resolved when the late
+        #: reply comes), cost and lease; a late grant is given back.
+        self._late: list[tuple[Any, Cost, str]] = []
+        #: Settlements of leases that failed, by lease: sent again until Redis has them.
+        self._unsettled: dict[str, list[Any]] = {}
+        self._wake_give_backs = trio.Event()
         self._stats: dict[str, Any] = attrs.asdict(LimiterStatistics())
 
     def __repr__(self) -> str:
@@ -338,7 +344,9 @@ class FleetLimiter:
         A call cancelled after its script was queued still runs it (coredis sends what is
         queued and reads its reply in order, so the connection stays in step). With
         ``abandoned`` (an admission's cost and lease), the cancelled call waits for that
-        reply, shielded and within the admission timeout, and gives back what it reserved.
+        reply, shielded and within the admission timeout, and gives back what it reserved;
+        an admission that timed out leaves its request to :meth:`run_give_backs`, which
+        gives back a late grant when its reply comes.
         """
         timeout = self.spec.admission_timeout
         until = trio.current_time() + timeout
@@ -348,24 +356,31 @@ class FleetLimiter:
             if connection is None or not connection.usable:
                 with trio.fail_after(timeout):
                     connection = await self._link.connect()
-                timeout = _left(until)
-            request = connection.create_request(
-                _EVALSHA, script.sha, len(keys), *keys, *args, decode=False, timeout=timeout
-            )
-            try:
-                reply: Any = await request
-            except coredis.exceptions.NoScriptError:
-                # Not loaded (Redis restarted or was flushed): load it, then call it again
-                # (queued together: one more round trip), within the same admission timeout.
-                timeout = _left(until)
-                load = connection.create_request(
-                    _SCRIPT_LOAD, script.source, decode=False, timeout=timeout
-                )
+            # The reply is awaited within the admission timeout; the request itself lives
+            # on (coredis resolves it when the reply comes) so a late grant is seen.
+            late = self.spec.lease_ttl
+            with trio.move_on_at(until) as waited:
                 request = connection.create_request(
-                    _EVALSHA, script.sha, len(keys), *keys, *args, decode=False, timeout=timeout
+                    _EVALSHA, script.sha, len(keys), *keys, *args, decode=False, timeout=late
                 )
-                await load
-                reply = await request
+                try:
+                    reply: Any = await request
+                except coredis.exceptions.NoScriptError:
+                    # Not loaded (Redis restarted or was flushed): load it, then call it
+                    # again (queued together: one more round trip), in the same timeout.
+                    load = connection.create_request(
+                        _SCRIPT_LOAD, script.source, decode=False, timeout=late
+                    )
+                    request = connection.create_request(
+                        _EVALSHA, script.sha, len(keys), *keys, *args, decode=False, timeout=late
+                    )
+                    await load
+                    reply = await request
+            if waited.cancelled_caught:
+                if abandoned is not None and request is not None:
+                    self._late.append((request, *abandoned))
+                    self._wake_give_backs.set()
+                raise trio.TooSlowError
             if not script.shape(reply, len(keys)):
                 raise MalformedReplyError(f"a reply of the wrong shape: {reply!r}"[:200])
         except trio.Cancelled:
@@ -656,10 +671,14 @@ class FleetLimiter:
         ):
             changes.append(repr(interval * (used - reserved)) if interval else 0)
         changes += self._clamps(permit)
-        # A failure here only loses the correction; the lease expires by itself.
         reply = await self._call(_SETTLE, self._keys_settle, changes)
-        if isinstance(reply, list | tuple) and len(reply) == 2 and int(reply[1]):
-            self._stats["clamped"] += int(reply[1])
+        if reply is None and permit.lease:
+            # Its lease must not hold a slot until lease_ttl: sent again (idempotent: the
+            # script corrects only a lease it still holds) as soon as Redis answers.
+            self._unsettled[permit.lease] = changes
+            self._wake_give_backs.set()
+        elif reply is not None and reply[1]:
+            self._stats["clamped"] += reply[1]
 
     async def sync_breakers(self, breakers: Sequence[SharedBreaker]) -> bool:
         """Tell the fleet what ``breakers`` have to say (opened, closed) and read back how
@@ -758,6 +777,47 @@ class FleetLimiter:
         except _UNAVAILABLE_OR_REFUSED as exc:
             self._failed(exc)
 
+    # -- reservations without an owner -----------------------------------------------------
+
+    async def run_give_backs(self) -> None:
+        """Forever (run it in a nursery): give back the late grants of admissions that
+        timed out, and send again the settlements that failed, every admission timeout
+        while any wait (so capacity is back within one admission timeout of Redis)."""
+        while True:
+            await self._wake_give_backs.wait()
+            self._wake_give_backs = trio.Event()
+            while self._late or self._unsettled:
+                await self._give_back_late()
+                await self._settle_again()
+                if self._late or self._unsettled:
+                    await trio.sleep(self.spec.admission_timeout)
+
+    async def _give_back_late(self) -> None:
+        late, self._late = self._late, []
+        for request, cost, lease in late:
+            if not request.complete:
+                self._late.append((request, cost, lease))  # no reply yet
+                continue
+            try:
+                reply = await request
+            except _UNAVAILABLE_OR_REFUSED:
+                continue  # lost with the connection: the lease expires by itself
+            if _admit_reply(reply, 0) and reply[0] == Status.ADMITTED:
+                await self.withdraw(Permit(cost, lease, shared=True))
+
+    async def _settle_again(self) -> None:
+        for lease, changes in list(self._unsettled.items()):
+            if self._probing:
+                return
+            self._probing = True  # one call at a time probes a degraded Redis
+            try:
+                reply = await self._round_trip(_SETTLE, self._keys_settle, changes, None)
+            finally:
+                self._probing = False
+            if reply is None:
+                return  # still unavailable: all wait for the next round
+            del self._unsettled[lease]
+
     # -- leases --------------------------------------------------------------------------
 
     async def renew_leases(self) -> None:
@@ -835,6 +895,7 @@ async def open_limiters(
                 warming.start_soon(limiter.warm_up, connect_timeout)
         for limiter in limiters:
             nursery.start_soon(limiter.run_renewals)
+            nursery.start_soon(limiter.run_give_backs)
         try:
             yield limiters
         except BaseException as exc:
