@@ -285,3 +285,28 @@ async def test_a_settlement_sent_twice_refunds_once(redis_server: RedisServer) -
         with pytest.raises(AdmissionRefusedError):  # no second refund: no room
             await limiter.acquire(Cost(1, 0, 100), deadline=trio.current_time() + 0.2)
         await limiter.release(held, None)
+
+
+# -- reserve what will run, when it runs ---------------------------------------------------------
+
+
+async def test_queued_requests_do_not_sit_on_the_token_budget(redis_server: RedisServer) -> None:
+    # 1000 output tokens a second; each request reserves 500 and uses 50. Booked for their
+    # future starts at admission, ten requests took 4.5 s (two a second); asking again
+    # when their turn comes, the refunds of those done let them in at once.
+    limits = FleetLimits(output_tokens_per_minute=1000, window_s=1.0)
+    spec = _spec(limits)
+    async with open_limiter(spec, redis_server.url) as limiter:
+        start = trio.current_time()
+
+        async def one() -> None:
+            permit = await limiter.acquire(Cost(1, 0, 500))
+            await trio.sleep(0.02)  # the request runs
+            await limiter.release(permit, Cost(1, 0, 50))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(10):
+                nursery.start_soon(one)
+        took = trio.current_time() - start
+    # 10 × 50 tokens used: half a second's budget, plus the asking again.
+    assert took < 1.5

@@ -64,6 +64,9 @@ _US = 1_000_000
 # While every in-flight slot is taken, ask again after this long (doubling, jittered).
 _POLL_FIRST = 0.002
 _POLL_MAX = 0.05
+#: An admission reserves its cost only for a start this soon (seconds); one that must wait
+#: longer holds nothing meanwhile and asks again (see ``FleetLimiter.acquire``).
+RESERVE_AHEAD_S = 0.05
 # The local retry budget of a fail-open limiter counts over this window (seconds).
 _LOCAL_BUDGET_WINDOW = 10.0
 
@@ -489,7 +492,11 @@ class FleetLimiter:
             room = deadline - now
             if room <= 0:
                 raise self._too_late(0.0, deadline)
-            limit = room if within is None else min(room, max(within, 0.0))
+            # Reserved only for a start this close: a request further back queues holding
+            # nothing, and asks again when its turn should come (refunds meanwhile move
+            # it up), so queued requests do not sit on the budget.
+            ahead = RESERVE_AHEAD_S if within is None else max(within, 0.0)
+            limit = min(room, ahead)
             lease = self._next_lease() if self.spec.limits.max_in_flight else ""
             args: list[Any] = [
                 -1 if math.isinf(limit) else math.floor(limit * _US),
@@ -517,7 +524,12 @@ class FleetLimiter:
             if within is not None:
                 raise self._busy(status, value, cost)
             if status == Status.REFUSED_WAIT:
-                raise self._too_late(value / _US, deadline)
+                wait = value / _US
+                if trio.current_time() + wait > deadline:
+                    raise self._too_late(wait, deadline)
+                # Ask again within the wait: the room may come sooner (refunds).
+                await trio.sleep(max(wait * (0.5 + 0.5 * self._rng.random()), _POLL_FIRST))
+                continue
             if status == Status.TOO_LARGE:
                 raise self._too_large(cost, value - 1)
             if status == Status.RETRY_AFTER:
