@@ -6,8 +6,7 @@ it prints ``ready`` once its sampler is open, reads the common start time (wall 
 from stdin, and its tasks then submit requests back to back until that start plus
 ``--duration``. Last, it prints one JSON line: per request, the wall-clock time it
 completed, its terminal, how many retries and 429s it saw, and the tokens it used. The
-fleet tests use it
-against an emulator that enforces the same limits.
+fleet tests use it against an emulator that enforces the same limits.
 """
 
 from __future__ import annotations
