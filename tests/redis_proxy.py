@@ -53,6 +53,8 @@ class RedisProxy:
         self.port = 0
         self.wrong: bytes | None = None
         self.replaced = 0
+        #: Each reply is held this long before it is passed on (a slow Redis).
+        self.delay = 0.0
         #: While down, connections are cut and new ones closed at once (a partition).
         self.down = False
         self._scopes: set[trio.CancelScope] = set()
@@ -104,6 +106,8 @@ class RedisProxy:
                 if self.wrong is not None:
                     reply = self.wrong
                     self.replaced += 1
+                if self.delay:
+                    await trio.sleep(self.delay)
                 await client.send_all(reply)
 
 

@@ -310,3 +310,59 @@ async def test_queued_requests_do_not_sit_on_the_token_budget(redis_server: Redi
         took = trio.current_time() - start
     # 10 × 50 tokens used: half a second's budget, plus the asking again.
     assert took < 1.5
+
+
+async def test_after_slow_replies_capacity_is_back_within_one_admission_timeout(
+    redis_server: RedisServer,
+) -> None:
+    # A second of replies slower than the admission timeout: every admission meanwhile
+    # is refused (fail closed) within the timeout, and the grants Redis made for them
+    # come back; then all four slots are free within one admission timeout.
+    limits = FleetLimits(requests_per_minute=100_000, max_in_flight=4)
+    spec = _spec(limits, admission_timeout=0.1, probe_interval=0.05)
+    async with (
+        running_proxy(str(redis_server.socket_path)) as proxy,
+        open_limiter(spec, proxy.url) as limiter,
+    ):
+        await limiter.release(await limiter.acquire(Cost()), None)
+        proxy.delay = 0.15
+        took: list[float] = []
+
+        async def asking() -> None:
+            with trio.move_on_after(1.0):
+                while True:
+                    start = trio.current_time()
+                    with pytest.raises(AdmissionRefusedError):
+                        await limiter.acquire(Cost())
+                    took.append(trio.current_time() - start)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(8):
+                nursery.start_soon(asking)
+        proxy.delay = 0.0
+        assert took and max(took) < spec.admission_timeout + 0.05
+        # The last slow replies arrive; the grants in them go back.
+        await trio.sleep(0.15 + spec.admission_timeout + spec.probe_interval)
+        with trio.fail_after(spec.admission_timeout * 2):
+            permits = [await limiter.acquire(Cost()) for _ in range(4)]
+        assert all(p.shared for p in permits)
+        for permit in permits:
+            await limiter.release(permit, None)
+
+
+async def test_a_redis_restarted_empty_gives_its_capacity_back_at_once() -> None:
+    from benchmarks.redis_server import running_redis
+
+    limits = FleetLimits(requests_per_minute=100_000, max_in_flight=2)
+    spec = _spec(limits, admission_timeout=0.2, probe_interval=0.05)
+    with running_redis() as server:
+        async with open_limiter(spec, server.url) as limiter:
+            held = [await limiter.acquire(Cost()) for _ in range(2)]
+            server.stop()
+            server.start()  # empty: no lease, no script
+            for permit in held:
+                await limiter.release(permit, None)
+            await trio.sleep(spec.probe_interval)
+            with trio.fail_after(spec.admission_timeout):
+                again = [await limiter.acquire(Cost()) for _ in range(2)]
+            assert all(p.shared for p in again)

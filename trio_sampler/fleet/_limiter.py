@@ -582,6 +582,9 @@ class FleetLimiter:
         *,
         first_attempt: bool = True,
     ) -> Permit:
+        # Decided without Redis, maybe at once: still a checkpoint (a caller asking in a
+        # loop must not spin without yielding).
+        await trio.lowlevel.checkpoint()
         if self.spec.on_failure is FailurePolicy.FAIL_CLOSED:
             raise self._unavailable()
         local = self._local
