@@ -619,12 +619,13 @@ def test_the_ratio_trips_on_the_window_only() -> None:
         breaker.record_success(at)
     # Two failures in four attempts, but half of them left the window: closed.
     breaker.record_failure(40.0)
-    assert breaker.state is BreakerState.CLOSED
+    states = [breaker.state]
     for at in (41.0, 42.0):
         breaker.record_success(at)
-    assert breaker.state is BreakerState.CLOSED
+    states.append(breaker.state)
     breaker.record_failure(43.0)  # two of the window's four
-    assert breaker.state is BreakerState.OPEN
+    states.append(breaker.state)
+    assert states == [BreakerState.CLOSED, BreakerState.CLOSED, BreakerState.OPEN]
 
 
 def test_a_failed_probe_reopens_from_its_start_whatever_its_round_trip() -> None:
