@@ -366,3 +366,56 @@ async def test_a_redis_restarted_empty_gives_its_capacity_back_at_once() -> None
             with trio.fail_after(spec.admission_timeout):
                 again = [await limiter.acquire(Cost()) for _ in range(2)]
             assert all(p.shared for p in again)
+
+
+# -- in the sampler: every request one terminal ---------------------------------------------
+
+
+@pytest.mark.parametrize("policy", [FailurePolicy.FAIL_CLOSED, FailurePolicy.FAIL_OPEN])
+async def test_a_redis_answering_garbage_gives_every_request_one_terminal(
+    redis_server: RedisServer, policy: FailurePolicy
+) -> None:
+    from trio_sampler import ConversationRequest, SamplerConfig, User
+    from trio_sampler.actor import open_sampler
+    from trio_sampler.emulator import EmulatorApp, PromptCache
+    from trio_sampler.fleet import FleetAdmission
+    from trio_sampler.testing import EmulatorTransport
+    from trio_sampler.types import Completed, Failed
+
+    events: list[FleetEvent] = []
+    spec = _spec(
+        FleetLimits(requests_per_minute=100_000, max_in_flight=50),
+        on_failure=policy,
+        fallback_share=1.0 if policy is FailurePolicy.FAIL_OPEN else None,
+        admission_timeout=0.25,
+    )
+    config = SamplerConfig(base_url="http://emulator.test/v1", model="m", api_key="test-key")
+    request = ConversationRequest(items=[User("hello")], max_output_tokens=20)
+    terminals: list[object] = []
+    async with (
+        running_proxy(str(redis_server.socket_path)) as proxy,
+        EmulatorTransport(EmulatorApp(cache=PromptCache())) as transport,
+        open_sampler(
+            config,
+            transport=transport,
+            admission=FleetAdmission(proxy.url, spec, on_event=events.append),
+        ) as sampler,
+    ):
+        proxy.wrong = WRONG["ok"]
+
+        async def one() -> None:
+            stream = await sampler.submit(request)
+            terminals.extend([e async for e in stream if isinstance(e, Completed | Failed)])
+
+        with trio.fail_after(spec.admission_timeout + 1.0):
+            async with trio.open_nursery() as nursery:
+                for _ in range(20):
+                    nursery.start_soon(one)
+    assert len(terminals) == 20
+    if policy is FailurePolicy.FAIL_CLOSED:
+        assert all(isinstance(t, Failed) for t in terminals)
+        kinds = {t.error.kind for t in terminals if isinstance(t, Failed)}
+        assert kinds == {SamplingErrorKind.FLEET_UNAVAILABLE}
+    else:
+        assert all(isinstance(t, Completed) for t in terminals)
+    assert [type(e) for e in events][:1] == [LimiterDegraded]
