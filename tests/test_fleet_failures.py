@@ -208,6 +208,45 @@ async def test_fail_open_overshoots_by_at_most_its_share_of_a_burst() -> None:
     assert 0 < admitted <= bound
 
 
+async def test_what_fail_open_admitted_locally_is_charged_when_redis_returns(
+    redis_server: RedisServer,
+) -> None:
+    # A burst of 200 a minute; one process (share 1/2) admits 100 locally during a
+    # partition. When Redis is back it counts them: about 100 of the shared burst are
+    # left, not a fresh 200 on top of the 100.
+    limits = FleetLimits(requests_per_minute=200, window_s=60.0)
+    spec = _spec(
+        limits,
+        on_failure=FailurePolicy.FAIL_OPEN,
+        fallback_share=0.5,
+        admission_timeout=0.2,
+        probe_interval=0.05,
+    )
+    async with (
+        running_proxy(str(redis_server.socket_path)) as proxy,
+        open_limiter(spec, proxy.url) as limiter,
+    ):
+        await limiter.acquire(Cost())
+        proxy.cut()
+        for _ in range(99):
+            await limiter.acquire(Cost(), deadline=trio.current_time() + 0.5)
+        assert limiter.statistics().admitted_locally == 99
+        proxy.heal()
+        await trio.sleep(spec.probe_interval)
+        await limiter.acquire(Cost())  # the probe: Redis is back
+        await trio.sleep(spec.admission_timeout)  # the local spending is charged
+        admitted = 0
+        with trio.move_on_after(2.0):
+            while True:
+                try:
+                    await limiter.acquire(Cost(), deadline=trio.current_time() + 0.01)
+                except AdmissionRefusedError:
+                    break
+                admitted += 1
+    # 200 - 1 - 99 - 1 left, and a few refilled meanwhile (3.3 a second).
+    assert 95 <= admitted <= 110, admitted
+
+
 # -- every reservation has an owner ------------------------------------------------------------
 
 

@@ -285,6 +285,8 @@ class FleetLimiter:
             )
         )
         self._local_retry_after = -math.inf
+        #: What the local floor admitted while degraded (charged to Redis on its return).
+        self._spent_locally = _NOTHING
         self._degraded_since: float | None = None
         self._probe_at = -math.inf
         #: A call is probing Redis while degraded (the others apply the policy at once).
@@ -409,7 +411,23 @@ class FleetLimiter:
                 degraded_for,
             )
             self._emit(LimiterRecovered(self.spec.name, degraded_for))
+            self._charge_local_spending()
         return reply
+
+    def _charge_local_spending(self) -> None:
+        """Back from an outage: what the local floor admitted meanwhile is charged to the
+        shared state (by the give-back task), at most one burst per dimension (older
+        admissions no longer weigh on a GCRA cell), so the fleet does not admit a fresh
+        burst on top of it."""
+        spent, self._spent_locally = self._spent_locally, _NOTHING
+        if spent == _NOTHING:
+            return
+        changes: list[Any] = [""]
+        for interval, amount in zip(self._intervals, spent.amounts(), strict=True):
+            changes.append(repr(min(interval * amount, self._tau)) if interval else 0)
+        changes += ["x"] * len(DIMENSIONS)
+        self._unsettled[f"spent-locally:{self._next_lease()}"] = changes
+        self._wake_give_backs.set()
 
     async def _give_back(self, request: Any, cost: Cost, lease: str) -> None:
         """An admission whose caller was cancelled mid-call: wait (within the admission
@@ -607,6 +625,12 @@ class FleetLimiter:
                 raise self._too_late(wait, deadline)
             if wait <= 0 and local.has_slot():
                 local.take(cost, now)
+                spent = self._spent_locally
+                self._spent_locally = Cost(
+                    spent.requests + cost.requests,
+                    spent.input_tokens + cost.input_tokens,
+                    spent.output_tokens + cost.output_tokens,
+                )
                 if first_attempt:
                     self.record_local_request()
                 self._stats["admitted_locally"] += 1
