@@ -458,3 +458,31 @@ async def test_a_redis_answering_garbage_gives_every_request_one_terminal(
     else:
         assert all(isinstance(t, Completed) for t in terminals)
     assert [type(e) for e in events][:1] == [LimiterDegraded]
+
+
+async def test_a_late_reply_is_read_from_a_timed_out_coredis_request(
+    redis_server: RedisServer,
+) -> None:
+    # The one read of coredis's private state (its request's ``_result``): a coredis
+    # upgrade that changes it fails here, by name.
+    from trio_sampler.fleet._limiter import late_reply, redis_client
+
+    process = redis_server.process
+    assert process is not None
+    async with redis_client(redis_server.url) as client:
+        connection = await client.connection_pool.get_connection()
+        try:
+            process.send_signal(signal.SIGSTOP)
+            try:
+                request = connection.create_request(b"ECHO", b"late", timeout=0.05)
+                with pytest.raises(TimeoutError):
+                    await request
+                assert late_reply(request) is None and not request.complete
+            finally:
+                process.send_signal(signal.SIGCONT)
+            with trio.fail_after(5):
+                while not request.complete:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            assert late_reply(request) == b"late"
+        finally:
+            client.connection_pool.release(connection)

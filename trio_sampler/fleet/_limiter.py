@@ -147,6 +147,17 @@ class _Script:
         return hashlib.sha1(self.source.encode()).hexdigest()
 
 
+def late_reply(request: Any) -> Any:
+    """The reply that came for a coredis request after it timed out (``None``: none, the
+    connection failed instead).
+
+    coredis keeps a timed-out request in its connection's queue and resolves it when the
+    reply comes, but awaiting it raises the timeout again: the reply is read from the
+    request's private ``_result``. The one place the library reads coredis's private
+    state (``tests/test_fleet_failures.py`` checks it against the installed coredis)."""
+    return getattr(request, "_result", None)
+
+
 def _left(until: float) -> float:
     """The time left before ``until`` (trio's clock), as a request timeout: coredis reads
     a timeout of 0 as none, so at least a microsecond."""
@@ -361,31 +372,24 @@ class FleetLimiter:
             if connection is None or not connection.usable:
                 with trio.fail_after(timeout):
                     connection = await self._link.connect()
-            # The reply is awaited within the admission timeout; the request itself lives
-            # on (coredis resolves it when the reply comes) so a late grant is seen.
-            late = self.spec.lease_ttl
-            with trio.move_on_at(until) as waited:
-                request = connection.create_request(
-                    _EVALSHA, script.sha, len(keys), *keys, *args, decode=False, timeout=late
+                timeout = _left(until)
+            request = connection.create_request(
+                _EVALSHA, script.sha, len(keys), *keys, *args, decode=False, timeout=timeout
+            )
+            try:
+                reply: Any = await request
+            except coredis.exceptions.NoScriptError:
+                # Not loaded (Redis restarted or was flushed): load it, then call it again
+                # (queued together: one more round trip), within the same admission timeout.
+                timeout = _left(until)
+                load = connection.create_request(
+                    _SCRIPT_LOAD, script.source, decode=False, timeout=timeout
                 )
-                try:
-                    reply: Any = await request
-                except coredis.exceptions.NoScriptError:
-                    # Not loaded (Redis restarted or was flushed): load it, then call it
-                    # again (queued together: one more round trip), in the same timeout.
-                    load = connection.create_request(
-                        _SCRIPT_LOAD, script.source, decode=False, timeout=late
-                    )
-                    request = connection.create_request(
-                        _EVALSHA, script.sha, len(keys), *keys, *args, decode=False, timeout=late
-                    )
-                    await load
-                    reply = await request
-            if waited.cancelled_caught:
-                if abandoned is not None and request is not None:
-                    self._late.append((request, *abandoned))
-                    self._wake_give_backs.set()
-                raise trio.TooSlowError
+                request = connection.create_request(
+                    _EVALSHA, script.sha, len(keys), *keys, *args, decode=False, timeout=timeout
+                )
+                await load
+                reply = await request
             if not script.shape(reply, len(keys)):
                 raise MalformedReplyError(f"a reply of the wrong shape: {reply!r}"[:200])
         except trio.Cancelled:
@@ -394,6 +398,10 @@ class FleetLimiter:
                     await self._give_back(request, *abandoned)
             raise
         except _UNAVAILABLE as exc:
+            if isinstance(exc, _SLOW) and abandoned is not None and request is not None:
+                # Timed out on our side; Redis may still run it: a late grant goes back.
+                self._late.append((request, *abandoned))
+                self._wake_give_backs.set()
             self._failed(exc)
             return None
         except coredis.exceptions.ResponseError as exc:
@@ -837,10 +845,7 @@ class FleetLimiter:
             if not request.complete:
                 self._late.append((request, cost, lease))  # no reply yet
                 continue
-            try:
-                reply = await request
-            except _UNAVAILABLE_OR_REFUSED:
-                continue  # lost with the connection: the lease expires by itself
+            reply = late_reply(request)
             if _admit_reply(reply, 0) and reply[0] == Status.ADMITTED:
                 await self.withdraw(Permit(cost, lease, shared=True))
 
