@@ -6,8 +6,8 @@ full cost a request pays: ``acquire`` (the ADMIT script: every dimension, the le
 retry-budget deposit) and ``release`` (the SETTLE script), each one round trip. Cells:
 
 * ``admit`` / ``settle`` one at a time (the latency of a lone request);
-* ``admit`` with C concurrent tasks sharing the client (the latency under load, and the
-  admissions per second one process gets).
+* ``admit`` with 1, 10 and 100 concurrent tasks sharing the client (the latency under
+  load, and the admissions per second one process gets).
 
 Each cell also reports the process's CPU time per call (``time.process_time``: this
 process only, not Redis's; in the concurrent cells per admission, its settlement
@@ -131,7 +131,7 @@ async def _run(url: str, quick: bool) -> dict[str, Any]:
         await _sequential(limiter, 200)  # warm up
         sequential = await _sequential(limiter, count)
         concurrent = [
-            await _concurrent(limiter, tasks, max(1, count // tasks // 2)) for tasks in (10, 100)
+            await _concurrent(limiter, tasks, max(1, count // tasks // 2)) for tasks in (1, 10, 100)
         ]
         assert limiter.statistics().redis_failures == 0
     return {"sequential": sequential, "concurrent": concurrent}

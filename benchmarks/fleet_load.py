@@ -5,8 +5,8 @@ Each worker is a separate OS process (``python -m benchmarks.fleet_load``) runni
 it prints ``ready`` once its sampler is open, reads the common start time (wall clock)
 from stdin, and its tasks then submit requests back to back until that start plus
 ``--duration``. Last, it prints one JSON line: per request, the wall-clock time it
-completed, its terminal, and how many retries and 429s it saw. The fleet tests use it
-against an emulator that enforces the same limits.
+completed, its terminal, how many retries and 429s it saw, and the tokens it used. The
+fleet tests use it against an emulator that enforces the same limits.
 """
 
 from __future__ import annotations
@@ -117,6 +117,7 @@ async def run_worker(args: argparse.Namespace) -> dict[str, Any]:
                                 "error": None if isinstance(event, Completed) else str(event.error),
                                 "retries": retries,
                                 "rate_limited": rate_limited,
+                                "tokens": _tokens(event),
                             }
                         )
 
@@ -130,6 +131,14 @@ async def run_worker(args: argparse.Namespace) -> dict[str, Any]:
             for _ in range(args.tasks):
                 nursery.start_soon(task, sampler)
     return {"records": records, "events": [type(e).__name__ for e in events]}
+
+
+def _tokens(event: Completed | Failed) -> int:
+    """The tokens a completed request used (input and output), as the provider counts."""
+    if not isinstance(event, Completed) or event.response.usage is None:
+        return 0
+    usage = event.response.usage
+    return usage.input_tokens + usage.output_tokens
 
 
 def main() -> None:

@@ -316,3 +316,37 @@ async def test_read_error_before_any_content_keeps_no_partial(
         events = await drain(await sampler.submit(REQUEST))
     terminal = one_terminal(events)
     assert isinstance(terminal, Failed) and terminal.partial is None
+
+
+async def test_a_server_doom_signal_aborts_the_attempt_when_it_arrives(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The server's confident check, then two seconds more of the looping stream: the
+    # attempt ends at the check (no local trigger yet: the check comes first).
+    body = _responses_looping_body(server_triggers=["tail_repetition:2@reasoning"])
+    head, tail = body.split(b"event: response.output_item.done", 1)
+    check_at = head.index(b"event: response.doom_loop_check")
+    before, check = head[:check_at], head[check_at:]
+    first = before.split(b"event: response.reasoning_text.delta", 2)
+    chunks: list[bytes | float] = [
+        first[0],
+        check,
+        2.0,
+        b"event: response.output_item.done" + tail,
+    ]
+    transport = ScriptedTransport(
+        [Reply(chunks=chunks), Reply(chunks=[_responses_looping_body(server_triggers=[])])]
+    )
+    config = make_config(backend=ApiBackend.RESPONSES)
+    doom = DoomLoopPolicy(max_resamples=1)
+    async with open_sampler(config, transport=transport, doom_loop=doom) as sampler:
+        start = trio.current_time()
+        stream = await sampler.submit(REQUEST)
+        timed = []
+        async for event in stream:
+            timed.append((trio.current_time() - start, event))
+    [(at, retry)] = [(at, e) for at, e in timed if isinstance(e, Retrying)]
+    assert retry.kind is SamplingErrorKind.DOOM_LOOP_DETECTED
+    assert "server detected" in retry.reason
+    assert at < 1.0  # not 2 s later, at the end of the attempt
+    assert isinstance(timed[-1][1], Completed)

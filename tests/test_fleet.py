@@ -32,6 +32,7 @@ from trio_sampler.fleet import (
     open_limiter,
     open_limiters,
 )
+from trio_sampler.fleet._limiter import SLOW_CALLS_TO_DEGRADE
 from trio_sampler.fleet._local import GcraCell, LocalLimits
 from trio_sampler.types import SamplingErrorKind
 
@@ -380,10 +381,12 @@ async def test_a_hung_redis_is_a_timeout_not_a_hang(redis_server: RedisServer) -
         assert redis_server.process is not None
         redis_server.process.send_signal(19)  # SIGSTOP: the socket accepts, nobody answers
         try:
-            start = trio.current_time()
-            with pytest.raises(AdmissionRefusedError):
-                await limiter.acquire(Cost())
-            assert trio.current_time() - start < spec.admission_timeout + 0.1
+            # Each call ends within the admission timeout; three in a row: degraded.
+            for _ in range(SLOW_CALLS_TO_DEGRADE):
+                start = trio.current_time()
+                with pytest.raises(AdmissionRefusedError):
+                    await limiter.acquire(Cost())
+                assert trio.current_time() - start < spec.admission_timeout + 0.1
         finally:
             redis_server.process.send_signal(18)  # SIGCONT
         assert isinstance(events[0], LimiterDegraded)
@@ -457,8 +460,7 @@ async def test_a_late_reply_is_not_taken_for_the_next_ones(redis_server: RedisSe
                 await limiter.acquire(Cost())
         finally:
             process.send_signal(signal.SIGCONT)
-        assert limiter.degraded
-        await trio.sleep(0.1)
+        assert not limiter.degraded  # one slow call is not an outage
         # Each call reads its own reply (shaped differently per script), not the stale one.
         assert await limiter.try_retry()
         permit = await limiter.acquire(Cost())

@@ -24,6 +24,7 @@ from trio_sampler.types import (
     Cancelled,
     Completed,
     Failed,
+    Paced,
     Retrying,
     SamplingErrorKind,
     StreamStarted,
@@ -371,3 +372,106 @@ async def test_steady_load_on_the_other_backends(
     results = await _steady_load(_config(backend=backend), app, workers=10, each=8)
     assert all(isinstance(_terminal(events), Completed) for events in results)
     assert app.rate_limits is not None and app.rate_limits.refusals == {}
+
+
+# --- bounded, visible waits --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("retry_after", [3600.0, 2.4e9, float("inf")])
+def test_a_429_holds_the_account_at_most_max_hold(retry_after: float) -> None:
+    # Retry-After: 3600, or an HTTP date in 2100 (seconds from now), held the account
+    # for as long as it said: every later request stalled.
+    pacer = RateLimitPacer(max_hold=60.0)
+    failed = pacer.reserve(ONE, now=10.0)
+    pacer.rate_limited(None, now=10.0, reservation=failed, retry_after=retry_after)
+    assert pacer.blocked_until == pytest.approx(70.0)
+
+
+def test_a_reset_decades_away_holds_the_account_at_most_max_hold() -> None:
+    pacer = RateLimitPacer(max_hold=60.0)
+    failed = pacer.reserve(ONE, now=0.0)
+    far = RateLimitSnapshot(requests=RateLimitBudget(60, 0, 2.4e9))
+    pacer.rate_limited(far, now=0.0, reservation=failed)
+    assert pacer.blocked_until == pytest.approx(60.0)
+
+
+async def test_a_retry_after_of_an_hour_holds_later_requests_max_retry_after_at_most(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    from trio_sampler.emulator import script_headers
+
+    app = EmulatorApp(cache=PromptCache())
+    fault = {"type": "status", "status": 429, "retry_after": 3600, "times": 1}
+    headers = script_headers(scenario="rl-hour", faults=[fault])
+    config = _config(extra_headers=tuple(headers.items()), retry=RetryPolicy(max_retry_after=30.0))
+    async with (
+        EmulatorTransport(app) as transport,
+        open_sampler(config, transport=transport) as sampler,
+    ):
+        first = await sampler.submit(REQUEST)
+        refused = _terminal([event async for event in first])
+        assert isinstance(refused, Failed)  # an hour is past max_retry_after: not retried
+        start = trio.current_time()
+        second = await sampler.submit(REQUEST)
+        events = [event async for event in second]
+    assert isinstance(_terminal(events), Completed)
+    assert trio.current_time() - start == pytest.approx(30.0, abs=0.5)
+    [paced] = [e for e in events if isinstance(e, Paced)]
+    assert "429" in paced.reason and paced.wait_s == pytest.approx(30.0, abs=0.5)
+
+
+async def test_a_wait_past_max_wait_fails_at_once_saying_until_when(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # No Timeouts.total: only max_wait bounds the wait.
+    app = EmulatorApp(cache=PromptCache(), rate_limits=RateLimits(requests_per_minute=2))
+    config = _config(
+        retry=RetryPolicy(max_retries=0), rate_limit_pacing=RateLimitPacing(max_wait=5.0)
+    )
+    async with (
+        EmulatorTransport(app) as transport,
+        open_sampler(config, transport=transport) as sampler,
+    ):
+        for _ in range(2):
+            stream = await sampler.submit(REQUEST)
+            assert isinstance(_terminal([e async for e in stream]), Completed)
+        start = trio.current_time()
+        stream = await sampler.submit(REQUEST)
+        terminal = _terminal([e async for e in stream])
+    assert isinstance(terminal, Failed)
+    assert terminal.error.kind is SamplingErrorKind.RATE_LIMITED
+    assert terminal.error.error_code == "rate_limit_pacing"
+    assert "max_wait (5 s)" in terminal.error.message and "until " in terminal.error.message
+    assert "UTC" in terminal.error.message and "requests" in terminal.error.message
+    assert terminal.error.retry_after is not None and terminal.error.retry_after > 5.0
+    assert trio.current_time() - start < 0.1
+    assert len(app.requests()) == 2
+
+
+async def test_a_served_wait_is_announced_before_it_starts(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    app = EmulatorApp(cache=PromptCache(), rate_limits=RateLimits(requests_per_minute=2))
+    async with (
+        EmulatorTransport(app) as transport,
+        open_sampler(_config(), transport=transport) as sampler,
+    ):
+        for _ in range(2):
+            stream = await sampler.submit(REQUEST)
+            assert isinstance(_terminal([e async for e in stream]), Completed)
+        start = trio.current_time()
+        stream = await sampler.submit(REQUEST)
+        events = []
+        async for event in stream:
+            events.append((trio.current_time() - start, event))
+    [(at, paced)] = [(at, e) for at, e in events if isinstance(e, Paced)]
+    assert at < 0.01  # announced when the wait begins, not after it
+    assert paced.reason == "the provider's requests budget has no room yet"
+    assert paced.until - paced.wait_s == pytest.approx(start, abs=0.01)
+    assert isinstance(events[-1][1], Completed)
+    assert events[-1][0] >= paced.wait_s
+
+
+def test_max_wait_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_wait must be a positive number"):
+        RateLimitPacing(max_wait=0)

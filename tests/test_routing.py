@@ -588,3 +588,50 @@ def test_a_transforms_outcome_is_its_terminal_and_last(ending: str) -> None:
     assert events[-1] is outcome
     assert not [e for e in events[:-1] if isinstance(e, Completed | Failed)]
     assert transform.close() == [] and transform.outcome is outcome
+
+
+# -- the breaker's window and schedule -----------------------------------------------------
+
+
+def test_the_outcome_window_counts_the_last_window_s_in_buckets() -> None:
+    from trio_sampler.routing import WINDOW_BUCKETS, OutcomeWindow
+
+    window = OutcomeWindow(30.0)
+    for n in range(100_000):  # a busy route: the window's state does not grow with it
+        window.add(n * 0.00001, failed=n % 4 == 0)
+    assert window.counts() == (100_000, 25_000)
+    assert len(window._buckets) == WINDOW_BUCKETS + 1
+    window.add(25.0, failed=True)
+    assert window.counts() == (100_001, 25_001)
+    # 30 s (and at most one bucket) later the first burst has left the window.
+    window.add(31.6, failed=False)
+    assert window.counts() == (2, 1)
+    window.add(1000.0, failed=False)
+    assert window.counts() == (1, 0)
+
+
+def test_the_ratio_trips_on_the_window_only() -> None:
+    breaker = RouteBreaker("r", BreakerPolicy(consecutive_failures=100, min_attempts=4))
+    for at in (0.0, 1.0):
+        breaker.record_failure(at)
+        breaker.record_success(at)
+    # Two failures in four attempts, but half of them left the window: closed.
+    breaker.record_failure(40.0)
+    states = [breaker.state]
+    for at in (41.0, 42.0):
+        breaker.record_success(at)
+    states.append(breaker.state)
+    breaker.record_failure(43.0)  # two of the window's four
+    states.append(breaker.state)
+    assert states == [BreakerState.CLOSED, BreakerState.CLOSED, BreakerState.OPEN]
+
+
+def test_a_failed_probe_reopens_from_its_start_whatever_its_round_trip() -> None:
+    policy = BreakerPolicy(consecutive_failures=1, open_s=5.0, backoff=2.0)
+    breaker = RouteBreaker("r", policy)
+    breaker.record_failure(0.0)
+    assert not breaker.allow(4.99)
+    assert breaker.allow(7.0)  # half open: this is the probe
+    breaker.record_failure(7.5)  # its answer took half a second
+    assert breaker.reopens_in(7.5) == pytest.approx(9.5)  # 10 s from the probe's start
+    assert breaker.allow(17.0)

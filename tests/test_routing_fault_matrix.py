@@ -524,13 +524,61 @@ async def test_a_cut_before_the_finish_is_never_reported_completed(
     assert [a.route for a in end.metrics.attempts if a.outcome is C] == ["fallback"]  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("then", ["drop", "end"])
+async def test_a_stall_the_server_closes_before_the_idle_timer_fails_over(
+    autojump_clock: trio.abc.Clock, then: str
+) -> None:
+    # Text, then 4.9 s of silence (the idle timeout is 5 s), then the server closes the
+    # stream (a reset, or a clean end without a finish). A stall, routed as one: not
+    # retried on the primary as a transport error.
+    stalled = Reply(chunks=[chat_chunk({"content": TEXT[:20]}), 4.9], then=then)
+    cut = ScriptedTransport([stalled])
+    transport = HostTransport(primary=cut, fallback=EmulatorTransport())
+    routing = RoutingPolicy(
+        [route("primary", "http://primary.test/v1"), route("fallback", "http://fallback.test/v1")]
+    )
+    events, took = await run(routing, transport)
+    end = served(events, "fallback")
+    assert attempts_by_route(end) == [("primary", F), ("fallback", C)]
+    assert end.metrics is not None
+    stall = end.metrics.attempts[0]
+    assert stall.kind is SamplingErrorKind.IDLE_TIMEOUT
+    assert len(cut.requests) == 1
+    assert 4.9 <= took < 5.5
+
+
+class RoundTrip(httpx2.AsyncBaseTransport):
+    """Every exchange takes ``seconds`` on the clock before it is answered (a network's
+    round trip, under the mock clock)."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, seconds: float) -> None:
+        self.inner = inner
+        self.seconds = seconds
+
+    async def __aenter__(self) -> RoundTrip:
+        await self.inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.inner.__aexit__(*exc)
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        await trio.sleep(self.seconds)
+        return await self.inner.handle_async_request(request)
+
+
+# The breaker's schedule is counted from each probe's start, so it holds whatever the
+# round trip: with one of 1 ms or 20 ms, a probe used to reopen the circuit from its
+# answer, and every later request arrived just before the circuit half-opened.
+@pytest.mark.parametrize("round_trip", [0.0, 0.001, 0.02], ids=["0ms", "1ms", "20ms"])
 async def test_primary_down_for_a_minute_is_returned_to_after_recovery(
-    autojump_clock: trio.abc.Clock,
+    autojump_clock: trio.abc.Clock, round_trip: float
 ) -> None:
     recovered_at = 60.0
     # Down for the emulator's first minute (its clock starts now), then healthy.
     outage = {"type": "status", "status": 503, "until_s": recovered_at}
-    transport, app = models(primary={"faults": [outage]})
+    emulator, app = models(primary={"faults": [outage]})
+    transport = RoundTrip(emulator, round_trip)
     changes: list[BreakerTransition] = []
     routing = RoutingPolicy(
         [model_route("primary"), model_route("fallback")], on_breaker_change=changes.append
@@ -563,7 +611,7 @@ async def test_primary_down_for_a_minute_is_returned_to_after_recovery(
     assert states[-1] == (BreakerState.HALF_OPEN, BreakerState.CLOSED)
     # Each failed probe doubles the open interval, capped at max_open_s (30 s).
     opens = [c.open_for_s for c in changes if c.new is BreakerState.OPEN]
-    assert opens == [5.0, 10.0, 20.0, 30.0]
+    assert opens == pytest.approx([5.0, 10.0, 20.0, 30.0], abs=2 * round_trip)
 
 
 async def test_fallback_rejecting_prefill_with_the_real_refusal(

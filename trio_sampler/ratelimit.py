@@ -22,7 +22,14 @@ provider's budget has no room for it:
   pacer counts (another client of the key, a provider counting more than estimated);
   an attempt's reported usage gives back what it reserved beyond it.
 * A 429 holds every attempt of the account until its ``Retry-After`` (else until the
-  reset of the exhausted dimension).
+  reset of the exhausted dimension), never longer than ``max_hold`` (the config's
+  ``RetryPolicy.max_retry_after``): a ``Retry-After: 3600`` or a reset date decades
+  away would otherwise stall the account. Reset times teach refill rates under the same
+  cap.
+* No attempt waits without bound or unseen: a wait past the request's ``Timeouts.total``
+  or past ``RateLimitPacing.max_wait`` fails the attempt at once (nothing sent, a
+  ``RATE_LIMITED`` error that says until when), and a wait that is served is announced
+  by a ``Paced`` event (why, how long, until when).
 * A dimension never reported is never paced: without rate-limit headers the pacer does
   nothing at all. A cost larger than a whole limit is not held (waiting cannot make it
   fit; the provider decides).
@@ -87,11 +94,15 @@ class RateLimitPacing:
     * ``reserve``: a fraction of each limit left unused (0.1 keeps a tenth of every
       budget free, e.g. for other clients of the same key).
     * ``chars_per_token``: the prompt estimate of an attempt, body bytes per token.
+    * ``max_wait`` (120 s): the longest an attempt is held; a longer wait fails it at
+      once with a ``RATE_LIMITED`` error (``error_code="rate_limit_pacing"``) saying
+      until when, as a wait past the request's ``Timeouts.total`` does.
     """
 
     window_s: float = attrs.field(default=60.0, validator=_positive("window_s"))
     reserve: float = attrs.field(default=0.0, validator=_fraction)
     chars_per_token: float = attrs.field(default=4.0, validator=_positive("chars_per_token"))
+    max_wait: float = attrs.field(default=120.0, validator=_positive("max_wait"))
 
 
 @attrs.frozen
@@ -182,8 +193,11 @@ class RateLimitPacer:
     its word would overshoot.)
     """
 
-    def __init__(self, pacing: RateLimitPacing | None = None) -> None:
+    def __init__(self, pacing: RateLimitPacing | None = None, *, max_hold: float = 60.0) -> None:
         self.pacing = pacing if pacing is not None else RateLimitPacing()
+        #: The longest a 429 holds the account, and the longest reset time believed
+        #: (``RetryPolicy.max_retry_after`` in the sampler).
+        self.max_hold = max_hold
         self._buckets: dict[str, _Bucket] = {}
         #: Reservations whose response has not reported yet, by sequence number.
         self._pending: dict[int, Reservation] = {}
@@ -280,7 +294,7 @@ class RateLimitPacer:
     ) -> None:
         """A 429: the provider did not count the attempt, and everything the account sends
         waits until its ``Retry-After`` (else the reset of the dimension the snapshot shows
-        exhausted)."""
+        exhausted), at most ``max_hold`` seconds."""
         if reservation is not None and not reservation.settled:
             self._give_back(reservation)
         self.observe(snapshot, now, reservation)
@@ -290,8 +304,8 @@ class RateLimitPacer:
             if wait is None:
                 exhausted = snapshot.exhausted()
                 wait = exhausted[1] if exhausted is not None else None
-        if wait is not None and math.isfinite(wait) and wait > 0:
-            self._blocked_until = max(self._blocked_until, now + wait)
+        if wait is not None and not math.isnan(wait) and wait > 0:
+            self._blocked_until = max(self._blocked_until, now + min(wait, self.max_hold))
 
     # -- the model -------------------------------------------------------------------
 

@@ -15,7 +15,6 @@ Everything in this module is data and pure functions: the routing table
 
 from __future__ import annotations
 
-import collections
 import enum
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -405,6 +404,56 @@ class CircuitBreaker(Protocol):
         ...
 
 
+#: Buckets a breaker's window is counted in (its resolution: the window / this).
+WINDOW_BUCKETS = 20
+
+
+class OutcomeWindow:
+    """Attempts and failures of the last ``window_s`` seconds, counted in
+    :data:`WINDOW_BUCKETS` buckets: recording and reading are O(1) whatever the traffic
+    (the oldest bucket leaves whole, so the window is ``window_s`` to one bucket more)."""
+
+    __slots__ = ("_attempts", "_buckets", "_failures", "_newest", "_width")
+
+    def __init__(self, window_s: float) -> None:
+        self._width = window_s / WINDOW_BUCKETS
+        #: Per bucket: its index (time / width), attempts, failures.
+        self._buckets = [[-1, 0, 0] for _ in range(WINDOW_BUCKETS + 1)]
+        self._newest = -1
+        self._attempts = 0
+        self._failures = 0
+
+    def add(self, now: float, *, failed: bool) -> None:
+        index = self._advance(now)
+        bucket = self._buckets[index % len(self._buckets)]
+        bucket[1] += 1
+        bucket[2] += failed
+        self._attempts += 1
+        self._failures += failed
+
+    def counts(self) -> tuple[int, int]:
+        """Attempts and failures in the window (as of the last :meth:`add`)."""
+        return self._attempts, self._failures
+
+    def clear(self) -> None:
+        for bucket in self._buckets:
+            bucket[:] = [-1, 0, 0]
+        self._attempts = self._failures = 0
+
+    def _advance(self, now: float) -> int:
+        index = math.floor(now / self._width)
+        if index <= self._newest:
+            return max(index, self._newest - WINDOW_BUCKETS)  # late: counted as old as kept
+        # Buckets that fell out of the window leave (at most all of them: O(1)).
+        for stale in range(max(self._newest + 1, index - WINDOW_BUCKETS), index + 1):
+            bucket = self._buckets[stale % len(self._buckets)]
+            self._attempts -= bucket[1]
+            self._failures -= bucket[2]
+            bucket[:] = [stale, 0, 0]
+        self._newest = index
+        return index
+
+
 class RouteBreaker:
     """The in-process :class:`CircuitBreaker` (see :class:`BreakerPolicy` for the rules).
 
@@ -423,11 +472,13 @@ class RouteBreaker:
         self._on_change = on_change
         self._state = BreakerState.CLOSED
         self._consecutive = 0
-        #: ``(time, failed)`` of attempts ended within the window.
-        self._recent: collections.deque[tuple[float, bool]] = collections.deque()
+        #: Attempts and failures ended within the window, counted in buckets.
+        self._recent = OutcomeWindow(policy.window_s)
         self._open_for = policy.open_s
         self._opened_at = 0.0
         self._probing = False
+        #: When the probe in flight was let through (its failure reopens from then).
+        self._probe_at = 0.0
         #: How many times the circuit opened (metrics).
         self.opened = 0
 
@@ -448,6 +499,7 @@ class RouteBreaker:
             return True
         if self._state is BreakerState.HALF_OPEN and not self._probing:
             self._probing = True
+            self._probe_at = now
             return True
         return False
 
@@ -464,12 +516,14 @@ class RouteBreaker:
         self._note(now, failed=True)
         self._consecutive += 1
         if self._state is BreakerState.HALF_OPEN:
+            # Open again, counted from the probe's start: the next probe is due
+            # ``open_for`` after this one, whatever its round trip took.
             self._probing = False
             self._open_for = min(self.policy.max_open_s, self._open_for * self.policy.backoff)
-            self._open(now)
+            self._open(min(self._probe_at, now), now)
         elif self._state is BreakerState.CLOSED and self._tripped():
             self._open_for = self.policy.open_s
-            self._open(now)
+            self._open(now, now)
 
     def record_abandoned(self, now: float) -> None:
         if self._state is BreakerState.HALF_OPEN:
@@ -479,27 +533,23 @@ class RouteBreaker:
         policy = self.policy
         if self._consecutive >= policy.consecutive_failures:
             return True
-        if len(self._recent) < policy.min_attempts:
+        attempts, failures = self._recent.counts()
+        if attempts < policy.min_attempts:
             return False
-        failures = sum(1 for _, failed in self._recent if failed)
-        return failures >= policy.failure_ratio * len(self._recent)
+        return failures >= policy.failure_ratio * attempts
 
     def _note(self, now: float, *, failed: bool) -> None:
-        recent = self._recent
-        recent.append((now, failed))
-        horizon = now - self.policy.window_s
-        while recent and recent[0][0] < horizon:
-            recent.popleft()
+        self._recent.add(now, failed=failed)
 
-    def _open(self, now: float) -> None:
-        self._opened_at = now
+    def _open(self, since: float, now: float) -> None:
+        self._opened_at = since
         self.opened += 1
         self._move(BreakerState.OPEN, now)
 
     def _move(self, new: BreakerState, now: float) -> None:
         old, self._state = self._state, new
         if self._on_change is not None and (old is not new or new is BreakerState.OPEN):
-            open_for = self._open_for if new is BreakerState.OPEN else None
+            open_for = self.reopens_in(now) if new is BreakerState.OPEN else None
             self._on_change(BreakerTransition(self.route, old, new, now, open_for))
 
 

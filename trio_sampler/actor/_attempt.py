@@ -15,6 +15,7 @@ dead stream alive). Connect and response-header timeouts live in the client.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import Final, Protocol
@@ -212,6 +213,8 @@ class _Body:
         self.pending = b""
         #: The body's end was read.
         self.ended = False
+        #: The read timer: its length, and when it fires (a cut near it is a stall).
+        self.timer, self.deadline = 0.0, math.inf
 
     def received_at(self, now: float) -> float:
         """When the last read's bytes arrived (``now`` where the reads do not say)."""
@@ -268,9 +271,32 @@ class _DoomWatch:
     run it too: an accepted response carries its trigger."""
 
     def __init__(self, policy: DoomLoopPolicy, armed: bool) -> None:
+        self._policy = policy
         self._detector = TailRepetitionDetector(policy)
         self._armed = armed
         self.triggers: tuple[str, ...] = ()
+
+    def abort_for(
+        self, reasoning: str, transform: StreamTransform, done: bool
+    ) -> SamplingErrorInfo | None:
+        """Why the attempt must stop now (``None``: it goes on): its reasoning repeats
+        itself, or the server reported a doom loop the policy trusts (acted on when it
+        arrives, not at the end of the stream). A read that ended the stream is judged
+        with the response: nothing is left to abort."""
+        if reasoning and self.abort(reasoning, done):
+            return _DOOM_ERROR
+        signals = transform.acc.doom_loop_signals
+        if done or not self._armed or not signals:
+            return None
+        confident = [s for s in signals if self._policy.is_confident(parse_trigger(s))]
+        if not confident:
+            return None
+        return error_info(
+            SamplingErrorKind.DOOM_LOOP_DETECTED,
+            f"the server detected a doom loop ({', '.join(confident)})",
+            retryable=True,
+            code="doom_loop",
+        )
 
     def abort(self, reasoning: str, done: bool) -> bool:
         """Feed ``reasoning``; whether the attempt must stop now. A trigger in the read
@@ -357,13 +383,18 @@ class Attempts:
             metrics.rate_limit = exc.info.rate_limit_snapshot or metrics.rate_limit
             if observer is not None:
                 observer.failed(exc.info)
-            emitted = body is not None and body.emitted
-            return AttemptResult(error=exc.info, partial=sink.partial(), emitted_output=emitted)
+            if body is None:
+                return AttemptResult(error=exc.info, partial=sink.partial())
+            error = _stall_close(exc.info, body.timer, body.deadline)
+            return AttemptResult(error=error, partial=sink.partial(), emitted_output=body.emitted)
         finally:
             if holding is not None:
                 holding.release()
         triggers = () if watch is None else watch.triggers
-        return self._judge(transform.outcome, body.emitted, armed, triggers)
+        result = self._judge(transform.outcome, body.emitted, armed, triggers)
+        if result.error is not None:
+            result.error = _stall_close(result.error, body.timer, body.deadline)
+        return result
 
     async def _start(
         self,
@@ -401,21 +432,25 @@ class Attempts:
         """The read loop: events on to the sink until the transform ends."""
         transform = body.transform
         timeouts = config.timeouts
-        deadline = headers_at + timeouts.first_token
+        body.timer = timeouts.first_token
+        body.deadline = headers_at + body.timer
         first_content_at_end = False  # the read that ended the stream held its first content
         while not transform.finished:
-            events = await body.events(deadline)
+            events = await body.events(body.deadline)
             now = trio.current_time()
             at = metrics.last_byte_at = body.received_at(now)
             batch, done, content, reasoning = _split(events, transform)
             if content:
-                deadline = now + timeouts.idle
+                body.timer = timeouts.idle
+                body.deadline = now + body.timer
                 metrics.tokens(at, content)
                 first_content_at_end = not body.emitted
                 body.emitted = True
-            if watch is not None and reasoning and watch.abort(reasoning, done):
-                extra, done, _, _ = _split(transform.abort(_DOOM_ERROR), transform)
-                batch.extend(extra)
+            if watch is not None:
+                abort = watch.abort_for(reasoning, transform, done)
+                if abort is not None:
+                    extra, done, _, _ = _split(transform.abort(abort), transform)
+                    batch.extend(extra)
             if batch:
                 await sink.emit(batch, at)
             if done:
@@ -512,6 +547,28 @@ def _timeout_error(emitted: bool, timeouts: Timeouts) -> SamplingErrorInfo:
         f"first token timeout: no first token within {timeouts.first_token:g} s",
         retryable=True,
         code="first_token_timeout",
+    )
+
+
+#: A stream cut after this share of its read timer in silence was stalled: the server
+#: closed it before the timer would have (routed as a stall, not retried in place).
+STALL_CLOSE_SHARE: Final = 0.5
+
+
+def _stall_close(error: SamplingErrorInfo, timer: float, deadline: float) -> SamplingErrorInfo:
+    """``error`` as a stall when it is a cut that ended a silence of at least
+    :data:`STALL_CLOSE_SHARE` of the read timer (``timer`` s, firing at ``deadline``)."""
+    if error.kind is not SamplingErrorKind.TRANSPORT or not timer:
+        return error
+    silent = trio.current_time() - (deadline - timer)
+    if silent < STALL_CLOSE_SHARE * timer:
+        return error
+    return attrs.evolve(
+        error,
+        kind=SamplingErrorKind.IDLE_TIMEOUT,
+        message=f"the stream stalled: {silent:.3g} s without content, then it was cut "
+        f"({error.message})",
+        error_code="stall_closed",
     )
 
 

@@ -89,7 +89,14 @@ class Hold:
             self.refused = prepared.error
             return self
         config = self._leg.config
-        paced = await self._pacers.admit(config, self._wire, self._metrics, deadline=self._deadline)
+        paced = await self._pacers.admit(
+            config,
+            self._wire,
+            self._metrics,
+            deadline=self._deadline,
+            request_id=self._sink.request_id,
+            announce=self._sink.emit,
+        )
         if isinstance(paced, SamplingErrorInfo):
             self.refused = paced
             return self
@@ -194,6 +201,7 @@ class Gates:
 
     async def prepare(
         self,
+        sink: AttemptSink,
         leg: Leg,
         wire: WireRequest,
         *,
@@ -212,7 +220,14 @@ class Gates:
         config = leg.config
         started_at = trio.current_time()
         scratch = AttemptMetrics(0, started_at, leg.name, None)
-        paced = await self.pacers.admit(config, wire, scratch, deadline=deadline)
+        paced = await self.pacers.admit(
+            config,
+            wire,
+            scratch,
+            deadline=deadline,
+            request_id=sink.request_id,
+            announce=sink.emit,
+        )
         if isinstance(paced, SamplingErrorInfo):
             return Prepared(wire, None, None, started_at, scratch.paced_s, error=paced)
         try:

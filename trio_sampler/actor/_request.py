@@ -448,6 +448,7 @@ class RequestRunner:
         if isinstance(wire, SamplingErrorInfo):
             return None  # the attempt reports it
         return await self.gates.prepare(
+            state,
             leg,
             wire,
             within=routing.max_retry_wait_s,

@@ -63,6 +63,8 @@ class SharedBreaker:
         #: The fleet held it open since this process last probed it: one probe at a time.
         self._after_shared = False
         self._probing = False
+        #: When this process's probe of a fleet-held route was let through.
+        self._probe_at = 0.0
         #: How long a failed probe of a fleet-held route opens it for (backing off).
         self._open_for = local.policy.open_s
         #: What to tell the fleet at the next sync: ('o', seconds) or ('c', 0).
@@ -94,6 +96,7 @@ class SharedBreaker:
             if self._probing:
                 return False
             self._probing = True
+            self._probe_at = now
             return True
         return self.local.allow(now)
 
@@ -114,8 +117,9 @@ class SharedBreaker:
             policy = self.local.policy
             self._probing = False
             self._open_for = min(policy.max_open_s, self._open_for * policy.backoff)
-            self._shared_until = now + self._open_for
-            self._tell(("o", self._open_for))
+            # Counted from the probe's start, as the local breaker counts.
+            self._shared_until = min(self._probe_at, now) + self._open_for
+            self._tell(("o", self._shared_until - now))
             return
         self.local.record_failure(now)
         if self.local.state is BreakerState.OPEN and was is not BreakerState.OPEN:

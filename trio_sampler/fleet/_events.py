@@ -57,8 +57,10 @@ class LimiterStatistics:
     refused_unavailable: int = 0
     #: Seconds spent waiting for admission, summed over requests.
     waited: float = 0.0
-    #: Redis calls that failed or timed out.
+    #: Redis calls that failed, timed out, or were answered wrongly.
     redis_failures: int = 0
+    #: Of those, replies of the wrong shape (or not RESP at all).
+    malformed_replies: int = 0
     #: Times the limiter entered the degraded state.
     degradations: int = 0
     #: True while degraded.

@@ -6,11 +6,15 @@ the request's cost (to start now or after a wait it returns) or changes nothing.
 round trip settles it: SETTLE releases its lease and corrects the reservation with the
 usage the provider reported.
 
-Redis being unreachable, or slower than ``admission_timeout``, is never silent: the
-limiter enters a degraded state (an event, a log warning and a counter), applies its
-failure policy (admit under local limits, or refuse with ``FLEET_UNAVAILABLE``) and tries
-Redis again at most every ``probe_interval``. Nothing waits longer than one admission
-timeout for Redis.
+Redis being unreachable, answering wrongly (a reply of the wrong shape, or noise), or
+slower than ``admission_timeout`` is never silent: the call that met it applies the
+failure policy (admit under local limits, or refuse with ``FLEET_UNAVAILABLE``) and is
+counted. Down (a refused or lost connection, a wrong answer) degrades the limiter at
+once; slow degrades it after :data:`SLOW_CALLS_TO_DEGRADE` timeouts in a row (one slow
+round trip on a loaded host is not an outage). Degraded (an event, a log warning, a
+counter), every call applies the policy at once, and one call at a time probes Redis,
+at most every ``probe_interval``. Nothing waits longer than one admission timeout for
+Redis.
 
 The call path is short because admission latency is the client's CPU, not Redis's: the
 limiters of a client send their scripts on one connection of their own (built from the
@@ -32,7 +36,7 @@ import random
 import socket
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -45,7 +49,7 @@ from coredis.retry import NoRetryPolicy
 
 from ..admission import AdmissionBusyError, AdmissionRefusedError
 from ..retry import RetryBudget
-from ..types import RateLimitSnapshot, SamplingErrorInfo, SamplingErrorKind
+from ..types import RateLimitSnapshot, SamplingErrorInfo, SamplingErrorKind, TrioSamplerError
 from ._breaker import BREAKERS, SharedBreaker
 from ._events import EventHook, FleetEvent, LimiterDegraded, LimiterRecovered, LimiterStatistics
 from ._local import LocalLimits
@@ -60,6 +64,9 @@ _US = 1_000_000
 # While every in-flight slot is taken, ask again after this long (doubling, jittered).
 _POLL_FIRST = 0.002
 _POLL_MAX = 0.05
+#: An admission reserves its cost only for a start this soon (seconds); one that must wait
+#: longer holds nothing meanwhile and asks again (see ``FleetLimiter.acquire``).
+RESERVE_AHEAD_S = 0.05
 # The local retry budget of a fail-open limiter counts over this window (seconds).
 _LOCAL_BUDGET_WINDOW = 10.0
 
@@ -86,20 +93,69 @@ def _refusal(kind: SamplingErrorKind, message: str, code: str) -> AdmissionRefus
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, trio.TooSlowError | TimeoutError):
-        return "Redis did not answer within the admission timeout"
+        return (
+            f"Redis did not answer within the admission timeout, {SLOW_CALLS_TO_DEGRADE} "
+            "calls in a row"
+        )
+    if isinstance(exc, MalformedReplyError):
+        return f"Redis answered a script wrongly ({exc})"
+    if isinstance(exc, coredis.exceptions.InvalidResponse):
+        return f"Redis sent a reply that is not RESP ({exc})"[:300]
     return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _integers(reply: Any, count: int) -> bool:
+    return (
+        isinstance(reply, list | tuple)
+        and len(reply) == count
+        and all(type(value) is int for value in reply)
+    )
+
+
+def _admit_reply(reply: Any, _keys: int) -> bool:
+    return _integers(reply, 3) and reply[0] in Status.ALL
+
+
+def _pair(reply: Any, _keys: int) -> bool:
+    return _integers(reply, 2)
+
+
+def _integer(reply: Any, _keys: int) -> bool:
+    return type(reply) is int
+
+
+def _per_key(reply: Any, keys: int) -> bool:
+    return _integers(reply, keys)
+
+
+class MalformedReplyError(TrioSamplerError):
+    """Redis answered a script with a reply of the wrong shape (not our scripts' answer:
+    a proxy, another server on the port, a corrupted stream)."""
 
 
 @attrs.frozen
 class _Script:
-    """A Lua script, called by its SHA1 (loaded on the first NOSCRIPT)."""
+    """A Lua script, called by its SHA1 (loaded on the first NOSCRIPT), and the shape its
+    reply must have (``shape(reply, number of keys)``)."""
 
     source: str
+    shape: Callable[[Any, int], bool]
     sha: str = attrs.field(init=False)
 
     @sha.default
     def _digest(self) -> str:
         return hashlib.sha1(self.source.encode()).hexdigest()
+
+
+def late_reply(request: Any) -> Any:
+    """The reply that came for a coredis request after it timed out (``None``: none, the
+    connection failed instead).
+
+    coredis keeps a timed-out request in its connection's queue and resolves it when the
+    reply comes, but awaiting it raises the timeout again: the reply is read from the
+    request's private ``_result``. The one place the library reads coredis's private
+    state (``tests/test_fleet_failures.py`` checks it against the installed coredis)."""
+    return getattr(request, "_result", None)
 
 
 def _left(until: float) -> float:
@@ -149,9 +205,12 @@ def _link(client: coredis.Redis[bytes]) -> _Link:
 
 _EVALSHA = b"EVALSHA"
 _SCRIPT_LOAD = b"SCRIPT LOAD"
-_ADMIT, _SETTLE, _RENEW, _SPEND, _RETRY_AFTER, _BREAKERS = (
-    _Script(source) for source in (ADMIT, SETTLE, RENEW, SPEND_RETRY, NOTE_RETRY_AFTER, BREAKERS)
-)
+_ADMIT = _Script(ADMIT, _admit_reply)
+_SETTLE = _Script(SETTLE, _pair)
+_RENEW = _Script(RENEW, _integer)
+_SPEND = _Script(SPEND_RETRY, _pair)
+_RETRY_AFTER = _Script(NOTE_RETRY_AFTER, _integer)
+_BREAKERS = _Script(BREAKERS, _per_key)
 _SCRIPTS = (_ADMIT, _SETTLE, _RENEW, _SPEND, _RETRY_AFTER, _BREAKERS)
 _NOTHING = Cost(0, 0, 0)
 
@@ -165,7 +224,13 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     coredis.exceptions.BusyLoadingError,
     coredis.exceptions.ReadOnlyError,
     coredis.exceptions.AuthenticationError,
+    coredis.exceptions.InvalidResponse,
+    MalformedReplyError,
 )
+#: Of those, the ones that mean slow rather than down.
+_SLOW: tuple[type[BaseException], ...] = (trio.TooSlowError, TimeoutError)
+#: Calls in a row that ran past the admission timeout before the limiter is degraded.
+SLOW_CALLS_TO_DEGRADE = 3
 #: The same, or a script the server refused to load.
 _UNAVAILABLE_OR_REFUSED: tuple[type[BaseException], ...] = (
     *_UNAVAILABLE,
@@ -231,8 +296,20 @@ class FleetLimiter:
             )
         )
         self._local_retry_after = -math.inf
+        #: What the local floor admitted while degraded (charged to Redis on its return).
+        self._spent_locally = _NOTHING
         self._degraded_since: float | None = None
         self._probe_at = -math.inf
+        #: A call is probing Redis while degraded (the others apply the policy at once).
+        self._probing = False
+        #: Calls in a row that ran past the admission timeout.
+        self._slow_calls = 0
+        #: Admissions that timed out on our side: their request (resolved when the late
+        #: reply comes), cost and lease; a late grant is given back.
+        self._late: list[tuple[Any, Cost, str]] = []
+        #: Settlements of leases that failed, by lease: sent again until Redis has them.
+        self._unsettled: dict[str, list[Any]] = {}
+        self._wake_give_backs = trio.Event()
         self._stats: dict[str, Any] = attrs.asdict(LimiterStatistics())
 
     def __repr__(self) -> str:
@@ -258,15 +335,35 @@ class FleetLimiter:
         args: Sequence[Any],
         abandoned: tuple[Cost, str] | None = None,
     ) -> Any:
-        """Run one script, or return None when Redis is unavailable (degraded).
+        """Run one script, or return None when Redis is unavailable (the failure policy
+        applies): degraded, one call at a time probes it (when ``probe_interval`` allows)
+        and the others return None at once."""
+        if self._degraded_since is None:
+            return await self._round_trip(script, keys, args, abandoned)
+        if self._probing or trio.current_time() < self._probe_at:
+            return None
+        self._probing = True
+        try:
+            return await self._round_trip(script, keys, args, abandoned)
+        finally:
+            self._probing = False
+
+    async def _round_trip(
+        self,
+        script: _Script,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        abandoned: tuple[Cost, str] | None,
+    ) -> Any:
+        """One script's round trip, within the admission timeout; None on a failure.
 
         A call cancelled after its script was queued still runs it (coredis sends what is
         queued and reads its reply in order, so the connection stays in step). With
         ``abandoned`` (an admission's cost and lease), the cancelled call waits for that
-        reply, shielded and within the admission timeout, and gives back what it reserved.
+        reply, shielded and within the admission timeout, and gives back what it reserved;
+        an admission that timed out leaves its request to :meth:`run_give_backs`, which
+        gives back a late grant when its reply comes.
         """
-        if self._degraded_since is not None and trio.current_time() < self._probe_at:
-            return None
         timeout = self.spec.admission_timeout
         until = trio.current_time() + timeout
         request = None
@@ -293,12 +390,18 @@ class FleetLimiter:
                 )
                 await load
                 reply = await request
+            if not script.shape(reply, len(keys)):
+                raise MalformedReplyError(f"a reply of the wrong shape: {reply!r}"[:200])
         except trio.Cancelled:
             if abandoned is not None and request is not None:
                 with trio.CancelScope(shield=True):
                     await self._give_back(request, *abandoned)
             raise
         except _UNAVAILABLE as exc:
+            if isinstance(exc, _SLOW) and abandoned is not None and request is not None:
+                # Timed out on our side; Redis may still run it: a late grant goes back.
+                self._late.append((request, *abandoned))
+                self._wake_give_backs.set()
             self._failed(exc)
             return None
         except coredis.exceptions.ResponseError as exc:
@@ -306,6 +409,7 @@ class FleetLimiter:
                 raise  # a broken script is our bug, not an outage
             self._failed(exc)
             return None
+        self._slow_calls = 0
         if self._degraded_since is not None:
             degraded_for = trio.current_time() - self._degraded_since
             self._degraded_since = None
@@ -315,7 +419,23 @@ class FleetLimiter:
                 degraded_for,
             )
             self._emit(LimiterRecovered(self.spec.name, degraded_for))
+            self._charge_local_spending()
         return reply
+
+    def _charge_local_spending(self) -> None:
+        """Back from an outage: what the local floor admitted meanwhile is charged to the
+        shared state (by the give-back task), at most one burst per dimension (older
+        admissions no longer weigh on a GCRA cell), so the fleet does not admit a fresh
+        burst on top of it."""
+        spent, self._spent_locally = self._spent_locally, _NOTHING
+        if spent == _NOTHING:
+            return
+        changes: list[Any] = [""]
+        for interval, amount in zip(self._intervals, spent.amounts(), strict=True):
+            changes.append(repr(min(interval * amount, self._tau)) if interval else 0)
+        changes += ["x"] * len(DIMENSIONS)
+        self._unsettled[f"spent-locally:{self._next_lease()}"] = changes
+        self._wake_give_backs.set()
 
     async def _give_back(self, request: Any, cost: Cost, lease: str) -> None:
         """An admission whose caller was cancelled mid-call: wait (within the admission
@@ -323,17 +443,28 @@ class FleetLimiter:
         try:
             with trio.move_on_after(self.spec.admission_timeout):
                 reply = await request
-                if int(reply[0]) == Status.ADMITTED:
+                if _admit_reply(reply, 0) and reply[0] == Status.ADMITTED:
                     await self.withdraw(Permit(cost, lease, shared=True))
         except _UNAVAILABLE_OR_REFUSED:
             pass  # lost with the connection: the lease expires, the reservation refills
 
     def _failed(self, exc: BaseException) -> None:
+        """A call failed: counted; degraded when Redis is down, or slow too many times in
+        a row (see the module's documentation)."""
         now = trio.current_time()
         self._stats["redis_failures"] += 1
+        if isinstance(exc, MalformedReplyError | coredis.exceptions.InvalidResponse):
+            self._stats["malformed_replies"] += 1
         self._probe_at = now + self.spec.probe_interval
         if self._degraded_since is not None:
             return
+        if isinstance(exc, _SLOW):
+            self._slow_calls += 1
+            if self._slow_calls < SLOW_CALLS_TO_DEGRADE:
+                logger.info(
+                    "fleet limiter %r: a Redis call ran past the admission timeout", self.spec.name
+                )
+                return
         self._degraded_since = now
         self._stats["degradations"] += 1
         reason = _describe(exc)
@@ -387,7 +518,11 @@ class FleetLimiter:
             room = deadline - now
             if room <= 0:
                 raise self._too_late(0.0, deadline)
-            limit = room if within is None else min(room, max(within, 0.0))
+            # Reserved only for a start this close: a request further back queues holding
+            # nothing, and asks again when its turn should come (refunds meanwhile move
+            # it up), so queued requests do not sit on the budget.
+            ahead = RESERVE_AHEAD_S if within is None else max(within, 0.0)
+            limit = min(room, ahead)
             lease = self._next_lease() if self.spec.limits.max_in_flight else ""
             args: list[Any] = [
                 -1 if math.isinf(limit) else math.floor(limit * _US),
@@ -415,7 +550,12 @@ class FleetLimiter:
             if within is not None:
                 raise self._busy(status, value, cost)
             if status == Status.REFUSED_WAIT:
-                raise self._too_late(value / _US, deadline)
+                wait = value / _US
+                if trio.current_time() + wait > deadline:
+                    raise self._too_late(wait, deadline)
+                # Ask again within the wait: the room may come sooner (refunds).
+                await trio.sleep(max(wait * (0.5 + 0.5 * self._rng.random()), _POLL_FIRST))
+                continue
             if status == Status.TOO_LARGE:
                 raise self._too_large(cost, value - 1)
             if status == Status.RETRY_AFTER:
@@ -468,6 +608,9 @@ class FleetLimiter:
         *,
         first_attempt: bool = True,
     ) -> Permit:
+        # Decided without Redis, maybe at once: still a checkpoint (a caller asking in a
+        # loop must not spin without yielding).
+        await trio.lowlevel.checkpoint()
         if self.spec.on_failure is FailurePolicy.FAIL_CLOSED:
             raise self._unavailable()
         local = self._local
@@ -490,6 +633,12 @@ class FleetLimiter:
                 raise self._too_late(wait, deadline)
             if wait <= 0 and local.has_slot():
                 local.take(cost, now)
+                spent = self._spent_locally
+                self._spent_locally = Cost(
+                    spent.requests + cost.requests,
+                    spent.input_tokens + cost.input_tokens,
+                    spent.output_tokens + cost.output_tokens,
+                )
                 if first_attempt:
                     self.record_local_request()
                 self._stats["admitted_locally"] += 1
@@ -569,10 +718,14 @@ class FleetLimiter:
         ):
             changes.append(repr(interval * (used - reserved)) if interval else 0)
         changes += self._clamps(permit)
-        # A failure here only loses the correction; the lease expires by itself.
         reply = await self._call(_SETTLE, self._keys_settle, changes)
-        if isinstance(reply, list | tuple) and len(reply) == 2 and int(reply[1]):
-            self._stats["clamped"] += int(reply[1])
+        if reply is None and permit.lease:
+            # Its lease must not hold a slot until lease_ttl: sent again (idempotent: the
+            # script corrects only a lease it still holds) as soon as Redis answers.
+            self._unsettled[permit.lease] = changes
+            self._wake_give_backs.set()
+        elif reply is not None and reply[1]:
+            self._stats["clamped"] += reply[1]
 
     async def sync_breakers(self, breakers: Sequence[SharedBreaker]) -> bool:
         """Tell the fleet what ``breakers`` have to say (opened, closed) and read back how
@@ -671,6 +824,44 @@ class FleetLimiter:
         except _UNAVAILABLE_OR_REFUSED as exc:
             self._failed(exc)
 
+    # -- reservations without an owner -----------------------------------------------------
+
+    async def run_give_backs(self) -> None:
+        """Forever (run it in a nursery): give back the late grants of admissions that
+        timed out, and send again the settlements that failed, every admission timeout
+        while any wait (so capacity is back within one admission timeout of Redis)."""
+        while True:
+            await self._wake_give_backs.wait()
+            self._wake_give_backs = trio.Event()
+            while self._late or self._unsettled:
+                await self._give_back_late()
+                await self._settle_again()
+                if self._late or self._unsettled:
+                    await trio.sleep(self.spec.admission_timeout)
+
+    async def _give_back_late(self) -> None:
+        late, self._late = self._late, []
+        for request, cost, lease in late:
+            if not request.complete:
+                self._late.append((request, cost, lease))  # no reply yet
+                continue
+            reply = late_reply(request)
+            if _admit_reply(reply, 0) and reply[0] == Status.ADMITTED:
+                await self.withdraw(Permit(cost, lease, shared=True))
+
+    async def _settle_again(self) -> None:
+        for lease, changes in list(self._unsettled.items()):
+            if self._probing:
+                return
+            self._probing = True  # one call at a time probes a degraded Redis
+            try:
+                reply = await self._round_trip(_SETTLE, self._keys_settle, changes, None)
+            finally:
+                self._probing = False
+            if reply is None:
+                return  # still unavailable: all wait for the next round
+            del self._unsettled[lease]
+
     # -- leases --------------------------------------------------------------------------
 
     async def renew_leases(self) -> None:
@@ -748,6 +939,7 @@ async def open_limiters(
                 warming.start_soon(limiter.warm_up, connect_timeout)
         for limiter in limiters:
             nursery.start_soon(limiter.run_renewals)
+            nursery.start_soon(limiter.run_give_backs)
         try:
             yield limiters
         except BaseException as exc:

@@ -31,6 +31,8 @@ class Status:
     IN_FLIGHT_FULL = 2  #: every in-flight slot is taken
     RETRY_AFTER = 3  #: inside a shared Retry-After window (second element: time left)
     TOO_LARGE = 4  #: the cost exceeds a dimension's burst (second element: its index)
+    #: Every status a well-formed reply has.
+    ALL = frozenset({0, 1, 2, 3, 4})
 
 
 # KEYS: inflight, retry_after, retry_budget, gcra x4 (DIMENSIONS order)
@@ -99,16 +101,20 @@ return {1, wait, now}
 # its TAT in microseconds (positive: used more than reserved; negative: a refund), then per
 # dimension the header clamp: the least TAT the provider's report allows, as an offset
 # from now in microseconds ('x': no report). A clamp only ever raises a TAT (tightens).
+# With a lease, the changes apply only if the lease was still held: a settlement sent
+# again (its first reply was lost) changes nothing twice.
 # Returns {now, the number of dimensions the clamp tightened}.
 SETTLE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local owned = true
 if ARGV[1] ~= '' then
-  redis.call('ZREM', KEYS[1], ARGV[1])
+  owned = redis.call('ZREM', KEYS[1], ARGV[1]) == 1
 end
 local clamped = 0
 for i = 1, 4 do
   local change = tonumber(ARGV[1 + i])
+  if not owned then change = 0 end
   local floor = ARGV[5 + i]
   if change ~= 0 or (floor ~= nil and floor ~= 'x') then
     local tat = tonumber(redis.call('GET', KEYS[1 + i]) or '0')

@@ -50,6 +50,7 @@ from ._events import ImagesStripped as ImagesStripped
 from ._events import ModelMetadata as ModelMetadata
 from ._events import OpaqueItemReceived as OpaqueItemReceived
 from ._events import OutputDelta as OutputDelta
+from ._events import Paced as Paced
 from ._events import ReasoningCompleted as ReasoningCompleted
 from ._events import RequestMetrics as RequestMetrics
 from ._events import Retrying as Retrying
@@ -115,6 +116,7 @@ __all__ = [
     "OutputDelta",
     "OutputError",
     "OutputErrorKind",
+    "Paced",
     "ProviderTool",
     "RateLimitBudget",
     "RateLimitSnapshot",

@@ -493,6 +493,21 @@ def _redacted_urls(urls: tuple[str, ...]) -> str:
 
 
 @attrs.frozen
+class Paced:
+    """The attempt waits before it is sent, for the provider's rate limit as the sampler's
+    pacer counts it (``trio_sampler.ratelimit``): nothing was sent yet."""
+
+    request_id: str
+    #: Why, in words: the dimension with no room (``"tokens"``...) or a 429's hold.
+    reason: str
+    #: How long it waits, in seconds, and until when (``trio.current_time()``).
+    wait_s: float
+    until: float
+    #: The route the attempt goes to (``None`` without routing).
+    route: str | None = None
+
+
+@attrs.frozen
 class ImagesStripped:
     """Images were replaced by placeholder text before a retry."""
 
@@ -555,6 +570,7 @@ SamplingEvent: TypeAlias = (
     | ContextEdited
     | ServerTextTaken
     | Retrying
+    | Paced
     | ImagesStripped
     | Completed
     | Failed

@@ -1,0 +1,195 @@
+"""How much of a shared limit a fleet uses: eight worker processes behind one limit.
+
+A private ``redis-server`` and the emulator (over loopback HTTP) enforcing the same limits
+are started; ``--processes`` worker processes (``benchmarks.fleet_load``), each one sampler
+with ``--tasks`` tasks submitting back to back, share one fleet limiter. Two cells:
+
+* ``requests``: the requests-per-window limit binds (tokens are plentiful);
+* ``tokens``: the tokens-per-window limit binds (each request reserves its prompt
+  estimate and its ``max_output_tokens``, 40, and uses fewer: the unused part comes back).
+
+The window is scaled down from a minute to ``--window`` seconds (the logic is the one of
+a minute); each cell runs three windows and measures the last two (the first holds the
+initial burst). The fleet's limits are 97 % of the emulator's (headroom for the delay
+between admission and arrival). Reported per cell: what was admitted over the measured
+windows against the fleet's limit (the target: at least 95 %), the emulator's 429s
+(the target: none) and failed requests.
+
+Run ``python benchmarks/fleet_limit_use.py`` (``--quick``: 4 processes, 5 s windows);
+results go to ``benchmarks/results/fleet_limit_use.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import trio
+
+try:
+    from benchmarks.fleet_load import worker_command
+    from benchmarks.redis_server import RedisServer, running_redis
+except ModuleNotFoundError:  # run as a script: python benchmarks/fleet_limit_use.py
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from benchmarks.fleet_load import worker_command
+    from benchmarks.redis_server import RedisServer, running_redis
+
+from trio_sampler.emulator import EmulatorApp, PromptCache, RateLimits, serve
+
+DEFAULT_JSON = Path(__file__).parent / "results" / "fleet_limit_use.json"
+#: The fleet's limits, as a share of the emulator's.
+HEADROOM = 0.97
+TARGET_USE = 0.95
+# After every worker is ready, the common start is this far ahead (seconds).
+LEAD = 0.5
+
+
+async def _worker(
+    command: list[str], ready: trio.Semaphore, go: trio.Event, at: list[float]
+) -> Any:
+    """One worker process: its "ready", then the start time, then its report."""
+    process = await trio.lowlevel.open_process(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    assert process.stdin is not None and process.stdout is not None
+    output = bytearray()
+    try:
+        async for chunk in process.stdout:
+            output.extend(chunk)
+            if b"ready\n" in output:
+                break
+        ready.release()
+        await go.wait()
+        await process.stdin.send_all(f"{at[0]}\n".encode())
+        async for chunk in process.stdout:
+            output.extend(chunk)
+        await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            with trio.CancelScope(shield=True):
+                await process.wait()
+        await process.stdin.aclose()
+        await process.stdout.aclose()
+    return json.loads(output.decode().strip().splitlines()[-1])
+
+
+async def run_cell(
+    redis: RedisServer, binding: str, *, processes: int, tasks: int, window: float
+) -> dict[str, Any]:
+    """One cell: the fleet against the emulator, with ``binding`` the limit that binds."""
+    requests, tokens = (60, 60 * 400) if binding == "requests" else (60 * 100, 6000)
+    app = EmulatorApp(
+        cache=PromptCache(),
+        rate_limits=RateLimits(
+            requests_per_minute=requests, tokens_per_minute=tokens, window_s=window
+        ),
+    )
+    reports: list[Any] = []
+    ready, go, at = trio.Semaphore(0), trio.Event(), [0.0]
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(functools.partial(serve, app=app, backlog=4096))
+        command = worker_command(
+            redis=redis.url,
+            base_url=f"http://127.0.0.1:{server.port}/v1",
+            name=f"use-{uuid.uuid4().hex[:10]}",
+            tasks=tasks,
+            duration=3 * window,
+            window=window,
+            rpm=requests * HEADROOM,
+            tpm=tokens * HEADROOM,
+            burst=0.25,
+            max_retries=0,
+        )
+
+        async def worker() -> None:
+            reports.append(await _worker(command, ready, go, at))
+
+        with trio.fail_after(30 * window):
+            async with trio.open_nursery() as workers:
+                for _ in range(processes):
+                    workers.start_soon(worker)
+                for _ in range(processes):
+                    await ready.acquire()
+                at[0] = time.time() + LEAD
+                go.set()
+        nursery.cancel_scope.cancel()
+    records = [r for report in reports for r in report["records"]]
+    start = at[0]
+    measured = [r for r in records if start + window <= r["done"] < start + 3 * window]
+    if binding == "requests":
+        admitted, limit = float(len(measured)), 2 * requests * HEADROOM
+    else:
+        admitted, limit = float(sum(r["tokens"] for r in measured)), 2 * tokens * HEADROOM
+    assert app.rate_limits is not None
+    return {
+        "binding": binding,
+        "processes": processes,
+        "tasks": tasks,
+        "window_s": window,
+        "fleet_limit": limit,
+        "admitted": admitted,
+        "use": admitted / limit,
+        "over_limit_429s": sum(app.rate_limits.refusals.values()),
+        "failed": sum(not r["ok"] for r in records),
+        "requests": len(measured),
+    }
+
+
+async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    cells = []
+    with running_redis() as redis:
+        for binding in ("requests", "tokens"):
+            cells.append(
+                await run_cell(
+                    redis,
+                    binding,
+                    processes=args.processes,
+                    tasks=args.tasks,
+                    window=args.window,
+                )
+            )
+    return cells
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--processes", type=int, default=8)
+    parser.add_argument("--tasks", type=int, default=50)
+    parser.add_argument("--window", type=float, default=10.0)
+    parser.add_argument("--quick", action="store_true", help="4 processes, 5 s windows")
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    args = parser.parse_args()
+    if args.quick:
+        args.processes, args.window = 4, 5.0
+    cells = trio.run(run, args)
+    print(f"{'binding':<10}{'limit':>10}{'admitted':>10}{'use':>8}{'429s':>6}{'failed':>8}")
+    for cell in cells:
+        print(
+            f"{cell['binding']:<10}{cell['fleet_limit']:>10.0f}{cell['admitted']:>10.0f}"
+            f"{cell['use']:>8.1%}{cell['over_limit_429s']:>6}{cell['failed']:>8}"
+        )
+    verdict = all(c["use"] >= TARGET_USE and c["over_limit_429s"] == 0 for c in cells)
+    print(f"target: use >= {TARGET_USE:.0%} and no 429: {'met' if verdict else 'NOT met'}")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    result = {
+        "cells": cells,
+        "target_use": TARGET_USE,
+        "met": verdict,
+        "load_average": os.getloadavg(),
+        "python": platform.python_version(),
+    }
+    args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
