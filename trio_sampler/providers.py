@@ -116,6 +116,10 @@ class ProviderProfile:
     messages_path: str | None = None
     #: Messages served by a cloud (Vertex AI): the body's ``anthropic_version`` value.
     anthropic_version_body: str | None = None
+    #: The server takes OpenAI's explicit prompt-cache breakpoints
+    #: (``prompt_cache_breakpoint`` on content parts, ``prompt_cache_options``) for the
+    #: models that cache explicitly (GPT-5.6 and later).
+    prompt_cache_breakpoints: bool = False
 
     @property
     def telemetry_name(self) -> str:
@@ -139,6 +143,7 @@ PROFILES: dict[str, ProviderProfile] = {
             backend=ApiBackend.RESPONSES,
             api_key_env="OPENAI_API_KEY",
             default_model="gpt-6-luna",
+            prompt_cache_breakpoints=True,
         ),
         ProviderProfile(
             name="anthropic",

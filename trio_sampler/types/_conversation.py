@@ -158,9 +158,14 @@ def _tuple(value: Sequence[Any] | None) -> tuple[Any, ...]:
 
 @attrs.frozen
 class TextPart:
-    """A run of text inside a user message or tool result."""
+    """A run of text inside a user message or tool result.
+
+    ``cache_breakpoint=True`` ends a cached prompt prefix here (Anthropic ``cache_control``,
+    OpenAI ``prompt_cache_breakpoint``); see :doc:`/wire`, "Prompt-cache breakpoints".
+    """
 
     text: str
+    cache_breakpoint: bool = False
 
 
 @attrs.frozen
@@ -170,6 +175,8 @@ class ImagePart:
     url: str
     #: Optional fidelity hint (``"low"``, ``"high"``, ``"auto"``), where the backend has one.
     detail: str | None = None
+    #: End a cached prompt prefix after this image (as on :class:`TextPart`).
+    cache_breakpoint: bool = False
 
     @property
     def is_data_uri(self) -> bool:

@@ -33,6 +33,7 @@ from ...types._conversation import (
     ToolSpec,
     User,
 )
+from .._cache import OPENAI_MARKS, render_openai_cache
 from .._hosted import drop, passthrough
 from .._render import (
     JsonObject,
@@ -107,6 +108,7 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
     }
     _render_tools(data, request, report)
     _render_sampling(data, request, options, report)
+    render_openai_cache(data, data["messages"], options, report, text_type="text")
     return finish_request(PATH, data, options, report)
 
 
@@ -185,18 +187,23 @@ def _messages(
 def _user_content(parts: Sequence[ContentPart]) -> str | list[JsonObject]:
     # A lone text part is sent as a plain string: what every client sends, and what
     # servers without content-part support accept.
-    if len(parts) == 1 and isinstance(parts[0], TextPart):
+    if len(parts) == 1 and isinstance(parts[0], TextPart) and not parts[0].cache_breakpoint:
         return parts[0].text
     return [_content_part(p) for p in parts]
 
 
 def _content_part(part: ContentPart) -> JsonObject:
+    wire: JsonObject
     if isinstance(part, TextPart):
-        return {"type": "text", "text": part.text}
-    image: JsonObject = {"url": part.url}
-    if part.detail is not None:
-        image["detail"] = part.detail
-    return {"type": "image_url", "image_url": image}
+        wire = {"type": "text", "text": part.text}
+    else:
+        image: JsonObject = {"url": part.url}
+        if part.detail is not None:
+            image["detail"] = part.detail
+        wire = {"type": "image_url", "image_url": image}
+    if part.cache_breakpoint:
+        wire[OPENAI_MARKS.key] = dict(OPENAI_MARKS.value)
+    return wire
 
 
 def _tool_message(index: int, item: ToolResult, report: ReportCollector) -> JsonObject:

@@ -10,7 +10,6 @@ are listed in ``docs/backends/request-mapping.md``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from ...types._conversation import (
     Assistant,
@@ -30,6 +29,7 @@ from ...types._conversation import (
     ToolSpec,
     User,
 )
+from .._cache import ANTHROPIC_MARKS, place_breakpoints
 from .._render import (
     JsonObject,
     ReportCollector,
@@ -101,8 +101,13 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
     while items and isinstance(items[0][1], System):
         system.append({"type": "text", "text": items.pop(0)[1].content})  # type: ignore[union-attr]
     messages = _messages(items, report)
-    if options.cache_breakpoints:
-        _place_cache_breakpoints(system, messages)
+    # The system blocks take part as one leading message, so their last block is a slot.
+    place_breakpoints(
+        ANTHROPIC_MARKS,
+        [{"role": "system", "content": system}, *messages],
+        report,
+        strategy=options.cache_breakpoints,
+    )
 
     budget = _thinking_budget(request)
     max_tokens = request.max_output_tokens or options.default_max_output_tokens
@@ -212,9 +217,10 @@ def _item_turn(
 
 
 def _part(index: int, part: ContentPart, report: ReportCollector) -> list[JsonObject]:
+    mark = {"cache_control": dict(EPHEMERAL)} if part.cache_breakpoint else {}
     if isinstance(part, TextPart):
         # The API rejects empty text blocks; an empty part carries nothing anyway.
-        return [{"type": "text", "text": part.text}] if part.text else []
+        return [{"type": "text", "text": part.text, **mark}] if part.text else []
     if part.detail is not None:
         report.note(index, "image detail", ConversionAction.DROPPED, "Messages has no image detail")
     if part.is_data_uri:
@@ -226,7 +232,7 @@ def _part(index: int, part: ContentPart, report: ReportCollector) -> list[JsonOb
         source: JsonObject = {"type": "base64", "media_type": media_type, "data": payload}
     else:
         source = {"type": "url", "url": part.url}
-    return [{"type": "image", "source": source}]
+    return [{"type": "image", "source": source, **mark}]
 
 
 def _tool_id(index: int, value: str, report: ReportCollector) -> str:
@@ -308,54 +314,6 @@ def _reasoning(index: int, item: Reasoning, report: ReportCollector) -> list[Jso
         "only thinking blocks with their Anthropic signature can be sent back",
     )
     return []
-
-
-def _place_cache_breakpoints(system: list[JsonObject], messages: list[JsonObject]) -> None:
-    """Mark at most three blocks with ``cache_control`` (the fourth slot stays free).
-
-    1. the last system block;
-    2. the tip: the last markable block of the conversation, walking back past thinking
-       blocks and messages with nothing markable;
-    3. the previous request's tip: the last user message before the last assistant
-       message before the tip, where the previous request ended, so its cache entry is
-       read even when a turn appends more than the API's 20-block lookback.
-
-    A block picked twice is marked once.
-    """
-    if system:
-        system[-1]["cache_control"] = dict(EPHEMERAL)
-    tip = None
-    for m in range(len(messages) - 1, -1, -1):
-        tip = _last_markable(messages[m])
-        if tip is not None:
-            _mark(tip)
-            break
-    else:
-        return
-    assistant = _last_index(messages, "assistant", before=m)
-    user = _last_index(messages, "user", before=assistant) if assistant is not None else None
-    if user is not None:
-        previous = _last_markable(messages[user])
-        if previous is not None:
-            _mark(previous)
-
-
-def _last_markable(message: Mapping[str, Any]) -> JsonObject | None:
-    for block in reversed(message["content"]):
-        if block.get("type") in _MARKABLE:
-            return block  # type: ignore[no-any-return]
-    return None
-
-
-def _last_index(messages: Sequence[Mapping[str, Any]], role: str, before: int) -> int | None:
-    for m in range(before - 1, -1, -1):
-        if messages[m]["role"] == role:
-            return m
-    return None
-
-
-def _mark(block: JsonObject) -> None:
-    block["cache_control"] = dict(EPHEMERAL)
 
 
 def _thinking_budget(request: ConversationRequest) -> int | None:

@@ -37,6 +37,7 @@ from ...types._conversation import (
     ToolSpec,
     User,
 )
+from .._cache import OPENAI_MARKS, render_openai_cache
 from .._citations import citation_from_wire
 from .._render import (
     JsonObject,
@@ -117,6 +118,8 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
     data["input"] = input_items
     _render_tools(data, request, report)
     _render_sampling(data, request, options, report, any_reasoning=_has_reasoning(input_items))
+    # Instructions take no breakpoint: the strategy's system slot is not used here.
+    render_openai_cache(data, input_items, options, report, text_type="input_text")
     return finish_request(PATH, data, options, report)
 
 
@@ -211,16 +214,21 @@ def _follows_reasoning(wire: Mapping[str, Any]) -> bool:
 
 
 def _user_content(parts: Sequence[ContentPart]) -> str | list[JsonObject]:
-    if len(parts) == 1 and isinstance(parts[0], TextPart):
+    if len(parts) == 1 and isinstance(parts[0], TextPart) and not parts[0].cache_breakpoint:
         return parts[0].text
     return [_input_part(p) for p in parts]
 
 
 def _input_part(part: ContentPart) -> JsonObject:
+    wire: JsonObject
     if isinstance(part, TextPart):
-        return {"type": "input_text", "text": part.text}
-    # ``detail`` is required by the API schema; ``auto`` is its documented default.
-    return {"type": "input_image", "image_url": part.url, "detail": part.detail or "auto"}
+        wire = {"type": "input_text", "text": part.text}
+    else:
+        # ``detail`` is required by the API schema; ``auto`` is its documented default.
+        wire = {"type": "input_image", "image_url": part.url, "detail": part.detail or "auto"}
+    if part.cache_breakpoint:
+        wire[OPENAI_MARKS.key] = dict(OPENAI_MARKS.value)
+    return wire
 
 
 def _assistant_message(
