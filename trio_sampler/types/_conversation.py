@@ -215,6 +215,8 @@ class System:
 
     content: str
     developer: bool = False
+    #: End a cached prompt prefix after these instructions (as on :class:`TextPart`).
+    cache_breakpoint: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.content, str):

@@ -171,7 +171,8 @@ def _messages(
             drop_reasoning("no assistant turn follows it before the next message")
             if isinstance(item, System):
                 role = "developer" if item.developer and developer_role else "system"
-                messages.append({"role": role, "content": item.content})
+                content = _user_content([TextPart(item.content, item.cache_breakpoint)])
+                messages.append({"role": role, "content": content})
             elif isinstance(item, User):
                 messages.append({"role": "user", "content": _user_content(item.content)})
             else:
@@ -473,7 +474,14 @@ def _text_content(value: Any, where: str) -> str:
 def _parse_message(msg: Mapping[str, Any], where: str) -> list[ConversationItem]:
     role = msg.get("role")
     if role in ("system", "developer"):
-        return [System(_text_content(msg.get("content"), where), developer=role == "developer")]
+        content = msg.get("content")
+        return [
+            System(
+                _text_content(content, where),
+                developer=role == "developer",
+                cache_breakpoint=_any_marked(content),
+            )
+        ]
     if role == "user":
         return [User(_parse_user_content(msg.get("content"), where))]
     if role == "assistant":
@@ -497,19 +505,33 @@ def _parse_user_content(value: Any, where: str) -> list[ContentPart]:
         part = as_object(raw, w)
         kind = part.get("type")
         if kind == "text":
-            parts.append(TextPart(req_str(part, "text", w)))
+            parts.append(TextPart(req_str(part, "text", w), _marked(part)))
         elif kind == "image_url":
             image = part.get("image_url")
             if isinstance(image, str):
-                parts.append(ImagePart(image))
+                parts.append(ImagePart(image, cache_breakpoint=_marked(part)))
             else:
                 obj = as_object(image, f"{w}.image_url")
                 parts.append(
-                    ImagePart(req_str(obj, "url", f"{w}.image_url"), opt_str(obj, "detail", w))
+                    ImagePart(
+                        req_str(obj, "url", f"{w}.image_url"),
+                        opt_str(obj, "detail", w),
+                        _marked(part),
+                    )
                 )
         else:
             raise ValueError(f"{w}.type {kind!r} is not supported (text, image_url)")
     return parts
+
+
+def _marked(part: Mapping[str, Any]) -> bool:
+    return part.get(OPENAI_MARKS.key) is not None
+
+
+def _any_marked(content: Any) -> bool:
+    return isinstance(content, list) and any(
+        isinstance(part, Mapping) and _marked(part) for part in content
+    )
 
 
 def _parse_assistant(msg: Mapping[str, Any], where: str) -> list[ConversationItem]:

@@ -62,11 +62,14 @@ def parse_request(body: bytes | Mapping[str, Any]) -> ConversationRequest:
 
     System blocks become leading :class:`System` items (one per block); each assistant
     turn is split into Reasoning / Assistant / BackendToolCall items in block order; a
-    user turn into its ToolResults and User items. ``cache_control`` markers are ignored.
+    user turn into its ToolResults and User items. A ``cache_control`` marker on a
+    system, text or image block is its ``cache_breakpoint``.
     A field of the wrong shape raises ``ValueError`` naming it.
     """
     data = load_body(body)
-    items: list[ConversationItem] = [System(text) for text in _system_texts(data.get("system"))]
+    items: list[ConversationItem] = [
+        System(text, cache_breakpoint=marked) for text, marked in _system_texts(data.get("system"))
+    ]
     if "messages" not in data:
         raise ValueError("messages is required")
     for n, raw in enumerate(as_list(data["messages"], "messages")):
@@ -141,18 +144,22 @@ def _mcp_servers_modelable(servers: Any) -> bool:
     )
 
 
-def _system_texts(value: Any) -> list[str]:
+def _system_texts(value: Any) -> list[tuple[str, bool]]:
     if value is None:
         return []
     if isinstance(value, str):
-        return [value]
+        return [(value, False)]
     texts = []
     for n, raw in enumerate(as_list(value, "system")):
         block = as_object(raw, f"system[{n}]")
         if block.get("type") != "text":
             raise ValueError(f"system[{n}].type must be 'text'")
-        texts.append(req_str(block, "text", f"system[{n}]"))
+        texts.append((req_str(block, "text", f"system[{n}]"), _marked(block)))
     return texts
+
+
+def _marked(block: Mapping[str, Any]) -> bool:
+    return block.get("cache_control") is not None
 
 
 def _blocks(content: Any, where: str) -> list[Mapping[str, Any]]:
@@ -190,9 +197,9 @@ def _parse_user_turn(blocks: list[Mapping[str, Any]], where: str) -> list[Conver
                 parts = []
             out.append(_parse_tool_result(block, w))
         elif kind == "text":
-            parts.append(TextPart(req_str(block, "text", w)))
+            parts.append(TextPart(req_str(block, "text", w), cache_breakpoint=_marked(block)))
         elif kind == "image":
-            parts.append(_parse_image(block, w))
+            parts.append(attrs.evolve(_parse_image(block, w), cache_breakpoint=_marked(block)))
         else:
             raise ValueError(f"{w}.type {kind!r} is not supported in a user turn")
     if parts:

@@ -99,7 +99,11 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
     items = list(enumerate(request.items))
     system: list[JsonObject] = []
     while items and isinstance(items[0][1], System):
-        system.append({"type": "text", "text": items.pop(0)[1].content})  # type: ignore[union-attr]
+        instructions: System = items.pop(0)[1]  # type: ignore[assignment]
+        block: JsonObject = {"type": "text", "text": instructions.content}
+        if instructions.cache_breakpoint:
+            block["cache_control"] = dict(EPHEMERAL)
+        system.append(block)
     messages = _messages(items, report)
     # The system blocks take part as one leading message, so their last block is a slot.
     place_breakpoints(

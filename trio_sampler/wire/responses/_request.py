@@ -111,8 +111,10 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
     report = ReportCollector(options.strict)
     data: JsonObject = {"model": resolve_model(request, options)}
     items = list(enumerate(request.items))
-    if items and isinstance(items[0][1], System) and not items[0][1].developer:
-        data["instructions"] = items[0][1].content
+    first = items[0][1] if items else None
+    # Instructions take no cache breakpoint: a marked system message stays in the input.
+    if isinstance(first, System) and not first.developer and not first.cache_breakpoint:
+        data["instructions"] = first.content
         items = items[1:]
     input_items = _input(items, report)
     data["input"] = input_items
@@ -138,7 +140,8 @@ def _input(
 
 def _render_item(index: int, item: ConversationItem, report: ReportCollector) -> list[JsonObject]:
     if isinstance(item, System):
-        return [{"role": "developer" if item.developer else "system", "content": item.content}]
+        content = _user_content([TextPart(item.content, item.cache_breakpoint)])
+        return [{"role": "developer" if item.developer else "system", "content": content}]
     if isinstance(item, User):
         return [{"role": "user", "content": _user_content(item.content)}]
     if isinstance(item, Assistant):
@@ -495,7 +498,12 @@ def _parse_other_item(kind: Any, item: Mapping[str, Any], where: str) -> Convers
     if kind == "message":
         role = item.get("role")
         if role in ("system", "developer"):
-            return System(_text_of(item.get("content"), where), developer=role == "developer")
+            content = item.get("content")
+            return System(
+                _text_of(content, where),
+                developer=role == "developer",
+                cache_breakpoint=_any_marked(content),
+            )
         if role == "user":
             return User(_parse_parts(item.get("content"), where))
         raise ValueError(f"{where}.role must be one of user, system, developer, assistant")
@@ -534,16 +542,30 @@ def _parse_parts(value: Any, where: str) -> list[ContentPart]:
         part = as_object(raw, w)
         kind = part.get("type")
         if kind in ("input_text", "output_text", "text"):
-            parts.append(TextPart(req_str(part, "text", w)))
+            parts.append(TextPart(req_str(part, "text", w), _marked(part)))
         elif kind == "input_image":
             detail = opt_str(part, "detail", w)
             # ``auto`` is the API default, the same as saying nothing.
             parts.append(
-                ImagePart(req_str(part, "image_url", w), None if detail == "auto" else detail)
+                ImagePart(
+                    req_str(part, "image_url", w),
+                    None if detail == "auto" else detail,
+                    _marked(part),
+                )
             )
         else:
             raise ValueError(f"{w}.type {kind!r} is not supported (input_text, input_image)")
     return parts
+
+
+def _marked(part: Mapping[str, Any]) -> bool:
+    return part.get(OPENAI_MARKS.key) is not None
+
+
+def _any_marked(content: Any) -> bool:
+    return isinstance(content, list) and any(
+        isinstance(part, Mapping) and _marked(part) for part in content
+    )
 
 
 def _parse_assistant_message(item: Mapping[str, Any], where: str) -> Assistant:
