@@ -161,11 +161,13 @@ class TextPart:
     """A run of text inside a user message or tool result.
 
     ``cache_breakpoint=True`` ends a cached prompt prefix here (Anthropic ``cache_control``,
-    OpenAI ``prompt_cache_breakpoint``); see :doc:`/wire`, "Prompt-cache breakpoints".
+    OpenAI ``prompt_cache_breakpoint``); a string is the entry's lifetime as Anthropic
+    spells it (``"5m"``, ``"1h"``; OpenAI sets one per request, ``BuildOptions.prompt_cache_ttl``).
+    See :doc:`/wire`, "Prompt-cache breakpoints".
     """
 
     text: str
-    cache_breakpoint: bool = False
+    cache_breakpoint: bool | str = False
 
 
 @attrs.frozen
@@ -176,7 +178,7 @@ class ImagePart:
     #: Optional fidelity hint (``"low"``, ``"high"``, ``"auto"``), where the backend has one.
     detail: str | None = None
     #: End a cached prompt prefix after this image (as on :class:`TextPart`).
-    cache_breakpoint: bool = False
+    cache_breakpoint: bool | str = False
 
     @property
     def is_data_uri(self) -> bool:
@@ -216,7 +218,7 @@ class System:
     content: str
     developer: bool = False
     #: End a cached prompt prefix after these instructions (as on :class:`TextPart`).
-    cache_breakpoint: bool = False
+    cache_breakpoint: bool | str = False
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.content, str):
@@ -332,6 +334,8 @@ class ToolResult:
     content: str
     images: tuple[ImagePart, ...] = attrs.field(default=(), converter=_tuple)
     is_error: bool = False
+    #: End a cached prompt prefix after this result (as on :class:`TextPart`; Messages).
+    cache_breakpoint: bool | str = False
 
 
 @attrs.frozen

@@ -144,12 +144,12 @@ def _mcp_servers_modelable(servers: Any) -> bool:
     )
 
 
-def _system_texts(value: Any) -> list[tuple[str, bool]]:
+def _system_texts(value: Any) -> list[tuple[str, bool | str]]:
     if value is None:
         return []
     if isinstance(value, str):
         return [(value, False)]
-    texts = []
+    texts: list[tuple[str, bool | str]] = []
     for n, raw in enumerate(as_list(value, "system")):
         block = as_object(raw, f"system[{n}]")
         if block.get("type") != "text":
@@ -158,8 +158,11 @@ def _system_texts(value: Any) -> list[tuple[str, bool]]:
     return texts
 
 
-def _marked(block: Mapping[str, Any]) -> bool:
-    return block.get("cache_control") is not None
+def _marked(block: Mapping[str, Any]) -> bool | str:
+    """A block's ``cache_control`` as a ``cache_breakpoint``: its ``ttl``, else whether set."""
+    mark = block.get("cache_control")
+    ttl = mark.get("ttl") if isinstance(mark, Mapping) else None
+    return ttl if isinstance(ttl, str) else mark is not None
 
 
 def _blocks(content: Any, where: str) -> list[Mapping[str, Any]]:
@@ -224,6 +227,7 @@ def _parse_tool_result(block: Mapping[str, Any], where: str) -> ToolResult:
         content="".join(texts),
         images=images,
         is_error=bool(opt_bool(block, "is_error", where)),
+        cache_breakpoint=_marked(block),
     )
 
 

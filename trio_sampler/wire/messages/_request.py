@@ -102,7 +102,7 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
         instructions: System = items.pop(0)[1]  # type: ignore[assignment]
         block: JsonObject = {"type": "text", "text": instructions.content}
         if instructions.cache_breakpoint:
-            block["cache_control"] = dict(EPHEMERAL)
+            block["cache_control"] = _cache_control(instructions.cache_breakpoint)
         system.append(block)
     messages = _messages(items, report)
     # The system blocks take part as one leading message, so their last block is a slot.
@@ -221,7 +221,7 @@ def _item_turn(
 
 
 def _part(index: int, part: ContentPart, report: ReportCollector) -> list[JsonObject]:
-    mark = {"cache_control": dict(EPHEMERAL)} if part.cache_breakpoint else {}
+    mark = {"cache_control": _cache_control(part.cache_breakpoint)} if part.cache_breakpoint else {}
     if isinstance(part, TextPart):
         # The API rejects empty text blocks; an empty part carries nothing anyway.
         return [{"type": "text", "text": part.text, **mark}] if part.text else []
@@ -264,6 +264,8 @@ def _tool_result(index: int, item: ToolResult, report: ReportCollector) -> JsonO
         block["content"] = item.content
     if item.is_error:
         block["is_error"] = True
+    if item.cache_breakpoint:
+        block["cache_control"] = _cache_control(item.cache_breakpoint)
     return block
 
 
@@ -318,6 +320,13 @@ def _reasoning(index: int, item: Reasoning, report: ReportCollector) -> list[Jso
         "only thinking blocks with their Anthropic signature can be sent back",
     )
     return []
+
+
+def _cache_control(breakpoint: bool | str) -> JsonObject:
+    """A caller's mark: ephemeral, with its ``ttl`` when it names one."""
+    if isinstance(breakpoint, str):
+        return {"type": "ephemeral", "ttl": breakpoint}
+    return dict(EPHEMERAL)
 
 
 def _thinking_budget(request: ConversationRequest) -> int | None:
