@@ -14,6 +14,7 @@ from trio_sampler.models import TICKS_PER_USD, ModelCatalog
 from trio_sampler.testing import EmulatorFixture, emulator
 from trio_sampler.types import (
     Assistant,
+    ConversationItem,
     ConversationRequest,
     ImagePart,
     System,
@@ -39,12 +40,12 @@ def _parts(body: dict[str, Any], key: str) -> list[dict[str, Any]]:
     ]
 
 
-def _marked(body: dict[str, Any], key: str, mark: str) -> list[str]:
+def _marked(body: dict[str, Any], key: str, mark: str) -> list[Any]:
     return [p.get("text", p.get("type")) for p in _parts(body, key) if mark in p]
 
 
 def _two_turns(system: str) -> tuple[ConversationRequest, ConversationRequest]:
-    first = [System(system), User("first question")]
+    first: list[ConversationItem] = [System(system), User("first question")]
     second = [*first, Assistant("first answer"), User("second question")]
     return ConversationRequest(first), ConversationRequest(second)
 

@@ -450,6 +450,9 @@ class ToolSpec:
     #: Send the definition only when a tool search finds it (Anthropic and OpenAI tool
     #: search, ``defer_loading``); backends without tool search get the tool itself.
     defer_loading: bool = False
+    #: End a cached prompt prefix after this definition (Anthropic ``cache_control``; OpenAI
+    #: takes no breakpoint on tools, and a later one covers them). See :class:`TextPart`.
+    cache_breakpoint: bool | str = False
 
 
 def _strings(value: Sequence[str] | None) -> tuple[str, ...]:

@@ -186,8 +186,8 @@ def place_breakpoints(
     if not strategy:
         return count
     free = min(_STRATEGY_MARKS, MAX_CACHE_BREAKPOINTS - count)
-    for message, index in _strategy(marks, messages)[:free]:
-        _mark(marks, message, index, text_type or marks.text_type)
+    for message, slot in _strategy(marks, messages)[:free]:
+        _mark(marks, message, slot, text_type or marks.text_type)
         count += 1
     return count
 

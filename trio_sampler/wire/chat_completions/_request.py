@@ -604,7 +604,8 @@ def _parse_tool_choice(value: Any) -> ToolChoiceSpec | None:
         return None
     if isinstance(value, str):
         try:
-            return ToolChoice(value)
+            # Mistral spells "required" "any" (and takes "required" too).
+            return ToolChoice("required" if value == "any" else value)
         except ValueError:
             raise ValueError("tool_choice must be auto, none, required or an object") from None
     obj = as_object(value, "tool_choice")

@@ -134,7 +134,15 @@ def _tool_modelable(tool: Any) -> bool:
         return False
     keys = {k for k, v in tool.items() if v is not None}
     if tool.get("type", "custom") == "custom":
-        return keys <= {"type", "name", "description", "input_schema", "strict", "defer_loading"}
+        return keys <= {
+            "type",
+            "name",
+            "description",
+            "input_schema",
+            "strict",
+            "defer_loading",
+            "cache_control",
+        }
     return True  # every server tool is kept, modeled or verbatim (ProviderTool)
 
 
@@ -328,6 +336,7 @@ def _parse_tools(value: Any) -> tuple[list[ToolSpec], list[HostedTool]]:
                 parameters=as_object(tool.get("input_schema"), f"{w}.input_schema"),
                 strict=opt_bool(tool, "strict", w),
                 defer_loading=bool(opt_bool(tool, "defer_loading", w)),
+                cache_breakpoint=_marked(tool),
             )
         )
     return tools, hosted

@@ -382,6 +382,8 @@ def _custom_tool(spec: ToolSpec) -> JsonObject:
         tool["strict"] = spec.strict
     if spec.defer_loading:
         tool["defer_loading"] = True
+    if spec.cache_breakpoint:
+        tool["cache_control"] = _cache_control(spec.cache_breakpoint)
     return tool
 
 
