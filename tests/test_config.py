@@ -269,6 +269,7 @@ def test_profiles_table() -> None:
         "llamacpp",
         "azure",
         "bedrock",
+        "bedrock_sigv4",
         "vertex",
         "openai_compatible",
         "emulator",

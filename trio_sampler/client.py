@@ -53,6 +53,7 @@ from ._network import TrioNetworkBackend, is_stamped
 from ._receive_time import LAST_RECEIVED, LAST_SENT, hold_kernel_timestamps
 from ._redact import RedactingFilter, Redactor, install_log_filter, redactor_for
 from .config import SamplerConfig
+from .providers import AuthScheme
 from .types import SamplingErrorInfo, SamplingErrorKind
 from .wire._request import WireRequest
 from .wire.errors import classify_http_error, classify_transport_error
@@ -122,6 +123,22 @@ def _h2_available() -> bool:
 
 async def _already_read(content: bytes) -> AsyncGenerator[bytes, None]:
     yield content
+
+
+def _signed(
+    wire: WireRequest, url: str, fields: list[tuple[bytes, bytes]]
+) -> list[tuple[bytes, bytes]]:
+    """``fields`` with the SigV4 headers of this request added (the ``bedrock`` extra)."""
+    from . import _sigv4
+
+    headers = [(name.decode("ascii"), value.decode("ascii")) for name, value in fields]
+    try:
+        added = _sigv4.sign(wire.method, url, headers, wire.body)
+    except ValueError as exc:  # no credentials or region: the message says what to set
+        raise SamplingClientError(
+            SamplingErrorInfo(kind=SamplingErrorKind.AUTH, message=str(exc))
+        ) from None
+    return [*fields, *((n.encode("ascii"), v.encode("ascii")) for n, v in added)]
 
 
 def _header_fields(raw: Sequence[tuple[bytes, bytes]]) -> dict[str, str]:
@@ -861,6 +878,9 @@ class SamplingClient:
             extensions = {"timeout": dict(prepared.timeout)}
             address = self._url(config.base_url, wire.path, config.query_params)
             url = address.url
+            fields = prepared.fields
+            if config.auth_scheme is AuthScheme.AWS_SIGV4:
+                fields = _signed(wire, str(url), fields)
             cookies = client.cookies
             if len(cookies) or prepared.sets_own or wire.method != "POST":
                 # Cookies to send, a header httpx2 would otherwise add itself, or a method
@@ -869,7 +889,7 @@ class SamplingClient:
                     wire.method,
                     url,
                     content=wire.body,
-                    headers=prepared.fields,
+                    headers=fields,
                     cookies=cookies if len(cookies) else None,
                     extensions=extensions,
                 )
@@ -877,7 +897,7 @@ class SamplingClient:
             # the body needs no encoding step and the headers no second merge.
             sent = [
                 (b"Host", address.host),
-                *prepared.fields,
+                *fields,
                 (b"Content-Length", b"%d" % len(wire.body)),
             ]
             if address.direct is not None:

@@ -38,6 +38,9 @@ class AuthScheme(enum.Enum):
     X_API_KEY = "x_api_key"
     #: No credential header at all (local servers).
     NONE = "none"
+    #: AWS Signature Version 4 on every request (Amazon Bedrock; the ``bedrock`` extra):
+    #: credentials from the AWS environment, no API key.
+    AWS_SIGV4 = "aws_sigv4"
 
 
 @attrs.frozen
@@ -237,6 +240,18 @@ PROFILES: dict[str, ProviderProfile] = {
             base_url=None,
             backend=ApiBackend.CHAT_COMPLETIONS,
             api_key_env="AWS_BEARER_TOKEN_BEDROCK",
+            max_tokens_field="max_tokens",
+            developer_role=False,
+            otel_name="aws.bedrock",
+        ),
+        ProviderProfile(
+            name="bedrock_sigv4",
+            # The same endpoint, each request signed with AWS credentials (SigV4) instead
+            # of a Bedrock API key.
+            base_url=None,
+            backend=ApiBackend.CHAT_COMPLETIONS,
+            auth_scheme=AuthScheme.AWS_SIGV4,
+            requires_api_key=False,
             max_tokens_field="max_tokens",
             developer_role=False,
             otel_name="aws.bedrock",
