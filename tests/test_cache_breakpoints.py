@@ -19,6 +19,7 @@ from trio_sampler.types import (
     ImagePart,
     System,
     TextPart,
+    ToolSpec,
     Usage,
     User,
 )
@@ -105,6 +106,19 @@ def test_caller_marks_come_first_and_past_four_are_dropped_and_reported() -> Non
         assert _marked(body, key, mark) == ["part 0", "part 1", "part 2", "part 3"], backend
         (note,) = wire.report.notes
         assert note.what == "cache breakpoints" and note.action is ConversionAction.DROPPED
+
+
+def test_messages_tool_marks_count_towards_the_four() -> None:
+    tools = [ToolSpec(f"t{n}", cache_breakpoint=True) for n in range(3)]
+    parts = [TextPart("a", cache_breakpoint=True), TextPart("b", cache_breakpoint=True)]
+    wire = build_request(
+        "messages", ConversationRequest([System("rules"), User(parts)], tools=tools), OPENAI
+    )
+    body = orjson.loads(wire.body)
+    assert [t.get("cache_control") is not None for t in body["tools"]] == [True] * 3
+    assert "cache_control" not in body["system"][0]  # no free slot left for the strategy
+    assert _marked(body, "messages", "cache_control") == ["a"]
+    assert [n.what for n in wire.report.notes] == ["cache breakpoints"]
 
 
 def test_caller_marks_are_dropped_and_reported_where_the_model_caches_automatically() -> None:

@@ -159,33 +159,36 @@ def place_breakpoints(
     *,
     strategy: bool,
     text_type: str | None = None,
+    reserved: int = 0,
 ) -> int:
     """Keep at most four marks and, with ``strategy``, add the builders' own; returns the count.
 
     ``messages`` are rendered messages (a Messages ``system`` list goes in as one message
     with role ``system``); ``text_type`` overrides the marks' part type for string content
-    (Responses: ``input_text``).
+    (Responses: ``input_text``); ``reserved`` marks are already spent elsewhere (Messages
+    tool definitions).
     """
+    limit = MAX_CACHE_BREAKPOINTS - reserved
     marked = [
         (message, index)
         for message in messages
         for index, part in enumerate(_parts(message))
         if isinstance(part, Mapping) and part.get(marks.key) is not None
     ]
-    for message, index in marked[MAX_CACHE_BREAKPOINTS:]:
+    for message, index in marked[max(limit, 0) :]:
         del message["content"][index][marks.key]
-    if len(marked) > MAX_CACHE_BREAKPOINTS:
+    if len(marked) > limit:
         report.note(
             None,
             "cache breakpoints",
             ConversionAction.DROPPED,
-            f"{len(marked) - MAX_CACHE_BREAKPOINTS} past the first {MAX_CACHE_BREAKPOINTS}: "
-            f"a request carries at most {MAX_CACHE_BREAKPOINTS}",
+            f"{len(marked) - max(limit, 0)} past the first {MAX_CACHE_BREAKPOINTS} "
+            f"(tools included): a request carries at most {MAX_CACHE_BREAKPOINTS}",
         )
-    count = min(len(marked), MAX_CACHE_BREAKPOINTS)
+    count = min(len(marked), max(limit, 0))
     if not strategy:
         return count
-    free = min(_STRATEGY_MARKS, MAX_CACHE_BREAKPOINTS - count)
+    free = min(_STRATEGY_MARKS, max(limit, 0) - count)
     for message, slot in _strategy(marks, messages)[:free]:
         _mark(marks, message, slot, text_type or marks.text_type)
         count += 1

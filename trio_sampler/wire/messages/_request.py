@@ -111,6 +111,7 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
         [{"role": "system", "content": system}, *messages],
         report,
         strategy=options.cache_breakpoints,
+        reserved=sum(1 for spec in request.tools if spec.cache_breakpoint),
     )
 
     budget = _thinking_budget(request)
