@@ -207,10 +207,9 @@ LEAF_EXCEPTIONS: dict[str, str] = {
     "encrypted-reasoning-reasoning-details-thinking-streaming.request.json": (
         "a gateway's reasoning_details on an assistant message is not in the neutral model"
     ),
-    "real-streams-2/messages/anthropic-claude-3-5-sonnet-text-anthropic-chat-model-complet"
-    ".request.json": "document blocks are not in the neutral model",
     "real-streams-3/chat_completions/openai-gpt-audio-1.5-audio.request.json": (
-        "input_audio parts are not in the neutral model"
+        "an assistant turn's reference to an earlier audio answer (audio.id) is not in the "
+        "neutral model"
     ),
     "real-streams-2/messages/anthropic-claude-sonnet-4-6-tool-search-tool-regex-tool-call"
     ".request.json": _INTERLEAVED,

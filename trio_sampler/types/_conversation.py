@@ -30,6 +30,7 @@ __all__ = [
     "MCPServer",
     "NamedToolChoice",
     "OpaqueItem",
+    "OpaquePart",
     "ProviderTool",
     "Reasoning",
     "ReasoningEffort",
@@ -185,7 +186,41 @@ class ImagePart:
         return self.url.startswith("data:")
 
 
-ContentPart: TypeAlias = TextPart | ImagePart
+def _required_origin(value: ApiBackend | str) -> ApiBackend:
+    return coerce_enum(ApiBackend, value, "origin")
+
+
+def _raw_object(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping) or not isinstance(value.get("type"), str):
+        raise TypeError(
+            "OpaqueItem.raw / OpaquePart.raw must be the provider's object as received, a "
+            'mapping with a "type" string (e.g. {"type": "compaction", ...}); '
+            f"got {type(value).__name__}"
+        )
+    return value
+
+
+@attrs.frozen
+class OpaquePart:
+    """A content part the neutral model does not type, kept verbatim.
+
+    A Messages ``document`` block, a Chat Completions ``input_audio`` or ``file`` part, a
+    Responses ``input_file``, a part type newer than this library: ``raw`` is the
+    provider's object as read. It goes back exactly, in its place, to the backend it came
+    from (``origin``); another backend cannot take it, and the conversion report says it
+    was left out.
+    """
+
+    raw: Mapping[str, Any] = attrs.field(converter=_raw_object)
+    origin: ApiBackend = attrs.field(converter=_required_origin)
+
+    @property
+    def kind(self) -> str:
+        """The part's wire ``type`` (``"document"``, ``"input_audio"``, ...)."""
+        return str(self.raw["type"])
+
+
+ContentPart: TypeAlias = TextPart | ImagePart | OpaquePart
 
 
 def _parts(value: str | Sequence[ContentPart]) -> tuple[ContentPart, ...]:
@@ -198,7 +233,7 @@ def _parts(value: str | Sequence[ContentPart]) -> tuple[ContentPart, ...]:
         )
     parts: list[ContentPart] = []
     for index, part in enumerate(value):
-        if not isinstance(part, TextPart | ImagePart):
+        if not isinstance(part, TextPart | ImagePart | OpaquePart):
             raise TypeError(
                 f'User content[{index}] is of type {type(part).__name__}; write TextPart("...") or '
                 'ImagePart("https://...") (a plain str is also fine for text-only content)'
@@ -390,19 +425,6 @@ class Reasoning:
     def is_opaque(self) -> bool:
         """True when the item carries provider state that must be replayed unmodified."""
         return bool(self.encrypted_content or self.signature or self.redacted_data)
-
-
-def _required_origin(value: ApiBackend | str) -> ApiBackend:
-    return coerce_enum(ApiBackend, value, "origin")
-
-
-def _raw_object(value: Mapping[str, Any]) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping) or not isinstance(value.get("type"), str):
-        raise TypeError(
-            "OpaqueItem.raw must be the provider's object as received, a mapping with a "
-            f'"type" string (e.g. {{"type": "compaction", ...}}); got {type(value).__name__}'
-        )
-    return value
 
 
 @attrs.frozen

@@ -21,6 +21,7 @@ from ...types._conversation import (
     ImagePart,
     NamedToolChoice,
     OpaqueItem,
+    OpaquePart,
     ProviderTool,
     Reasoning,
     ResponseSchema,
@@ -49,6 +50,7 @@ from .._render import (
     opt_number,
     opt_str,
     opt_str_list,
+    own_parts,
     parse_effort,
     reasoning_is_native,
     req_str,
@@ -174,7 +176,8 @@ def _messages(
                 content = _user_content([TextPart(item.content, item.cache_breakpoint)])
                 messages.append({"role": role, "content": content})
             elif isinstance(item, User):
-                messages.append({"role": "user", "content": _user_content(item.content)})
+                parts = own_parts(index, item.content, BACKEND, report)
+                messages.append({"role": "user", "content": _user_content(parts)})
             else:
                 messages.append(_tool_message(index, item, report))
                 if item.images:
@@ -195,6 +198,8 @@ def _user_content(parts: Sequence[ContentPart]) -> str | list[JsonObject]:
 
 def _content_part(part: ContentPart) -> JsonObject:
     wire: JsonObject
+    if isinstance(part, OpaquePart):
+        return dict(part.raw)  # its own backend's, as read (see own_parts)
     if isinstance(part, TextPart):
         wire = {"type": "text", "text": part.text}
     else:
@@ -520,7 +525,8 @@ def _parse_user_content(value: Any, where: str) -> list[ContentPart]:
                     )
                 )
         else:
-            raise ValueError(f"{w}.type {kind!r} is not supported (text, image_url)")
+            # input_audio, file, newer part types: kept as read.
+            parts.append(OpaquePart(part, BACKEND))
     return parts
 
 

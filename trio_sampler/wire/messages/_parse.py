@@ -19,6 +19,7 @@ from ...types._conversation import (
     MCPServer,
     NamedToolChoice,
     OpaqueItem,
+    OpaquePart,
     Reasoning,
     ResponseSchema,
     System,
@@ -212,7 +213,8 @@ def _parse_user_turn(blocks: list[Mapping[str, Any]], where: str) -> list[Conver
         elif kind == "image":
             parts.append(attrs.evolve(_parse_image(block, w), cache_breakpoint=_marked(block)))
         else:
-            raise ValueError(f"{w}.type {kind!r} is not supported in a user turn")
+            # document, search_result, newer block types: kept as read.
+            parts.append(OpaquePart(block, BACKEND))
     if parts:
         out.append(User(parts))
     return out

@@ -19,6 +19,7 @@ from ...types._conversation import (
     MCPServer,
     NamedToolChoice,
     OpaqueItem,
+    OpaquePart,
     Reasoning,
     ReasoningEffort,
     ResponseSchema,
@@ -37,6 +38,7 @@ from .._render import (
     gate_tool_controls,
     group_runs,
     own_citations,
+    own_parts,
     parse_arguments,
     reasoning_is_native,
     resolve_model,
@@ -184,7 +186,8 @@ def _item_turn(
     index: int, item: ConversationItem, report: ReportCollector
 ) -> tuple[str, list[_Block]]:
     if isinstance(item, User):
-        return "user", [(index, b) for p in item.content for b in _part(index, p, report)]
+        parts = own_parts(index, item.content, BACKEND, report)
+        return "user", [(index, b) for p in parts for b in _part(index, p, report)]
     if isinstance(item, ToolResult):
         return "user", [(index, _tool_result(index, item, report))]
     if isinstance(item, System):
@@ -222,6 +225,8 @@ def _item_turn(
 
 
 def _part(index: int, part: ContentPart, report: ReportCollector) -> list[JsonObject]:
+    if isinstance(part, OpaquePart):
+        return [dict(part.raw)]  # its own backend's, as read (see own_parts)
     mark = {"cache_control": _cache_control(part.cache_breakpoint)} if part.cache_breakpoint else {}
     if isinstance(part, TextPart):
         # The API rejects empty text blocks; an empty part carries nothing anyway.

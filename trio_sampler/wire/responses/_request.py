@@ -25,6 +25,7 @@ from ...types._conversation import (
     ImagePart,
     NamedToolChoice,
     OpaqueItem,
+    OpaquePart,
     Reasoning,
     ReasoningEffort,
     ResponseSchema,
@@ -53,6 +54,7 @@ from .._render import (
     opt_number,
     opt_str,
     own_citations,
+    own_parts,
     parse_effort,
     reasoning_is_native,
     req_str,
@@ -143,7 +145,8 @@ def _render_item(index: int, item: ConversationItem, report: ReportCollector) ->
         content = _user_content([TextPart(item.content, item.cache_breakpoint)])
         return [{"role": "developer" if item.developer else "system", "content": content}]
     if isinstance(item, User):
-        return [{"role": "user", "content": _user_content(item.content)}]
+        parts = own_parts(index, item.content, BACKEND, report)
+        return [{"role": "user", "content": _user_content(parts)}]
     if isinstance(item, Assistant):
         return _assistant(index, item, report)
     if isinstance(item, ToolResult):
@@ -224,6 +227,8 @@ def _user_content(parts: Sequence[ContentPart]) -> str | list[JsonObject]:
 
 def _input_part(part: ContentPart) -> JsonObject:
     wire: JsonObject
+    if isinstance(part, OpaquePart):
+        return dict(part.raw)  # its own backend's, as read (see own_parts)
     if isinstance(part, TextPart):
         wire = {"type": "input_text", "text": part.text}
     else:
@@ -510,6 +515,8 @@ def _parse_other_item(kind: Any, item: Mapping[str, Any], where: str) -> Convers
     if kind == "function_call_output":
         output = item.get("output")
         parts = [TextPart(output)] if isinstance(output, str) else _parse_parts(output, where)
+        if any(isinstance(p, OpaquePart) for p in parts):
+            raise ValueError(f"{where}.output may hold only input_text and input_image parts")
         return ToolResult(
             call_id=req_str(item, "call_id", where),
             content="".join(p.text for p in parts if isinstance(p, TextPart)),
@@ -528,7 +535,7 @@ def _parse_other_item(kind: Any, item: Mapping[str, Any], where: str) -> Convers
 
 def _text_of(value: Any, where: str) -> str:
     parts = [TextPart(value)] if isinstance(value, str) else _parse_parts(value, where)
-    if any(isinstance(p, ImagePart) for p in parts):
+    if not all(isinstance(p, TextPart) for p in parts):
         raise ValueError(f"{where}.content may hold only text here")
     return "".join(p.text for p in parts if isinstance(p, TextPart))
 
@@ -554,7 +561,8 @@ def _parse_parts(value: Any, where: str) -> list[ContentPart]:
                 )
             )
         else:
-            raise ValueError(f"{w}.type {kind!r} is not supported (input_text, input_image)")
+            # input_file, newer part types: kept as read.
+            parts.append(OpaquePart(part, BACKEND))
     return parts
 
 
