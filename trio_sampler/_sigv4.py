@@ -3,7 +3,7 @@
 One function, :func:`sign`: a request's method, URL, headers and body in, the headers that
 make AWS accept it out (``Authorization``, ``X-Amz-Date``, and ``X-Amz-Security-Token``
 with temporary credentials). The client calls it once per request, where the request's
-headers are final (``AsyncSampler._request`` in ``client.py``): a signature covers the
+headers are final (``SamplingClient._build`` in ``client.py``): a signature covers the
 time and the body, so it is never cached.
 
 Credentials come from botocore's default chain (the ``AWS_ACCESS_KEY_ID`` /
