@@ -815,7 +815,8 @@ class Usage:
     * ``input_tokens``: the whole prompt, cached or not (Anthropic: its ``input_tokens``
       plus cache reads plus cache writes).
     * ``cache_read_tokens``: the part of the prompt served from cache.
-    * ``cache_write_tokens``: the part written to cache (Anthropic; 0 elsewhere).
+    * ``cache_write_tokens``: the part written to cache (Anthropic, OpenAI's explicit
+      caching; 0 where the server reports none).
     * ``output_tokens``: everything generated, reasoning included.
     * ``reasoning_tokens``: the reasoning part of ``output_tokens``, where reported.
     """
