@@ -24,6 +24,7 @@ from trio_sampler.types import (
     User,
 )
 from trio_sampler.wire import build_request
+from trio_sampler.wire._cache import explicit_prompt_caching
 from trio_sampler.wire._request import BuildOptions, ConversionAction
 
 __all__ = ["emulator"]
@@ -196,3 +197,25 @@ async def test_emulator_openai_cache_hit_on_turn_two_only_with_breakpoints(
         # there is no fallback to the longest shared prefix.
         assert turn2["cached_tokens"] == 0 and turn2["cache_write_tokens"] > 1024
         assert header2.startswith("miss;") and not written & prefixes
+
+
+@pytest.mark.parametrize(
+    ("model", "explicit"),
+    [
+        ("gpt-5.6-sol", True),
+        ("gpt-5.10", True),
+        ("gpt-6-luna", True),
+        ("gpt-6.1-sol", True),
+        ("us.openai.gpt-5.6-sol", True),
+        ("ft:gpt-6-luna:acme::abc", True),
+        ("gpt-5", False),
+        ("gpt-5.4", False),
+        ("gpt-4o", False),
+        ("gpt-4.1-nano", False),
+        ("claude-sonnet-5-5", False),
+        ("my-gpt-6", False),
+        (None, False),
+    ],
+)
+def test_which_models_cache_explicitly(model: str | None, explicit: bool) -> None:
+    assert explicit_prompt_caching(model) is explicit
