@@ -271,6 +271,7 @@ def test_profiles_table() -> None:
         "llamacpp",
         "azure",
         "bedrock",
+        "bedrock_sigv4",
         "vertex",
         "openai_compatible",
         "emulator",

@@ -27,6 +27,7 @@ from trio_sampler.types import (
     ConversationResponse,
     OpaqueItem,
     OpaqueItemReceived,
+    OpaquePart,
     SamplingEvent,
     ServedModelChanged,
     ServerTextDiffers,
@@ -548,3 +549,48 @@ def test_messages_context_edits_are_an_event() -> None:
     # An empty list of edits (what most streams send) is no event.
     quiet = stream.replace(json.dumps(edits).encode(), b"[]")
     assert not [e for e in replay(ApiBackend.MESSAGES, [quiet]) if isinstance(e, ContextEdited)]
+
+
+# ------------------------------------------------------------------ content parts
+
+
+DOCUMENT: dict[str, Any] = {
+    "type": "document",
+    "source": {"type": "text", "media_type": "text/plain", "data": "The sky is blue."},
+    "title": "Facts",
+    "citations": {"enabled": True},
+}
+AUDIO: dict[str, Any] = {
+    "type": "input_audio",
+    "input_audio": {"data": "UklGRg==", "format": "wav"},
+}
+FILE: dict[str, Any] = {"type": "input_file", "file_id": "file-abc", "filename": "notes.pdf"}
+
+
+def test_a_part_the_model_does_not_type_goes_back_verbatim_to_its_backend_only() -> None:
+    cases: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+        ("messages", DOCUMENT, {"role": "user", "content": [DOCUMENT, _TEXT]}),
+        ("chat_completions", AUDIO, {"role": "user", "content": [AUDIO, _TEXT_CHAT]}),
+        ("responses", FILE, {"role": "user", "content": [FILE, _TEXT_RESPONSES]}),
+    ]
+    for backend, raw, message in cases:
+        key = "input" if backend == "responses" else "messages"
+        body = {"model": "m", "max_tokens": 64, key: [message]}
+        request = parse_request(backend, orjson.dumps(body))
+        (user,) = request.items
+        assert isinstance(user, User) and user.content[0] == OpaquePart(raw, backend)
+        for target in ("messages", "chat_completions", "responses"):
+            wire = build_request(target, request, BuildOptions(model="m"))
+            target_key = "input" if target == "responses" else "messages"
+            (sent,) = orjson.loads(wire.body)[target_key]
+            if target == backend:
+                assert sent["content"][0] == raw and wire.report.lossless
+            else:
+                assert raw["type"].encode() not in wire.body
+                (note,) = wire.report.notes
+                assert note.action is ConversionAction.DROPPED and raw["type"] in note.what
+
+
+_TEXT = {"type": "text", "text": "What colour is the sky?"}
+_TEXT_CHAT = {"type": "text", "text": "What is said?"}
+_TEXT_RESPONSES = {"type": "input_text", "text": "Summarise it."}

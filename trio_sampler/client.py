@@ -31,6 +31,7 @@ Security properties (``docs/contract.md`` §7):
 from __future__ import annotations
 
 import time
+import urllib.parse
 import weakref
 import zlib
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
@@ -47,6 +48,7 @@ from ._http._direct import STALE_CONNECTION_RESENDS
 from ._http._httpx import CLOSE_TIMEOUT
 from ._redact import RedactingFilter, Redactor, install_log_filter, redactor_for
 from .config import SamplerConfig
+from .providers import AuthScheme
 from .types import SamplingErrorInfo, SamplingErrorKind
 from .wire._request import WireRequest
 from .wire.errors import classify_http_error
@@ -473,6 +475,8 @@ class SamplingClient:
                     "base_url, wire.path and header values (ASCII only)",
                 )
             ) from None
+        if config.auth_scheme is AuthScheme.AWS_SIGV4:  # signed per request, over its bytes
+            prepared = _signed(wire, config, prepared)
         return HttpRequest(
             wire.method, config.base_url, wire.path, config.query_params, prepared, wire.body
         )
@@ -583,3 +587,23 @@ class SamplingClient:
             async for chunk in stream:
                 body += chunk
             return (stream.status, stream.headers, bytes(body))
+
+
+def _signed(wire: WireRequest, config: SamplerConfig, prepared: PreparedHeaders) -> PreparedHeaders:
+    """``prepared`` with the AWS SigV4 headers of this request added (the ``bedrock``
+    extra; ``trio_sampler._sigv4``): the one place a request is signed."""
+    from . import _sigv4
+
+    url = config.base_url.rstrip("/") + wire.path
+    if config.query_params:
+        url += "?" + urllib.parse.urlencode(config.query_params)
+    headers = [(name.decode("ascii"), value.decode("ascii")) for name, value in prepared.fields]
+    try:
+        added = _sigv4.sign(wire.method, url, headers, wire.body)
+    except ValueError as exc:  # no credentials or region: the message says what to set
+        raise SamplingClientError(
+            SamplingErrorInfo(kind=SamplingErrorKind.AUTH, message=str(exc))
+        ) from None
+    fields = [*prepared.fields, *((n.encode("ascii"), v.encode("ascii")) for n, v in added)]
+    names = prepared.names | {name.lower() for name, _ in added}
+    return PreparedHeaders(fields, names, prepared.timeout)

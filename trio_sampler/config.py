@@ -211,8 +211,14 @@ def _to_backend(value: ApiBackend | str) -> ApiBackend | str:
 
 
 def _to_auth_scheme(value: AuthScheme | str) -> AuthScheme:
-    """An :class:`AuthScheme`, or its name (``"bearer"``, ``"x_api_key"``, ``"none"``)."""
-    return coerce_enum(AuthScheme, value, "auth_scheme")
+    """An :class:`AuthScheme`, or its name (``"bearer"``, ``"x_api_key"``, ``"none"``,
+    ``"aws_sigv4"``, which needs the ``bedrock`` extra)."""
+    scheme = coerce_enum(AuthScheme, value, "auth_scheme")
+    if scheme is AuthScheme.AWS_SIGV4:
+        from ._sigv4 import require_botocore
+
+        require_botocore()
+    return scheme
 
 
 def _validate_base_url(url: str) -> str:
@@ -421,7 +427,8 @@ class SamplerConfig:
                 f"provider {profile.name!r} needs an API key: set the environment variable "
                 f"{profile.api_key_env} or pass api_key="
             )
-        scheme = profile.auth_scheme if key is not None else AuthScheme.NONE
+        signed = profile.auth_scheme is AuthScheme.AWS_SIGV4
+        scheme = profile.auth_scheme if key is not None or signed else AuthScheme.NONE
         chosen = model or profile.default_model
         fields: dict[str, Any] = {
             "base_url": url,
@@ -444,8 +451,8 @@ class SamplerConfig:
 
     def auth_headers(self) -> list[tuple[str, str]]:
         """The credential header for ``auth_scheme`` (empty without a key or for NONE)."""
-        if self.api_key is None or not self.api_key or self.auth_scheme is AuthScheme.NONE:
-            return []
+        if not self.api_key or self.auth_scheme in (AuthScheme.NONE, AuthScheme.AWS_SIGV4):
+            return []  # no key, or every request is signed (SigV4, in the client)
         if self.auth_scheme is AuthScheme.X_API_KEY:
             return [("x-api-key", self.api_key.reveal())]
         return [("authorization", f"Bearer {self.api_key.reveal()}")]

@@ -39,6 +39,9 @@ class AuthScheme(enum.Enum):
     X_API_KEY = "x_api_key"
     #: No credential header at all (local servers).
     NONE = "none"
+    #: AWS Signature Version 4 on every request (Amazon Bedrock; the ``bedrock`` extra):
+    #: credentials from the AWS environment, no API key.
+    AWS_SIGV4 = "aws_sigv4"
 
 
 @attrs.frozen
@@ -121,6 +124,10 @@ class ProviderProfile:
     messages_path: str | None = None
     #: Messages served by a cloud (Vertex AI): the body's ``anthropic_version`` value.
     anthropic_version_body: str | None = None
+    #: The server takes OpenAI's explicit prompt-cache breakpoints
+    #: (``prompt_cache_breakpoint`` on content parts, ``prompt_cache_options``) for the
+    #: models that cache explicitly (GPT-5.6 and later).
+    prompt_cache_breakpoints: bool = False
 
     @property
     def telemetry_name(self) -> str:
@@ -144,6 +151,7 @@ PROFILES: dict[str, ProviderProfile] = {
             backend=ApiBackend.RESPONSES,
             api_key_env="OPENAI_API_KEY",
             default_model="gpt-6-luna",
+            prompt_cache_breakpoints=True,
         ),
         ProviderProfile(
             name="anthropic",
@@ -239,6 +247,18 @@ PROFILES: dict[str, ProviderProfile] = {
             base_url=None,
             backend=ApiBackend.CHAT_COMPLETIONS,
             api_key_env="AWS_BEARER_TOKEN_BEDROCK",
+            max_tokens_field="max_tokens",
+            developer_role=False,
+            otel_name="aws.bedrock",
+        ),
+        ProviderProfile(
+            name="bedrock_sigv4",
+            # The same endpoint, each request signed with AWS credentials (SigV4) instead
+            # of a Bedrock API key.
+            base_url=None,
+            backend=ApiBackend.CHAT_COMPLETIONS,
+            auth_scheme=AuthScheme.AWS_SIGV4,
+            requires_api_key=False,
             max_tokens_field="max_tokens",
             developer_role=False,
             otel_name="aws.bedrock",

@@ -407,6 +407,7 @@ class EmulatorApp:
         base = [
             (renderer.request_id_header(), request_id.encode()),
             (b"x-emulator-attempt", str(plan.attempt).encode()),
+            (b"x-emulator-prompt-cache", view.prompt.header().encode()),
             *(verdict.headers if verdict is not None else ()),
         ]
         charge = verdict.charge if verdict is not None else None

@@ -19,6 +19,18 @@ Two cache models, one store:
   written (``cache_creation_input_tokens``) when that prefix is at least 1,024 tokens
   (shorter prefixes are silently not cached, as on the real API).
 
+* **OpenAI explicit caching** (GPT-5.6 and later, on Chat Completions and Responses): the
+  same breakpoint model, with OpenAI's marks (``prompt_cache_breakpoint`` on a content
+  part) and rules: with ``prompt_cache_options.mode`` ``implicit`` (the default) the latest
+  message is a breakpoint too, with ``explicit`` only the marks are; a read is the longest
+  prefix, among the request's latest 50 breakpoints, that ends at a breakpoint an earlier
+  request wrote (no fallback to the longest unmarked prefix); at most the 4 latest
+  breakpoints are written, reported as ``cache_write_tokens``.
+
+Every result names its breakpoint prefixes by a short digest (:attr:`CacheResult.prefixes`),
+which the emulator sends in the ``x-emulator-prompt-cache`` response header: a turn that
+missed shows prefixes none of which an earlier turn wrote.
+
 The store is a bounded LRU of SHA-256 prefix digests (no prompt text is kept).
 """
 
@@ -56,12 +68,22 @@ def count_tokens(text: str) -> int:
 class CacheResult:
     """A prompt's size and what the cache did with it (all in tokens).
 
-    ``total`` is the whole prompt; ``read`` and ``write`` are parts of it.
+    ``total`` is the whole prompt; ``read`` and ``write`` are parts of it. ``prefixes``
+    names each breakpoint prefix (automatic caching: the longest cacheable prefix) by the
+    first 16 hex digits of its SHA-256, in prompt order.
     """
 
     total: int
     read: int = 0
     write: int = 0
+    prefixes: tuple[str, ...] = ()
+
+    def header(self) -> str:
+        """The ``x-emulator-prompt-cache`` value: ``hit``/``miss``/``none``, the counts and
+        the prefix digests (``none``: no prefix long enough to cache)."""
+        state = "hit" if self.read else ("miss" if self.prefixes else "none")
+        prefixes = ",".join(self.prefixes)
+        return f"{state}; read={self.read}; write={self.write}; prefixes={prefixes}"
 
 
 class PromptCache:
@@ -111,10 +133,21 @@ class PromptCache:
                 read = tokens
         for _, digest in digests:
             self._put(digest)
-        return CacheResult(total, read, 0)
+        return CacheResult(total, read, 0, tuple(d.hex()[:16] for _, d in digests[-1:]))
 
-    def breakpoints(self, namespace: str, blocks: Sequence[tuple[str, bool]]) -> CacheResult:
-        """Anthropic-style caching: ``blocks`` are ``(text, marked)`` in prompt order."""
+    def breakpoints(
+        self,
+        namespace: str,
+        blocks: Sequence[tuple[str, bool]],
+        *,
+        max_writes: int | None = None,
+        lookback: int | None = None,
+    ) -> CacheResult:
+        """Breakpoint caching: ``blocks`` are ``(text, marked)`` in prompt order.
+
+        Reads consider the latest ``lookback`` marks (all by default); at most the latest
+        ``max_writes`` marks are written (all by default).
+        """
         hasher = hashlib.sha256(namespace.encode() + b"\0")
         chars = 0
         marks: list[tuple[int, bytes]] = []
@@ -125,7 +158,7 @@ class PromptCache:
                 marks.append((-(-chars // CHARS_PER_TOKEN), hasher.copy().digest()))
         total = -(-chars // CHARS_PER_TOKEN)
         read = 0
-        for tokens, digest in marks:
+        for tokens, digest in marks[-lookback if lookback else 0 :]:
             if self._has(digest):
                 read = tokens
         write = 0
@@ -133,10 +166,10 @@ class PromptCache:
             last_tokens = marks[-1][0]
             if last_tokens >= ANTHROPIC_MIN_CACHEABLE_TOKENS:
                 write = max(0, last_tokens - read)
-                for tokens, digest in marks:
+                for tokens, digest in marks[-max_writes if max_writes else 0 :]:
                     if tokens >= ANTHROPIC_MIN_CACHEABLE_TOKENS:
                         self._put(digest)
-        return CacheResult(total, read, write)
+        return CacheResult(total, read, write, tuple(d.hex()[:16] for _, d in marks))
 
 
 #: The process-wide store every :class:`EmulatorApp` uses unless given its own.

@@ -67,7 +67,11 @@ def chat_usage(usage: ReplyUsage) -> dict[str, Any]:
         "prompt_tokens": usage.input_tokens,
         "completion_tokens": usage.output_tokens,
         "total_tokens": usage.input_tokens + usage.output_tokens,
-        "prompt_tokens_details": {"cached_tokens": usage.cache_read_tokens, "audio_tokens": 0},
+        "prompt_tokens_details": {
+            "cached_tokens": usage.cache_read_tokens,
+            "cache_write_tokens": usage.cache_write_tokens,
+            "audio_tokens": 0,
+        },
         "completion_tokens_details": {
             "reasoning_tokens": usage.reasoning_tokens,
             "audio_tokens": 0,

@@ -14,8 +14,9 @@ from typing import Any
 
 import orjson
 
+from ..wire._cache import MAX_CACHE_BREAKPOINTS, OPENAI_MARKS, explicit_prompt_caching
 from ._api_error import ApiError
-from ._cache import PromptCache
+from ._cache import CacheResult, PromptCache
 from ._reply import RequestView, ToolOffer
 from ._structured import output_request
 
@@ -175,8 +176,7 @@ def view_chat(body: Mapping[str, Any], cache: PromptCache) -> RequestView:
         forced = choice["function"].get("name")
     last = messages[-1]
     effort = body.get("reasoning_effort")
-    blocks = [_canonical(t) for t in body.get("tools") or ()]
-    blocks += [_canonical(m) for m in messages]
+    head = [_canonical(t) for t in body.get("tools") or ()]
     return RequestView(
         model=model,
         stream=stream,
@@ -189,9 +189,53 @@ def view_chat(body: Mapping[str, Any], cache: PromptCache) -> RequestView:
         last_is_user=last.get("role") == "user",
         prefill=last.get("role") == "assistant" and not last.get("tool_calls"),
         tool_result=_text_of(last.get("content")) if last.get("role") == "tool" else None,
-        prompt=cache.automatic(f"openai\0{model}", blocks),
+        prompt=_openai_prompt(cache, model, body, head, messages, "text"),
         output=output_request("chat_completions", body),
     )
+
+
+#: OpenAI explicit caching: the breakpoints a read looks back over.
+OPENAI_READ_LOOKBACK = 50
+
+
+def _openai_prompt(
+    cache: PromptCache,
+    model: str,
+    body: Mapping[str, Any],
+    head: list[str],
+    messages: list[Any],
+    text_type: str,
+) -> CacheResult:
+    """The cache result of a Chat Completions or Responses prompt (see ``_cache``)."""
+    namespace = f"openai\0{model}"
+    if not explicit_prompt_caching(model):
+        return cache.automatic(namespace, [*head, *(_canonical(m) for m in messages)])
+    blocks = [(text, False) for text in head]
+    for message in messages:
+        blocks += _openai_blocks(message, text_type)
+    options = body.get("prompt_cache_options")
+    mode = options.get("mode") if isinstance(options, Mapping) else None
+    if mode != "explicit" and blocks:
+        blocks[-1] = (blocks[-1][0], True)  # the implicit breakpoint: the latest message
+    return cache.breakpoints(
+        namespace, blocks, max_writes=MAX_CACHE_BREAKPOINTS, lookback=OPENAI_READ_LOOKBACK
+    )
+
+
+def _openai_blocks(message: Any, text_type: str) -> list[tuple[str, bool]]:
+    """A message as (canonical text, marked) blocks: its fields, then each content part
+    without its mark (string content counts as one text part, as the API tokenizes it)."""
+    if not isinstance(message, Mapping) or "content" not in message:
+        return [(_canonical(message), False)]
+    content = message["content"]
+    parts = [{"type": text_type, "text": content}] if isinstance(content, str) else content
+    blocks = [(_canonical({k: v for k, v in message.items() if k != "content"}), False)]
+    for part in parts if isinstance(parts, list) else [parts]:
+        marked = isinstance(part, Mapping) and part.get(OPENAI_MARKS.key) is not None
+        if isinstance(part, Mapping):
+            part = {k: v for k, v in part.items() if k != OPENAI_MARKS.key}
+        blocks.append((_canonical(part), marked))
+    return blocks
 
 
 def _unanswered_chat(pending: Mapping[str, int]) -> None:
@@ -313,8 +357,7 @@ def view_responses(body: Mapping[str, Any], cache: PromptCache) -> RequestView:
     if last_kind == "function_call_output":
         output = last.get("output")
         tool_result = output if isinstance(output, str) else _text_of(output)
-    blocks = [_canonical(body.get("instructions") or ""), _canonical(body.get("tools") or [])]
-    blocks += [_canonical(i) for i in items]
+    head = [_canonical(body.get("instructions") or ""), _canonical(body.get("tools") or [])]
     return RequestView(
         model=model,
         stream=stream,
@@ -327,7 +370,7 @@ def view_responses(body: Mapping[str, Any], cache: PromptCache) -> RequestView:
         last_is_user=last_kind == "message" and last.get("role") == "user",
         prefill=last_kind == "message" and last.get("role") == "assistant",
         tool_result=tool_result,
-        prompt=cache.automatic(f"openai\0{model}", blocks),
+        prompt=_openai_prompt(cache, model, body, head, items, "input_text"),
         output=output_request("responses", body),
         echo={key: body[key] for key in _ECHOED if key in body}
         | {"tools": body.get("tools") or []},

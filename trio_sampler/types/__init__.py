@@ -16,6 +16,7 @@ from ._conversation import ImagePart as ImagePart
 from ._conversation import MCPServer as MCPServer
 from ._conversation import NamedToolChoice as NamedToolChoice
 from ._conversation import OpaqueItem as OpaqueItem
+from ._conversation import OpaquePart as OpaquePart
 from ._conversation import ProviderTool as ProviderTool
 from ._conversation import Reasoning as Reasoning
 from ._conversation import ReasoningEffort as ReasoningEffort
@@ -113,6 +114,7 @@ __all__ = [
     "NamedToolChoice",
     "OpaqueItem",
     "OpaqueItemReceived",
+    "OpaquePart",
     "OutputDelta",
     "OutputError",
     "OutputErrorKind",

@@ -306,3 +306,19 @@ def tool_call_fields(_instance: Any, _attribute: Any, items: Any) -> None:
                     f"not a {type(caller).__name__}"
                 )
             check_json_value(where, caller)
+
+
+#: The lifetimes Anthropic takes for a cache entry (``cache_control.ttl``).
+CACHE_TTLS = ("5m", "1h")
+
+
+def cache_breakpoint(_instance: Any, attribute: Any, value: Any) -> None:
+    """An attrs validator for ``cache_breakpoint``: ``True`` / ``False``, or one of the
+    lifetimes Anthropic accepts."""
+    if isinstance(value, bool) or value in CACHE_TTLS:
+        return
+    shown = repr(value) if isinstance(value, str) and len(value) <= 8 else type(value).__name__
+    raise ValueError(
+        f"{attribute.name} must be True, False or a cache lifetime ({', '.join(CACHE_TTLS)}), "
+        f'e.g. cache_breakpoint=True or cache_breakpoint="1h"; got {shown}'
+    )

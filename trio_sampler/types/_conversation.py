@@ -34,6 +34,7 @@ __all__ = [
     "MCPServer",
     "NamedToolChoice",
     "OpaqueItem",
+    "OpaquePart",
     "ProviderTool",
     "Reasoning",
     "ReasoningEffort",
@@ -162,9 +163,16 @@ def _tuple(value: Sequence[Any] | None) -> tuple[Any, ...]:
 
 @attrs.frozen
 class TextPart:
-    """A run of text inside a user message or tool result."""
+    """A run of text inside a user message or tool result.
+
+    ``cache_breakpoint=True`` ends a cached prompt prefix here (Anthropic ``cache_control``,
+    OpenAI ``prompt_cache_breakpoint``); a string is the entry's lifetime as Anthropic
+    spells it (``"5m"``, ``"1h"``; OpenAI sets one per request, ``BuildOptions.prompt_cache_ttl``).
+    See :doc:`/wire`, "Prompt-cache breakpoints".
+    """
 
     text: str
+    cache_breakpoint: bool | str = attrs.field(default=False, validator=_checks.cache_breakpoint)
 
 
 @attrs.frozen
@@ -174,13 +182,49 @@ class ImagePart:
     url: str = attrs.field(validator=_checks.text("ImagePart.url"), repr=redact_url)
     #: Optional fidelity hint (``"low"``, ``"high"``, ``"auto"``), where the backend has one.
     detail: str | None = attrs.field(default=None, validator=_checks.optional_text("detail"))
+    #: End a cached prompt prefix after this image (as on :class:`TextPart`).
+    cache_breakpoint: bool | str = attrs.field(default=False, validator=_checks.cache_breakpoint)
 
     @property
     def is_data_uri(self) -> bool:
         return self.url.startswith("data:")
 
 
-ContentPart: TypeAlias = TextPart | ImagePart
+def _required_origin(value: ApiBackend | str) -> ApiBackend:
+    return coerce_enum(ApiBackend, value, "origin")
+
+
+def _raw_object(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping) or not isinstance(value.get("type"), str):
+        raise TypeError(
+            "OpaqueItem.raw / OpaquePart.raw must be the provider's object as received, a "
+            'mapping with a "type" string (e.g. {"type": "compaction", ...}); '
+            f"got {type(value).__name__}"
+        )
+    return value
+
+
+@attrs.frozen
+class OpaquePart:
+    """A content part the neutral model does not type, kept verbatim.
+
+    A Messages ``document`` block, a Chat Completions ``input_audio`` or ``file`` part, a
+    Responses ``input_file``, a part type newer than this library: ``raw`` is the
+    provider's object as read. It goes back exactly, in its place, to the backend it came
+    from (``origin``); another backend cannot take it, and the conversion report says it
+    was left out.
+    """
+
+    raw: Mapping[str, Any] = attrs.field(converter=_raw_object)
+    origin: ApiBackend = attrs.field(converter=_required_origin)
+
+    @property
+    def kind(self) -> str:
+        """The part's wire ``type`` (``"document"``, ``"input_audio"``, ...)."""
+        return str(self.raw["type"])
+
+
+ContentPart: TypeAlias = TextPart | ImagePart | OpaquePart
 
 
 def _parts(value: str | Sequence[ContentPart]) -> tuple[ContentPart, ...]:
@@ -193,7 +237,7 @@ def _parts(value: str | Sequence[ContentPart]) -> tuple[ContentPart, ...]:
         )
     parts: list[ContentPart] = []
     for index, part in enumerate(value):
-        if not isinstance(part, TextPart | ImagePart):
+        if not isinstance(part, TextPart | ImagePart | OpaquePart):
             raise TypeError(
                 f'User content[{index}] is of type {type(part).__name__}; write TextPart("...") or '
                 'ImagePart("https://...") (a plain str is also fine for text-only content)'
@@ -212,6 +256,8 @@ class System:
 
     content: str
     developer: bool = False
+    #: End a cached prompt prefix after these instructions (as on :class:`TextPart`).
+    cache_breakpoint: bool | str = attrs.field(default=False, validator=_checks.cache_breakpoint)
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.content, str):
@@ -356,6 +402,8 @@ class ToolResult:
         validator=_checks.elements_of("images", ImagePart, '[ImagePart("https://...")]'),
     )
     is_error: bool = False
+    #: End a cached prompt prefix after this result (as on :class:`TextPart`; Messages).
+    cache_breakpoint: bool | str = attrs.field(default=False, validator=_checks.cache_breakpoint)
 
 
 @attrs.frozen
@@ -412,19 +460,6 @@ class Reasoning:
         return bool(self.encrypted_content or self.signature or self.redacted_data)
 
 
-def _required_origin(value: ApiBackend | str) -> ApiBackend:
-    return coerce_enum(ApiBackend, value, "origin")
-
-
-def _raw_object(value: Mapping[str, Any]) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping) or not isinstance(value.get("type"), str):
-        raise TypeError(
-            "OpaqueItem.raw must be the provider's object as received, a mapping with a "
-            f'"type" string (e.g. {{"type": "compaction", ...}}); got {type(value).__name__}'
-        )
-    return value
-
-
 @attrs.frozen
 class OpaqueItem:
     """State the server handed over that the neutral model does not type, kept verbatim.
@@ -470,6 +505,9 @@ class ToolSpec:
     #: Send the definition only when a tool search finds it (Anthropic and OpenAI tool
     #: search, ``defer_loading``); backends without tool search get the tool itself.
     defer_loading: bool = False
+    #: End a cached prompt prefix after this definition (Anthropic ``cache_control``; OpenAI
+    #: takes no breakpoint on tools, and a later one covers them). See :class:`TextPart`.
+    cache_breakpoint: bool | str = attrs.field(default=False, validator=_checks.cache_breakpoint)
 
 
 def _strings(value: Sequence[str] | None) -> tuple[str, ...]:
@@ -838,7 +876,8 @@ class Usage:
     * ``input_tokens``: the whole prompt, cached or not (Anthropic: its ``input_tokens``
       plus cache reads plus cache writes).
     * ``cache_read_tokens``: the part of the prompt served from cache.
-    * ``cache_write_tokens``: the part written to cache (Anthropic; 0 elsewhere).
+    * ``cache_write_tokens``: the part written to cache (Anthropic, OpenAI's explicit
+      caching; 0 where the server reports none).
     * ``output_tokens``: everything generated, reasoning included.
     * ``reasoning_tokens``: the reasoning part of ``output_tokens``, where reported.
     """

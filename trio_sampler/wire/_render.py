@@ -19,8 +19,10 @@ from ..types._checks import check_json_value
 from ..types._conversation import (
     ApiBackend,
     Assistant,
+    ContentPart,
     ConversationItem,
     ConversationRequest,
+    OpaquePart,
     Reasoning,
     ReasoningEffort,
 )
@@ -50,6 +52,7 @@ __all__ = [
     "opt_number",
     "opt_str",
     "opt_str_list",
+    "own_parts",
     "parse_arguments",
     "parse_effort",
     "reasoning_is_native",
@@ -350,6 +353,25 @@ def parse_arguments(text: str) -> Any:
         return orjson.loads(text or "{}")
     except orjson.JSONDecodeError:
         return None
+
+
+def own_parts(
+    index: int, parts: Sequence[ContentPart], backend: ApiBackend, report: ReportCollector
+) -> list[ContentPart]:
+    """``parts`` without the verbatim parts another backend handed over, each noted as
+    dropped (a provider's part object is its own)."""
+    kept: list[ContentPart] = []
+    for part in parts:
+        if isinstance(part, OpaquePart) and part.origin is not backend:
+            report.note(
+                index,
+                f"{part.kind} part from {part.origin.value}",
+                ConversionAction.DROPPED,
+                "only the backend it came from can take it back",
+            )
+        else:
+            kept.append(part)
+    return kept
 
 
 def own_citations(

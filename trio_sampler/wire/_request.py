@@ -75,8 +75,12 @@ class BuildOptions:
     stream: bool = True
     #: Messages requires ``max_tokens``; this is sent when the request gives none.
     default_max_output_tokens: int = 8192
-    #: Place Anthropic ``cache_control`` breakpoints (at most three; the fourth slot stays free).
+    #: Place prompt-cache breakpoints (at most three of the four a request may carry):
+    #: Anthropic ``cache_control``, and OpenAI ``prompt_cache_breakpoint`` where the
+    #: provider and model cache explicitly (GPT-5.6 and later). See :doc:`/wire`.
     cache_breakpoints: bool = True
+    #: OpenAI ``prompt_cache_options.ttl`` (e.g. ``"30m"``) sent with explicit caching.
+    prompt_cache_ttl: str | None = None
     #: Raise :class:`ConversionError` instead of converting what the backend cannot carry.
     strict: bool = False
     #: Send back Chat Completions ``reasoning_content`` on assistant turns

@@ -21,6 +21,7 @@ from ...types._conversation import (
     ImagePart,
     NamedToolChoice,
     OpaqueItem,
+    OpaquePart,
     ProviderTool,
     Reasoning,
     ResponseSchema,
@@ -33,6 +34,7 @@ from ...types._conversation import (
     ToolSpec,
     User,
 )
+from .._cache import OPENAI_MARKS, render_openai_cache
 from .._hosted import drop, passthrough
 from .._render import (
     JsonObject,
@@ -48,6 +50,7 @@ from .._render import (
     opt_number,
     opt_str,
     opt_str_list,
+    own_parts,
     parse_effort,
     reasoning_is_native,
     req_str,
@@ -109,6 +112,7 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
     }
     _render_tools(data, request, report)
     _render_sampling(data, request, options, report)
+    render_openai_cache(data, data["messages"], options, report, text_type="text")
     return finish_request(PATH, data, options, report)
 
 
@@ -171,9 +175,11 @@ def _messages(
             drop_reasoning("no assistant turn follows it before the next message")
             if isinstance(item, System):
                 role = "developer" if item.developer and developer_role else "system"
-                messages.append({"role": role, "content": item.content})
+                content = _user_content([TextPart(item.content, item.cache_breakpoint)])
+                messages.append({"role": role, "content": content})
             elif isinstance(item, User):
-                messages.append({"role": "user", "content": _user_content(item.content)})
+                parts = own_parts(index, item.content, BACKEND, report)
+                messages.append({"role": "user", "content": _user_content(parts)})
             else:
                 messages.append(_tool_message(index, item, report))
                 if item.images:
@@ -187,18 +193,25 @@ def _messages(
 def _user_content(parts: Sequence[ContentPart]) -> str | list[JsonObject]:
     # A lone text part is sent as a plain string: what every client sends, and what
     # servers without content-part support accept.
-    if len(parts) == 1 and isinstance(parts[0], TextPart):
+    if len(parts) == 1 and isinstance(parts[0], TextPart) and not parts[0].cache_breakpoint:
         return parts[0].text
     return [_content_part(p) for p in parts]
 
 
 def _content_part(part: ContentPart) -> JsonObject:
+    wire: JsonObject
+    if isinstance(part, OpaquePart):
+        return dict(part.raw)  # its own backend's, as read (see own_parts)
     if isinstance(part, TextPart):
-        return {"type": "text", "text": part.text}
-    image: JsonObject = {"url": part.url}
-    if part.detail is not None:
-        image["detail"] = part.detail
-    return {"type": "image_url", "image_url": image}
+        wire = {"type": "text", "text": part.text}
+    else:
+        image: JsonObject = {"url": part.url}
+        if part.detail is not None:
+            image["detail"] = part.detail
+        wire = {"type": "image_url", "image_url": image}
+    if part.cache_breakpoint:
+        wire[OPENAI_MARKS.key] = dict(OPENAI_MARKS.value)
+    return wire
 
 
 def _tool_message(index: int, item: ToolResult, report: ReportCollector) -> JsonObject:
@@ -468,7 +481,14 @@ def _text_content(value: Any, where: str) -> str:
 def _parse_message(msg: Mapping[str, Any], where: str) -> list[ConversationItem]:
     role = msg.get("role")
     if role in ("system", "developer"):
-        return [System(_text_content(msg.get("content"), where), developer=role == "developer")]
+        content = msg.get("content")
+        return [
+            System(
+                _text_content(content, where),
+                developer=role == "developer",
+                cache_breakpoint=_any_marked(content),
+            )
+        ]
     if role == "user":
         return [User(_parse_user_content(msg.get("content"), where))]
     if role == "assistant":
@@ -492,19 +512,34 @@ def _parse_user_content(value: Any, where: str) -> list[ContentPart]:
         part = as_object(raw, w)
         kind = part.get("type")
         if kind == "text":
-            parts.append(TextPart(req_str(part, "text", w)))
+            parts.append(TextPart(req_str(part, "text", w), _marked(part)))
         elif kind == "image_url":
             image = part.get("image_url")
             if isinstance(image, str):
-                parts.append(ImagePart(image))
+                parts.append(ImagePart(image, cache_breakpoint=_marked(part)))
             else:
                 obj = as_object(image, f"{w}.image_url")
                 parts.append(
-                    ImagePart(req_str(obj, "url", f"{w}.image_url"), opt_str(obj, "detail", w))
+                    ImagePart(
+                        req_str(obj, "url", f"{w}.image_url"),
+                        opt_str(obj, "detail", w),
+                        _marked(part),
+                    )
                 )
         else:
-            raise ValueError(f"{w}.type {kind!r} is not supported (text, image_url)")
+            # input_audio, file, newer part types: kept as read.
+            parts.append(OpaquePart(part, BACKEND))
     return parts
+
+
+def _marked(part: Mapping[str, Any]) -> bool:
+    return part.get(OPENAI_MARKS.key) is not None
+
+
+def _any_marked(content: Any) -> bool:
+    return isinstance(content, list) and any(
+        isinstance(part, Mapping) and _marked(part) for part in content
+    )
 
 
 def _parse_assistant(msg: Mapping[str, Any], where: str) -> list[ConversationItem]:
@@ -577,7 +612,8 @@ def _parse_tool_choice(value: Any) -> ToolChoiceSpec | None:
         return None
     if isinstance(value, str):
         try:
-            return ToolChoice(value)
+            # Mistral spells "required" "any" (and takes "required" too).
+            return ToolChoice("required" if value == "any" else value)
         except ValueError:
             raise ValueError("tool_choice must be auto, none, required or an object") from None
     obj = as_object(value, "tool_choice")

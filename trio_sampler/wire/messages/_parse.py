@@ -19,6 +19,7 @@ from ...types._conversation import (
     MCPServer,
     NamedToolChoice,
     OpaqueItem,
+    OpaquePart,
     Reasoning,
     ResponseSchema,
     System,
@@ -62,11 +63,14 @@ def parse_request(body: bytes | Mapping[str, Any]) -> ConversationRequest:
 
     System blocks become leading :class:`System` items (one per block); each assistant
     turn is split into Reasoning / Assistant / BackendToolCall items in block order; a
-    user turn into its ToolResults and User items. ``cache_control`` markers are ignored.
+    user turn into its ToolResults and User items. A ``cache_control`` marker on a
+    system, text or image block is its ``cache_breakpoint``.
     A field of the wrong shape raises ``ValueError`` naming it.
     """
     data = load_body(body)
-    items: list[ConversationItem] = [System(text) for text in _system_texts(data.get("system"))]
+    items: list[ConversationItem] = [
+        System(text, cache_breakpoint=marked) for text, marked in _system_texts(data.get("system"))
+    ]
     if "messages" not in data:
         raise ValueError("messages is required")
     for n, raw in enumerate(as_list(data["messages"], "messages")):
@@ -131,7 +135,15 @@ def _tool_modelable(tool: Any) -> bool:
         return False
     keys = {k for k, v in tool.items() if v is not None}
     if tool.get("type", "custom") == "custom":
-        return keys <= {"type", "name", "description", "input_schema", "strict", "defer_loading"}
+        return keys <= {
+            "type",
+            "name",
+            "description",
+            "input_schema",
+            "strict",
+            "defer_loading",
+            "cache_control",
+        }
     return True  # every server tool is kept, modeled or verbatim (ProviderTool)
 
 
@@ -141,18 +153,25 @@ def _mcp_servers_modelable(servers: Any) -> bool:
     )
 
 
-def _system_texts(value: Any) -> list[str]:
+def _system_texts(value: Any) -> list[tuple[str, bool | str]]:
     if value is None:
         return []
     if isinstance(value, str):
-        return [value]
-    texts = []
+        return [(value, False)]
+    texts: list[tuple[str, bool | str]] = []
     for n, raw in enumerate(as_list(value, "system")):
         block = as_object(raw, f"system[{n}]")
         if block.get("type") != "text":
             raise ValueError(f"system[{n}].type must be 'text'")
-        texts.append(req_str(block, "text", f"system[{n}]"))
+        texts.append((req_str(block, "text", f"system[{n}]"), _marked(block)))
     return texts
+
+
+def _marked(block: Mapping[str, Any]) -> bool | str:
+    """A block's ``cache_control`` as a ``cache_breakpoint``: its ``ttl``, else whether set."""
+    mark = block.get("cache_control")
+    ttl = mark.get("ttl") if isinstance(mark, Mapping) else None
+    return ttl if isinstance(ttl, str) else mark is not None
 
 
 def _blocks(content: Any, where: str) -> list[Mapping[str, Any]]:
@@ -190,11 +209,12 @@ def _parse_user_turn(blocks: list[Mapping[str, Any]], where: str) -> list[Conver
                 parts = []
             out.append(_parse_tool_result(block, w))
         elif kind == "text":
-            parts.append(TextPart(req_str(block, "text", w)))
+            parts.append(TextPart(req_str(block, "text", w), cache_breakpoint=_marked(block)))
         elif kind == "image":
-            parts.append(_parse_image(block, w))
+            parts.append(attrs.evolve(_parse_image(block, w), cache_breakpoint=_marked(block)))
         else:
-            raise ValueError(f"{w}.type {kind!r} is not supported in a user turn")
+            # document, search_result, newer block types: kept as read.
+            parts.append(OpaquePart(block, BACKEND))
     if parts:
         out.append(User(parts))
     return out
@@ -217,6 +237,7 @@ def _parse_tool_result(block: Mapping[str, Any], where: str) -> ToolResult:
         content="".join(texts),
         images=images,
         is_error=bool(opt_bool(block, "is_error", where)),
+        cache_breakpoint=_marked(block),
     )
 
 
@@ -317,6 +338,7 @@ def _parse_tools(value: Any) -> tuple[list[ToolSpec], list[HostedTool]]:
                 parameters=as_object(tool.get("input_schema"), f"{w}.input_schema"),
                 strict=opt_bool(tool, "strict", w),
                 defer_loading=bool(opt_bool(tool, "defer_loading", w)),
+                cache_breakpoint=_marked(tool),
             )
         )
     return tools, hosted

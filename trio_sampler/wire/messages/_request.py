@@ -10,7 +10,6 @@ are listed in ``docs/backends/request-mapping.md``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from ...types._conversation import (
     Assistant,
@@ -20,6 +19,7 @@ from ...types._conversation import (
     MCPServer,
     NamedToolChoice,
     OpaqueItem,
+    OpaquePart,
     Reasoning,
     ReasoningEffort,
     ResponseSchema,
@@ -30,6 +30,7 @@ from ...types._conversation import (
     ToolSpec,
     User,
 )
+from .._cache import ANTHROPIC_MARKS, place_breakpoints
 from .._render import (
     JsonObject,
     ReportCollector,
@@ -37,6 +38,7 @@ from .._render import (
     gate_tool_controls,
     group_runs,
     own_citations,
+    own_parts,
     parse_arguments,
     reasoning_is_native,
     resolve_model,
@@ -101,10 +103,20 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
     items = list(enumerate(request.items))
     system: list[JsonObject] = []
     while items and isinstance(items[0][1], System):
-        system.append({"type": "text", "text": items.pop(0)[1].content})  # type: ignore[union-attr]
+        instructions: System = items.pop(0)[1]  # type: ignore[assignment]
+        block: JsonObject = {"type": "text", "text": instructions.content}
+        if instructions.cache_breakpoint:
+            block["cache_control"] = _cache_control(instructions.cache_breakpoint)
+        system.append(block)
     messages = _messages(items, report)
-    if options.cache_breakpoints:
-        _place_cache_breakpoints(system, messages)
+    # The system blocks take part as one leading message, so their last block is a slot.
+    place_breakpoints(
+        ANTHROPIC_MARKS,
+        [{"role": "system", "content": system}, *messages],
+        report,
+        strategy=options.cache_breakpoints,
+        reserved=sum(1 for spec in request.tools if spec.cache_breakpoint),
+    )
 
     budget = _thinking_budget(request)
     max_tokens = request.max_output_tokens or options.default_max_output_tokens
@@ -176,7 +188,8 @@ def _item_turn(
     index: int, item: ConversationItem, report: ReportCollector
 ) -> tuple[str, list[_Block]]:
     if isinstance(item, User):
-        return "user", [(index, b) for p in item.content for b in _part(index, p, report)]
+        parts = own_parts(index, item.content, BACKEND, report)
+        return "user", [(index, b) for p in parts for b in _part(index, p, report)]
     if isinstance(item, ToolResult):
         return "user", [(index, _tool_result(index, item, report))]
     if isinstance(item, System):
@@ -214,9 +227,12 @@ def _item_turn(
 
 
 def _part(index: int, part: ContentPart, report: ReportCollector) -> list[JsonObject]:
+    if isinstance(part, OpaquePart):
+        return [dict(part.raw)]  # its own backend's, as read (see own_parts)
+    mark = {"cache_control": _cache_control(part.cache_breakpoint)} if part.cache_breakpoint else {}
     if isinstance(part, TextPart):
         # The API rejects empty text blocks; an empty part carries nothing anyway.
-        return [{"type": "text", "text": part.text}] if part.text else []
+        return [{"type": "text", "text": part.text, **mark}] if part.text else []
     if part.detail is not None:
         report.note(index, "image detail", ConversionAction.DROPPED, "Messages has no image detail")
     if part.is_data_uri:
@@ -228,7 +244,7 @@ def _part(index: int, part: ContentPart, report: ReportCollector) -> list[JsonOb
         source: JsonObject = {"type": "base64", "media_type": media_type, "data": payload}
     else:
         source = {"type": "url", "url": part.url}
-    return [{"type": "image", "source": source}]
+    return [{"type": "image", "source": source, **mark}]
 
 
 def _tool_id(index: int, value: str, report: ReportCollector) -> str:
@@ -256,6 +272,8 @@ def _tool_result(index: int, item: ToolResult, report: ReportCollector) -> JsonO
         block["content"] = item.content
     if item.is_error:
         block["is_error"] = True
+    if item.cache_breakpoint:
+        block["cache_control"] = _cache_control(item.cache_breakpoint)
     return block
 
 
@@ -312,52 +330,11 @@ def _reasoning(index: int, item: Reasoning, report: ReportCollector) -> list[Jso
     return []
 
 
-def _place_cache_breakpoints(system: list[JsonObject], messages: list[JsonObject]) -> None:
-    """Mark at most three blocks with ``cache_control`` (the fourth slot stays free).
-
-    1. the last system block;
-    2. the tip: the last markable block of the conversation, walking back past thinking
-       blocks and messages with nothing markable;
-    3. the previous request's tip: the last user message before the last assistant
-       message before the tip, where the previous request ended, so its cache entry is
-       read even when a turn appends more than the API's 20-block lookback.
-
-    A block picked twice is marked once.
-    """
-    if system:
-        system[-1]["cache_control"] = dict(EPHEMERAL)
-    tip = None
-    for m in range(len(messages) - 1, -1, -1):
-        tip = _last_markable(messages[m])
-        if tip is not None:
-            _mark(tip)
-            break
-    else:
-        return
-    assistant = _last_index(messages, "assistant", before=m)
-    user = _last_index(messages, "user", before=assistant) if assistant is not None else None
-    if user is not None:
-        previous = _last_markable(messages[user])
-        if previous is not None:
-            _mark(previous)
-
-
-def _last_markable(message: Mapping[str, Any]) -> JsonObject | None:
-    for block in reversed(message["content"]):
-        if block.get("type") in _MARKABLE:
-            return block  # type: ignore[no-any-return]
-    return None
-
-
-def _last_index(messages: Sequence[Mapping[str, Any]], role: str, before: int) -> int | None:
-    for m in range(before - 1, -1, -1):
-        if messages[m]["role"] == role:
-            return m
-    return None
-
-
-def _mark(block: JsonObject) -> None:
-    block["cache_control"] = dict(EPHEMERAL)
+def _cache_control(breakpoint: bool | str) -> JsonObject:
+    """A caller's mark: ephemeral, with its ``ttl`` when it names one."""
+    if isinstance(breakpoint, str):
+        return {"type": "ephemeral", "ttl": breakpoint}
+    return dict(EPHEMERAL)
 
 
 def _thinking_budget(request: ConversationRequest) -> int | None:
@@ -413,6 +390,8 @@ def _custom_tool(spec: ToolSpec) -> JsonObject:
         tool["strict"] = spec.strict
     if spec.defer_loading:
         tool["defer_loading"] = True
+    if spec.cache_breakpoint:
+        tool["cache_control"] = _cache_control(spec.cache_breakpoint)
     return tool
 
 

@@ -25,6 +25,7 @@ from ...types._conversation import (
     ImagePart,
     NamedToolChoice,
     OpaqueItem,
+    OpaquePart,
     Reasoning,
     ReasoningEffort,
     ResponseSchema,
@@ -37,6 +38,7 @@ from ...types._conversation import (
     ToolSpec,
     User,
 )
+from .._cache import OPENAI_MARKS, render_openai_cache
 from .._citations import citation_from_wire
 from .._render import (
     JsonObject,
@@ -52,6 +54,7 @@ from .._render import (
     opt_number,
     opt_str,
     own_citations,
+    own_parts,
     parse_effort,
     reasoning_is_native,
     req_str,
@@ -112,13 +115,17 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
     request = lower_structured_output(request, options, report)
     data: JsonObject = {"model": resolve_model(request, options)}
     items = list(enumerate(request.items))
-    if items and isinstance(items[0][1], System) and not items[0][1].developer:
-        data["instructions"] = items[0][1].content
+    first = items[0][1] if items else None
+    # Instructions take no cache breakpoint: a marked system message stays in the input.
+    if isinstance(first, System) and not first.developer and not first.cache_breakpoint:
+        data["instructions"] = first.content
         items = items[1:]
     input_items = _input(items, report)
     data["input"] = input_items
     _render_tools(data, request, report)
     _render_sampling(data, request, options, report, any_reasoning=_has_reasoning(input_items))
+    # Instructions take no breakpoint: the strategy's system slot is not used here.
+    render_openai_cache(data, input_items, options, report, text_type="input_text")
     return finish_request(PATH, data, options, report)
 
 
@@ -137,9 +144,11 @@ def _input(
 
 def _render_item(index: int, item: ConversationItem, report: ReportCollector) -> list[JsonObject]:
     if isinstance(item, System):
-        return [{"role": "developer" if item.developer else "system", "content": item.content}]
+        content = _user_content([TextPart(item.content, item.cache_breakpoint)])
+        return [{"role": "developer" if item.developer else "system", "content": content}]
     if isinstance(item, User):
-        return [{"role": "user", "content": _user_content(item.content)}]
+        parts = own_parts(index, item.content, BACKEND, report)
+        return [{"role": "user", "content": _user_content(parts)}]
     if isinstance(item, Assistant):
         return _assistant(index, item, report)
     if isinstance(item, ToolResult):
@@ -213,16 +222,23 @@ def _follows_reasoning(wire: Mapping[str, Any]) -> bool:
 
 
 def _user_content(parts: Sequence[ContentPart]) -> str | list[JsonObject]:
-    if len(parts) == 1 and isinstance(parts[0], TextPart):
+    if len(parts) == 1 and isinstance(parts[0], TextPart) and not parts[0].cache_breakpoint:
         return parts[0].text
     return [_input_part(p) for p in parts]
 
 
 def _input_part(part: ContentPart) -> JsonObject:
+    wire: JsonObject
+    if isinstance(part, OpaquePart):
+        return dict(part.raw)  # its own backend's, as read (see own_parts)
     if isinstance(part, TextPart):
-        return {"type": "input_text", "text": part.text}
-    # ``detail`` is required by the API schema; ``auto`` is its documented default.
-    return {"type": "input_image", "image_url": part.url, "detail": part.detail or "auto"}
+        wire = {"type": "input_text", "text": part.text}
+    else:
+        # ``detail`` is required by the API schema; ``auto`` is its documented default.
+        wire = {"type": "input_image", "image_url": part.url, "detail": part.detail or "auto"}
+    if part.cache_breakpoint:
+        wire[OPENAI_MARKS.key] = dict(OPENAI_MARKS.value)
+    return wire
 
 
 def _assistant_message(
@@ -489,13 +505,20 @@ def _parse_other_item(kind: Any, item: Mapping[str, Any], where: str) -> Convers
     if kind == "message":
         role = item.get("role")
         if role in ("system", "developer"):
-            return System(_text_of(item.get("content"), where), developer=role == "developer")
+            content = item.get("content")
+            return System(
+                _text_of(content, where),
+                developer=role == "developer",
+                cache_breakpoint=_any_marked(content),
+            )
         if role == "user":
             return User(_parse_parts(item.get("content"), where))
         raise ValueError(f"{where}.role must be one of user, system, developer, assistant")
     if kind == "function_call_output":
         output = item.get("output")
         parts = [TextPart(output)] if isinstance(output, str) else _parse_parts(output, where)
+        if any(isinstance(p, OpaquePart) for p in parts):
+            raise ValueError(f"{where}.output may hold only input_text and input_image parts")
         return ToolResult(
             call_id=req_str(item, "call_id", where),
             content="".join(p.text for p in parts if isinstance(p, TextPart)),
@@ -514,7 +537,7 @@ def _parse_other_item(kind: Any, item: Mapping[str, Any], where: str) -> Convers
 
 def _text_of(value: Any, where: str) -> str:
     parts = [TextPart(value)] if isinstance(value, str) else _parse_parts(value, where)
-    if any(isinstance(p, ImagePart) for p in parts):
+    if not all(isinstance(p, TextPart) for p in parts):
         raise ValueError(f"{where}.content may hold only text here")
     return "".join(p.text for p in parts if isinstance(p, TextPart))
 
@@ -528,16 +551,31 @@ def _parse_parts(value: Any, where: str) -> list[ContentPart]:
         part = as_object(raw, w)
         kind = part.get("type")
         if kind in ("input_text", "output_text", "text"):
-            parts.append(TextPart(req_str(part, "text", w)))
+            parts.append(TextPart(req_str(part, "text", w), _marked(part)))
         elif kind == "input_image":
             detail = opt_str(part, "detail", w)
             # ``auto`` is the API default, the same as saying nothing.
             parts.append(
-                ImagePart(req_str(part, "image_url", w), None if detail == "auto" else detail)
+                ImagePart(
+                    req_str(part, "image_url", w),
+                    None if detail == "auto" else detail,
+                    _marked(part),
+                )
             )
         else:
-            raise ValueError(f"{w}.type {kind!r} is not supported (input_text, input_image)")
+            # input_file, newer part types: kept as read.
+            parts.append(OpaquePart(part, BACKEND))
     return parts
+
+
+def _marked(part: Mapping[str, Any]) -> bool:
+    return part.get(OPENAI_MARKS.key) is not None
+
+
+def _any_marked(content: Any) -> bool:
+    return isinstance(content, list) and any(
+        isinstance(part, Mapping) and _marked(part) for part in content
+    )
 
 
 def _parse_assistant_message(item: Mapping[str, Any], where: str) -> Assistant:
