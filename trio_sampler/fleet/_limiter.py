@@ -534,7 +534,6 @@ class FleetLimiter:
         larger than one burst raise :class:`AdmissionBusyError` instead, with nothing
         reserved (a chain choosing a route passes this one over).
         """
-        poll = _POLL_FIRST
         waited_from = trio.current_time()
         if self._book is not None and deadline > waited_from:
             leased = await self._acquire_leased(cost, first_attempt=first_attempt)
@@ -544,6 +543,18 @@ class FleetLimiter:
                 return await self._acquire_locally(
                     cost, deadline, waited_from, within, first_attempt=first_attempt
                 )
+        return await self._acquire_shared(cost, deadline, waited_from, within, first_attempt)
+
+    async def _acquire_shared(
+        self,
+        cost: Cost,
+        deadline: float,
+        waited_from: float,
+        within: float | None,
+        first_attempt: bool,
+    ) -> Permit:
+        """Ask Redis for ``cost`` (one ADMIT per ask) until it is reserved or refused."""
+        poll = _POLL_FIRST
         while True:
             now = trio.current_time()
             room = deadline - now
@@ -555,13 +566,7 @@ class FleetLimiter:
             ahead = RESERVE_AHEAD_S if within is None else max(within, 0.0)
             limit = min(room, ahead)
             lease = self._next_lease() if self.spec.limits.max_in_flight else ""
-            args: list[Any] = [
-                -1 if math.isinf(limit) else math.floor(limit * _US),
-                lease,
-                *(self._admit_first if first_attempt else self._admit_retry),
-            ]
-            for (interval, tau), amount in zip(self._admit_rates, cost.amounts(), strict=True):
-                args += (interval, tau, amount)
+            args = self._admit_args(cost, limit, lease, first_attempt)
             given_up = functools.partial(self._withdraw_granted, cost, lease)
             reply = await self._call(_ADMIT, self._keys_admit, args, abandoned=given_up)
             if reply is None:
@@ -581,24 +586,37 @@ class FleetLimiter:
                 return permit
             if within is not None:
                 raise self._busy(status, value, cost)
-            if status == Status.REFUSED_WAIT:
-                wait = value / _US
-                if trio.current_time() + wait > deadline:
-                    raise self._too_late(wait, deadline)
-                # Ask again within the wait: the room may come sooner (refunds).
-                await trio.sleep(max(wait * (0.5 + 0.5 * self._rng.random()), _POLL_FIRST))
-                continue
             if status == Status.TOO_LARGE:
                 raise self._too_large(cost, value - 1)
-            if status == Status.RETRY_AFTER:
-                window = value / _US
-                delay = window * (1.0 + self.spec.retry_after_jitter * self._rng.random())
-            else:  # IN_FLIGHT_FULL
-                delay = poll * (0.5 + self._rng.random())
+            if status == Status.REFUSED_WAIT and trio.current_time() + value / _US > deadline:
+                raise self._too_late(value / _US, deadline)
+            delay = self._delay(status, value, poll)
+            if status == Status.IN_FLIGHT_FULL:
                 poll = min(poll * 2, _POLL_MAX)
             if trio.current_time() + delay > deadline:
                 raise self._too_late(delay, deadline)
             await trio.sleep(delay)
+
+    def _admit_args(self, cost: Cost, limit: float, lease: str, first_attempt: bool) -> list[Any]:
+        """ADMIT's arguments: reserve ``cost`` for a start within ``limit`` seconds."""
+        args: list[Any] = [
+            -1 if math.isinf(limit) else math.floor(limit * _US),
+            lease,
+            *(self._admit_first if first_attempt else self._admit_retry),
+        ]
+        for (interval, tau), amount in zip(self._admit_rates, cost.amounts(), strict=True):
+            args += (interval, tau, amount)
+        return args
+
+    def _delay(self, status: int, value: int, poll: float) -> float:
+        """How long to wait before asking again after ADMIT's refusal ``status``."""
+        if status == Status.REFUSED_WAIT:
+            # Ask again within the wait: the room may come sooner (refunds).
+            return max(value / _US * (0.5 + 0.5 * self._rng.random()), _POLL_FIRST)
+        if status == Status.RETRY_AFTER:
+            window = value / _US
+            return window * (1.0 + self.spec.retry_after_jitter * self._rng.random())
+        return poll * (0.5 + self._rng.random())  # IN_FLIGHT_FULL
 
     def _busy(self, status: int, value: int, cost: Cost) -> AdmissionBusyError:
         """Why an ask ``within`` a bound found no room (ADMIT's reply), in words."""
