@@ -14,10 +14,14 @@ import trio.testing
 from redis_proxy import running_proxy
 
 from benchmarks.redis_server import RedisServer
+from trio_sampler import ConversationRequest, SamplerConfig, User
+from trio_sampler.actor import open_sampler
+from trio_sampler.emulator import EmulatorApp, PromptCache, RateLimits
 from trio_sampler.fleet import (
     AdmissionRefusedError,
     Cost,
     FailurePolicy,
+    FleetAdmission,
     FleetLimits,
     LeasePolicy,
     LimiterSpec,
@@ -25,7 +29,8 @@ from trio_sampler.fleet import (
     open_limiter,
 )
 from trio_sampler.fleet._lease import LeaseBook
-from trio_sampler.types import SamplingErrorKind
+from trio_sampler.testing import EmulatorTransport
+from trio_sampler.types import Completed, SamplingErrorKind
 
 HOUR = 3600.0
 
@@ -306,3 +311,48 @@ async def test_redis_down_applies_the_policy_when_the_lease_runs_out(
         await trio.sleep(spec.probe_interval)
         await limiter.acquire(Cost(), deadline=trio.current_time() + 2.0)
         assert not limiter.degraded
+
+
+async def test_a_shared_retry_after_is_not_spent_through(redis_server: RedisServer) -> None:
+    spec = _spec(FleetLimits(requests_per_minute=1000, window_s=HOUR), LeasePolicy(hold=60.0))
+    async with open_limiter(spec, redis_server.url) as limiter:
+        for _ in range(5):
+            await limiter.acquire(Cost())
+        assert limiter._book is not None and limiter._book.balance[0] > 0
+        await limiter.note_retry_after(0.3)
+        start = trio.current_time()
+        await limiter.acquire(Cost())
+        assert trio.current_time() - start >= 0.29  # waited for the window's end
+
+
+async def test_the_sampler_with_leases_keeps_the_emulator_within_its_limits(
+    redis_server: RedisServer,
+) -> None:
+    # 20 requests and 4000 tokens per (scaled) 1 s window at the emulator; the fleet at 95 %.
+    app = EmulatorApp(
+        cache=PromptCache(),
+        rate_limits=RateLimits(requests_per_minute=20, tokens_per_minute=4000, window_s=1.0),
+    )
+    limits = FleetLimits(requests_per_minute=19, tokens_per_minute=3800, window_s=1.0)
+    spec = _spec(limits)
+    config = SamplerConfig(base_url="http://emulator.test/v1", model="emulator-1", api_key="k")
+    request = ConversationRequest(items=[User("hello")], max_output_tokens=50)
+    terminals: list[object] = []
+    start = trio.current_time()
+    async with (
+        EmulatorTransport(app) as transport,
+        open_sampler(
+            config, transport=transport, admission=FleetAdmission(redis_server.url, spec)
+        ) as sampler,
+    ):
+
+        async def one() -> None:
+            stream = await sampler.submit(request)
+            terminals.append([event async for event in stream][-1])
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(30):
+                nursery.start_soon(one)
+    assert all(isinstance(t, Completed) for t in terminals), terminals
+    assert app.rate_limits is not None and app.rate_limits.refusals == {}
+    assert trio.current_time() - start > 0.55  # 19 at once, then 11 more at 19 per second

@@ -535,7 +535,13 @@ class FleetLimiter:
         reserved (a chain choosing a route passes this one over).
         """
         waited_from = trio.current_time()
-        if self._book is not None and deadline > waited_from:
+        # A lease is not spent inside a Retry-After window this process heard of (the
+        # shared ask waits for its end); other processes learn of it at their next refill.
+        if (
+            self._book is not None
+            and deadline > waited_from
+            and self._local_retry_after <= waited_from
+        ):
             leased = await self._acquire_leased(cost, first_attempt=first_attempt)
             if isinstance(leased, Permit):
                 return leased
