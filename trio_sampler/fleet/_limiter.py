@@ -298,8 +298,37 @@ class FleetLimiter:
         # The connection the scripts go on (see the module's docstring), shared by the
         # limiters of one client.
         self._link = _link(client)
+        self._set_up_local_floor()
+        self._degraded_since: float | None = None
+        self._probe_at = -math.inf
+        #: A call is probing Redis while degraded (the others apply the policy at once).
+        self._probing = False
+        #: Calls in a row that ran past the admission timeout.
+        self._slow_calls = 0
+        self._set_up_give_backs()
+        self._stats: dict[str, Any] = attrs.asdict(LimiterStatistics())
+        #: This process's lease (``spec.leases``), refilled one call at a time.
+        self._book = (
+            None
+            if spec.leases is None
+            else LeaseBook(spec.leases, self._intervals, bool(limits.max_in_flight))
+        )
+        self._refilling = trio.Lock()
+        self._returned_prefix = f"{prefix}:returned:"
+
+    def _set_up_give_backs(self) -> None:
+        #: Calls that timed out on our side: their request (resolved when the late reply
+        #: comes) and what to do with that reply (a late grant is given back).
+        self._late: list[tuple[Any, _OnLateReply]] = []
+        #: Settlements of leases that failed, by lease: sent again until Redis has them.
+        self._unsettled: dict[str, list[Any]] = {}
+        self._wake_give_backs = trio.Event()
+
+    def _set_up_local_floor(self) -> None:
+        """The limits a fail-open process keeps alone while Redis is out."""
+        spec, budget = self.spec, self.spec.retry_budget
         share = spec.fallback_share or 1.0
-        self._local = LocalLimits(limits.scaled(share))
+        self._local = LocalLimits(spec.limits.scaled(share))
         self._local_budget = (
             None
             if budget is None
@@ -310,27 +339,6 @@ class FleetLimiter:
         self._local_retry_after = -math.inf
         #: What the local floor admitted while degraded (charged to Redis on its return).
         self._spent_locally = _NOTHING
-        self._degraded_since: float | None = None
-        self._probe_at = -math.inf
-        #: A call is probing Redis while degraded (the others apply the policy at once).
-        self._probing = False
-        #: Calls in a row that ran past the admission timeout.
-        self._slow_calls = 0
-        #: Calls that timed out on our side: their request (resolved when the late reply
-        #: comes) and what to do with that reply (a late grant is given back).
-        self._late: list[tuple[Any, _OnLateReply]] = []
-        #: Settlements of leases that failed, by lease: sent again until Redis has them.
-        self._unsettled: dict[str, list[Any]] = {}
-        self._wake_give_backs = trio.Event()
-        self._stats: dict[str, Any] = attrs.asdict(LimiterStatistics())
-        #: This process's lease (``spec.leases``), refilled one call at a time.
-        self._book = (
-            None
-            if spec.leases is None
-            else LeaseBook(spec.leases, self._intervals, bool(limits.max_in_flight))
-        )
-        self._refilling = trio.Lock()
-        self._returned_prefix = f"{prefix}:returned:"
 
     def __repr__(self) -> str:
         return f"FleetLimiter(name={self.spec.name!r}, degraded={self.degraded})"
