@@ -356,3 +356,31 @@ async def test_the_sampler_with_leases_keeps_the_emulator_within_its_limits(
     assert all(isinstance(t, Completed) for t in terminals), terminals
     assert app.rate_limits is not None and app.rate_limits.refusals == {}
     assert trio.current_time() - start > 0.55  # 19 at once, then 11 more at 19 per second
+
+
+async def test_a_batch_granted_after_its_call_timed_out_goes_back(
+    redis_server: RedisServer,
+) -> None:
+    spec = _spec(
+        FleetLimits(requests_per_minute=100, window_s=HOUR),
+        LeasePolicy(hold=0.3),
+        admission_timeout=0.2,
+    )
+    async with (
+        running_proxy(str(redis_server.socket_path)) as proxy,
+        open_limiter(spec, proxy.url) as limiter,
+    ):
+        proxy.delay = 0.4  # the reply comes after the call gave up
+        with pytest.raises(AdmissionRefusedError):
+            await limiter.acquire(Cost())
+        proxy.delay = 0.0
+        assert limiter._book is not None
+        with trio.fail_after(2.0):  # the late grant joins the lease...
+            while not limiter._book.balance[0]:
+                await trio.sleep(0.05)
+        with trio.fail_after(2.0):  # ...and goes back after hold, unused
+            while limiter._book.balance[0]:
+                await trio.sleep(0.05)
+    without = LimiterSpec(spec.name, spec.limits, on_failure=FailurePolicy.FAIL_CLOSED)
+    async with open_limiter(without, redis_server.url) as plain:
+        assert await _drain(plain) == 100
