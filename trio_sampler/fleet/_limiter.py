@@ -314,6 +314,8 @@ class FleetLimiter:
             else LeaseBook(spec.leases, self._intervals, bool(limits.max_in_flight))
         )
         self._refilling = trio.Lock()
+        self._refill_on_wire: trio.Event | None = None
+        self._refill_status: int | None = Status.ADMITTED
         self._returned_prefix = f"{prefix}:returned:"
 
     def _set_up_give_backs(self) -> None:
@@ -940,21 +942,41 @@ class FleetLimiter:
         book = self._book
         assert book is not None
         await trio.lowlevel.checkpoint()
-        while not book.covers(cost):
-            book.waiting += 1
-            try:
-                async with self._refilling:
-                    status = Status.ADMITTED if book.covers(cost) else await self._refill(cost)
-            finally:
-                book.waiting -= 1
-            if status != Status.ADMITTED:
-                return status
+        book.waiting += 1
+        try:
+            while not book.covers(cost):
+                on_wire = self._refill_on_wire
+                if on_wire is None:
+                    status = await self._refill_once(cost)
+                else:  # everyone waits for the refill on the wire, and wakes at once
+                    await on_wire.wait()
+                    status = self._refill_status
+                if status != Status.ADMITTED:
+                    return status
+        finally:
+            book.waiting -= 1
         slot = book.take(cost)
         if first_attempt:
             book.first_attempts += 1
             self.record_local_request()
         self._stats["admitted"] += 1
         return Permit(cost, "", shared=True, leased=True, slot=slot)
+
+    async def _refill_once(self, cost: Cost) -> int | None:
+        """Refill the lease for ``cost``; the requests arriving meanwhile wait for it and
+        read its status (a refiller cancelled midway leaves them to look again)."""
+        book = self._book
+        assert book is not None
+        self._refill_on_wire = done = trio.Event()
+        self._refill_status = Status.ADMITTED
+        try:
+            async with self._refilling:  # not while the rest is being given back
+                if not book.covers(cost):
+                    self._refill_status = await self._refill(cost)
+        finally:
+            self._refill_on_wire = None
+            done.set()
+        return self._refill_status
 
     async def _refill(self, cost: Cost) -> int | None:
         """Take a batch: what this process's rate wants, at least what ``cost`` lacks."""
