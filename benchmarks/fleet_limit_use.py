@@ -15,8 +15,9 @@ between admission and arrival). Reported per cell: what was admitted over the me
 windows against the fleet's limit (the target: at least 95 %), the emulator's 429s
 (the target: none) and failed requests.
 
-Run ``python benchmarks/fleet_limit_use.py`` (``--quick``: 4 processes, 5 s windows);
-results go to ``benchmarks/results/fleet_limit_use.json``.
+Run ``python benchmarks/fleet_limit_use.py`` (``--quick``: 4 processes, 5 s windows;
+``--leases``: every worker admits from leases, ``LimiterSpec.leases``); results go to
+``benchmarks/results/fleet_limit_use.json`` (``fleet_limit_use_leases.json`` with leases).
 """
 
 from __future__ import annotations
@@ -84,7 +85,13 @@ async def _worker(
 
 
 async def run_cell(
-    redis: RedisServer, binding: str, *, processes: int, tasks: int, window: float
+    redis: RedisServer,
+    binding: str,
+    *,
+    processes: int,
+    tasks: int,
+    window: float,
+    leases: bool = False,
 ) -> dict[str, Any]:
     """One cell: the fleet against the emulator, with ``binding`` the limit that binds."""
     requests, tokens = (60, 60 * 400) if binding == "requests" else (60 * 100, 6000)
@@ -109,6 +116,7 @@ async def run_cell(
             tpm=tokens * HEADROOM,
             burst=0.25,
             max_retries=0,
+            leases="on" if leases else None,
         )
 
         async def worker() -> None:
@@ -133,6 +141,7 @@ async def run_cell(
     assert app.rate_limits is not None
     return {
         "binding": binding,
+        "leases": leases,
         "processes": processes,
         "tasks": tasks,
         "window_s": window,
@@ -156,6 +165,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     processes=args.processes,
                     tasks=args.tasks,
                     window=args.window,
+                    leases=args.leases,
                 )
             )
     return cells
@@ -167,8 +177,13 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=50)
     parser.add_argument("--window", type=float, default=10.0)
     parser.add_argument("--quick", action="store_true", help="4 processes, 5 s windows")
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    parser.add_argument("--leases", action="store_true", help="workers admit from leases")
+    parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.json is None:
+        args.json = (
+            DEFAULT_JSON.with_stem(DEFAULT_JSON.stem + "_leases") if args.leases else DEFAULT_JSON
+        )
     if args.quick:
         args.processes, args.window = 4, 5.0
     cells = trio.run(run, args)

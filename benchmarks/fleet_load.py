@@ -27,6 +27,7 @@ from trio_sampler.fleet import (
     FleetAdmission,
     FleetEvent,
     FleetLimits,
+    LeasePolicy,
     LimiterSpec,
     RetryBudgetSpec,
 )
@@ -63,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--budget-tokens", type=float, default=10.0)
     parser.add_argument("--script", help="x-emulator-script for every request")
     parser.add_argument("--max-requests", type=int, help="per task (default: until the end)")
+    parser.add_argument(
+        "--leases", choices=("on", "off"), default="off", help="admit from leases (LeasePolicy())"
+    )
     return parser
 
 
@@ -85,6 +89,7 @@ async def run_worker(args: argparse.Namespace) -> dict[str, Any]:
         # subject here (the admission timeout has tests of its own).
         admission_timeout=10.0,
         retry_budget=budget,
+        leases=LeasePolicy() if args.leases == "on" else None,
     )
     headers = {"x-emulator-script": args.script} if args.script else {}
     config = SamplerConfig(

@@ -35,6 +35,7 @@ from ._limiter import redis_client as redis_client
 from ._spec import Cost as Cost
 from ._spec import FailurePolicy as FailurePolicy
 from ._spec import FleetLimits as FleetLimits
+from ._spec import LeasePolicy as LeasePolicy
 from ._spec import LimiterSpec as LimiterSpec
 from ._spec import RetryBudgetSpec as RetryBudgetSpec
 
@@ -47,6 +48,7 @@ __all__ = [
     "FleetGate",
     "FleetLimiter",
     "FleetLimits",
+    "LeasePolicy",
     "LimiterDegraded",
     "LimiterGate",
     "LimiterRecovered",

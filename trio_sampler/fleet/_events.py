@@ -48,6 +48,9 @@ class LimiterStatistics:
     admitted: int = 0
     #: Admitted by the local floor while degraded (``FAIL_OPEN``).
     admitted_locally: int = 0
+    #: Lease calls that took a batch (``LimiterSpec.leases``): the round trips behind
+    #: the admissions spent from a lease.
+    lease_refills: int = 0
     #: Refused: the wait would pass the request's deadline, or the cost exceeds a burst.
     refused: int = 0
     #: Asked by a chain choosing a route, and found no room within its bound: the

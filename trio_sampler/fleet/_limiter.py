@@ -28,6 +28,7 @@ is only made (within the timeout) when the last one was lost.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import math
@@ -36,7 +37,7 @@ import random
 import socket
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -52,8 +53,9 @@ from ..retry import RetryBudget
 from ..types import RateLimitSnapshot, SamplingErrorInfo, SamplingErrorKind, TrioSamplerError
 from ._breaker import BREAKERS, SharedBreaker
 from ._events import EventHook, FleetEvent, LimiterDegraded, LimiterRecovered, LimiterStatistics
+from ._lease import LeaseBook
 from ._local import LocalLimits
-from ._scripts import ADMIT, NOTE_RETRY_AFTER, RENEW, SETTLE, SPEND_RETRY, Status
+from ._scripts import ADMIT, LEASE, NOTE_RETRY_AFTER, RENEW, SETTLE, SPEND_RETRY, Status
 from ._spec import DIMENSIONS, Cost, FailurePolicy, LimiterSpec
 
 __all__ = ["FleetLimiter", "Permit", "open_limiter", "open_limiters", "redis_client"]
@@ -83,6 +85,9 @@ class Permit:
     #: clock): the settlement clamps the shared state to it.
     rate_limit: RateLimitSnapshot | None = None
     observed_at: float = 0.0
+    #: Spent from this process's lease (settled there, no round trip), in ``slot``.
+    leased: bool = False
+    slot: str = ""
 
 
 def _refusal(kind: SamplingErrorKind, message: str, code: str) -> AdmissionRefusedError:
@@ -114,6 +119,10 @@ def _integers(reply: Any, count: int) -> bool:
 
 def _admit_reply(reply: Any, _keys: int) -> bool:
     return _integers(reply, 3) and reply[0] in Status.ALL
+
+
+def _lease_reply(reply: Any, _keys: int) -> bool:
+    return _integers(reply, 8) and reply[0] in Status.ALL
 
 
 def _pair(reply: Any, _keys: int) -> bool:
@@ -211,7 +220,10 @@ _RENEW = _Script(RENEW, _integer)
 _SPEND = _Script(SPEND_RETRY, _pair)
 _RETRY_AFTER = _Script(NOTE_RETRY_AFTER, _integer)
 _BREAKERS = _Script(BREAKERS, _per_key)
-_SCRIPTS = (_ADMIT, _SETTLE, _RENEW, _SPEND, _RETRY_AFTER, _BREAKERS)
+_LEASE = _Script(LEASE, _lease_reply)
+_SCRIPTS = (_ADMIT, _SETTLE, _RENEW, _SPEND, _RETRY_AFTER, _BREAKERS, _LEASE)
+#: What to do with the reply of a call given up on (cancelled, or timed out on our side).
+_OnLateReply = Callable[[Any], Awaitable[None]]
 _NOTHING = Cost(0, 0, 0)
 
 
@@ -286,8 +298,39 @@ class FleetLimiter:
         # The connection the scripts go on (see the module's docstring), shared by the
         # limiters of one client.
         self._link = _link(client)
+        self._set_up_local_floor()
+        self._degraded_since: float | None = None
+        self._probe_at = -math.inf
+        #: A call is probing Redis while degraded (the others apply the policy at once).
+        self._probing = False
+        #: Calls in a row that ran past the admission timeout.
+        self._slow_calls = 0
+        self._set_up_give_backs()
+        self._stats: dict[str, Any] = attrs.asdict(LimiterStatistics())
+        #: This process's lease (``spec.leases``), refilled one call at a time.
+        self._book = (
+            None
+            if spec.leases is None
+            else LeaseBook(spec.leases, self._intervals, bool(limits.max_in_flight))
+        )
+        self._refilling = trio.Lock()
+        self._refill_on_wire: trio.Event | None = None
+        self._refill_status: int | None = Status.ADMITTED
+        self._returned_prefix = f"{prefix}:returned:"
+
+    def _set_up_give_backs(self) -> None:
+        #: Calls that timed out on our side: their request (resolved when the late reply
+        #: comes) and what to do with that reply (a late grant is given back).
+        self._late: list[tuple[Any, _OnLateReply]] = []
+        #: Settlements of leases that failed, by lease: sent again until Redis has them.
+        self._unsettled: dict[str, list[Any]] = {}
+        self._wake_give_backs = trio.Event()
+
+    def _set_up_local_floor(self) -> None:
+        """The limits a fail-open process keeps alone while Redis is out."""
+        spec, budget = self.spec, self.spec.retry_budget
         share = spec.fallback_share or 1.0
-        self._local = LocalLimits(limits.scaled(share))
+        self._local = LocalLimits(spec.limits.scaled(share))
         self._local_budget = (
             None
             if budget is None
@@ -298,19 +341,6 @@ class FleetLimiter:
         self._local_retry_after = -math.inf
         #: What the local floor admitted while degraded (charged to Redis on its return).
         self._spent_locally = _NOTHING
-        self._degraded_since: float | None = None
-        self._probe_at = -math.inf
-        #: A call is probing Redis while degraded (the others apply the policy at once).
-        self._probing = False
-        #: Calls in a row that ran past the admission timeout.
-        self._slow_calls = 0
-        #: Admissions that timed out on our side: their request (resolved when the late
-        #: reply comes), cost and lease; a late grant is given back.
-        self._late: list[tuple[Any, Cost, str]] = []
-        #: Settlements of leases that failed, by lease: sent again until Redis has them.
-        self._unsettled: dict[str, list[Any]] = {}
-        self._wake_give_backs = trio.Event()
-        self._stats: dict[str, Any] = attrs.asdict(LimiterStatistics())
 
     def __repr__(self) -> str:
         return f"FleetLimiter(name={self.spec.name!r}, degraded={self.degraded})"
@@ -333,7 +363,7 @@ class FleetLimiter:
         script: _Script,
         keys: Sequence[str],
         args: Sequence[Any],
-        abandoned: tuple[Cost, str] | None = None,
+        abandoned: _OnLateReply | None = None,
     ) -> Any:
         """Run one script, or return None when Redis is unavailable (the failure policy
         applies): degraded, one call at a time probes it (when ``probe_interval`` allows)
@@ -353,16 +383,16 @@ class FleetLimiter:
         script: _Script,
         keys: Sequence[str],
         args: Sequence[Any],
-        abandoned: tuple[Cost, str] | None,
+        abandoned: _OnLateReply | None,
     ) -> Any:
         """One script's round trip, within the admission timeout; None on a failure.
 
         A call cancelled after its script was queued still runs it (coredis sends what is
         queued and reads its reply in order, so the connection stays in step). With
-        ``abandoned`` (an admission's cost and lease), the cancelled call waits for that
-        reply, shielded and within the admission timeout, and gives back what it reserved;
-        an admission that timed out leaves its request to :meth:`run_give_backs`, which
-        gives back a late grant when its reply comes.
+        ``abandoned`` (what to do with a grant nobody waits for), the cancelled call waits
+        for that reply, shielded and within the admission timeout, and hands it over; a
+        call that timed out leaves its request to :meth:`run_give_backs`, which hands
+        over its late reply when it comes.
         """
         timeout = self.spec.admission_timeout
         until = trio.current_time() + timeout
@@ -395,12 +425,12 @@ class FleetLimiter:
         except trio.Cancelled:
             if abandoned is not None and request is not None:
                 with trio.CancelScope(shield=True):
-                    await self._give_back(request, *abandoned)
+                    await self._give_back(request, abandoned)
             raise
         except _UNAVAILABLE as exc:
             if isinstance(exc, _SLOW) and abandoned is not None and request is not None:
                 # Timed out on our side; Redis may still run it: a late grant goes back.
-                self._late.append((request, *abandoned))
+                self._late.append((request, abandoned))
                 self._wake_give_backs.set()
             self._failed(exc)
             return None
@@ -409,18 +439,24 @@ class FleetLimiter:
                 raise  # a broken script is our bug, not an outage
             self._failed(exc)
             return None
-        self._slow_calls = 0
-        if self._degraded_since is not None:
-            degraded_for = trio.current_time() - self._degraded_since
-            self._degraded_since = None
-            logger.warning(
-                "fleet limiter %r: Redis is back after %.3f s; shared limits apply again",
-                self.spec.name,
-                degraded_for,
-            )
-            self._emit(LimiterRecovered(self.spec.name, degraded_for))
-            self._charge_local_spending()
+        self._answered()
         return reply
+
+    def _answered(self) -> None:
+        """Redis answered: slow calls are forgotten, and a degraded limiter recovers (what
+        it admitted meanwhile charged to the shared state)."""
+        self._slow_calls = 0
+        if self._degraded_since is None:
+            return
+        degraded_for = trio.current_time() - self._degraded_since
+        self._degraded_since = None
+        logger.warning(
+            "fleet limiter %r: Redis is back after %.3f s; shared limits apply again",
+            self.spec.name,
+            degraded_for,
+        )
+        self._emit(LimiterRecovered(self.spec.name, degraded_for))
+        self._charge_local_spending()
 
     def _charge_local_spending(self) -> None:
         """Back from an outage: what the local floor admitted meanwhile is charged to the
@@ -437,16 +473,19 @@ class FleetLimiter:
         self._unsettled[f"spent-locally:{self._next_lease()}"] = changes
         self._wake_give_backs.set()
 
-    async def _give_back(self, request: Any, cost: Cost, lease: str) -> None:
-        """An admission whose caller was cancelled mid-call: wait (within the admission
-        timeout) for its reply and return whatever it reserved."""
+    async def _give_back(self, request: Any, on_reply: _OnLateReply) -> None:
+        """A call whose caller was cancelled mid-call: wait (within the admission
+        timeout) for its reply and hand it over (what it reserved goes back)."""
         try:
             with trio.move_on_after(self.spec.admission_timeout):
-                reply = await request
-                if _admit_reply(reply, 0) and reply[0] == Status.ADMITTED:
-                    await self.withdraw(Permit(cost, lease, shared=True))
+                await on_reply(await request)
         except _UNAVAILABLE_OR_REFUSED:
             pass  # lost with the connection: the lease expires, the reservation refills
+
+    async def _withdraw_granted(self, cost: Cost, lease: str, reply: Any) -> None:
+        """The reply of an admission nobody waits for: a grant is given back."""
+        if _admit_reply(reply, 0) and reply[0] == Status.ADMITTED:
+            await self.withdraw(Permit(cost, lease, shared=True))
 
     def _failed(self, exc: BaseException) -> None:
         """A call failed: counted; degraded when Redis is down, or slow too many times in
@@ -511,8 +550,33 @@ class FleetLimiter:
         larger than one burst raise :class:`AdmissionBusyError` instead, with nothing
         reserved (a chain choosing a route passes this one over).
         """
-        poll = _POLL_FIRST
         waited_from = trio.current_time()
+        # A lease is not spent inside a Retry-After window this process heard of (the
+        # shared ask waits for its end); other processes learn of it at their next refill.
+        if (
+            self._book is not None
+            and deadline > waited_from
+            and self._local_retry_after <= waited_from
+        ):
+            leased = await self._acquire_leased(cost, first_attempt=first_attempt)
+            if isinstance(leased, Permit):
+                return leased
+            if leased is None:
+                return await self._acquire_locally(
+                    cost, deadline, waited_from, within, first_attempt=first_attempt
+                )
+        return await self._acquire_shared(cost, deadline, waited_from, within, first_attempt)
+
+    async def _acquire_shared(
+        self,
+        cost: Cost,
+        deadline: float,
+        waited_from: float,
+        within: float | None,
+        first_attempt: bool,
+    ) -> Permit:
+        """Ask Redis for ``cost`` (one ADMIT per ask) until it is reserved or refused."""
+        poll = _POLL_FIRST
         while True:
             now = trio.current_time()
             room = deadline - now
@@ -524,14 +588,9 @@ class FleetLimiter:
             ahead = RESERVE_AHEAD_S if within is None else max(within, 0.0)
             limit = min(room, ahead)
             lease = self._next_lease() if self.spec.limits.max_in_flight else ""
-            args: list[Any] = [
-                -1 if math.isinf(limit) else math.floor(limit * _US),
-                lease,
-                *(self._admit_first if first_attempt else self._admit_retry),
-            ]
-            for (interval, tau), amount in zip(self._admit_rates, cost.amounts(), strict=True):
-                args += (interval, tau, amount)
-            reply = await self._call(_ADMIT, self._keys_admit, args, abandoned=(cost, lease))
+            args = self._admit_args(cost, limit, lease, first_attempt)
+            given_up = functools.partial(self._withdraw_granted, cost, lease)
+            reply = await self._call(_ADMIT, self._keys_admit, args, abandoned=given_up)
             if reply is None:
                 return await self._acquire_locally(
                     cost, deadline, waited_from, within, first_attempt=first_attempt
@@ -549,24 +608,37 @@ class FleetLimiter:
                 return permit
             if within is not None:
                 raise self._busy(status, value, cost)
-            if status == Status.REFUSED_WAIT:
-                wait = value / _US
-                if trio.current_time() + wait > deadline:
-                    raise self._too_late(wait, deadline)
-                # Ask again within the wait: the room may come sooner (refunds).
-                await trio.sleep(max(wait * (0.5 + 0.5 * self._rng.random()), _POLL_FIRST))
-                continue
             if status == Status.TOO_LARGE:
                 raise self._too_large(cost, value - 1)
-            if status == Status.RETRY_AFTER:
-                window = value / _US
-                delay = window * (1.0 + self.spec.retry_after_jitter * self._rng.random())
-            else:  # IN_FLIGHT_FULL
-                delay = poll * (0.5 + self._rng.random())
+            if status == Status.REFUSED_WAIT and trio.current_time() + value / _US > deadline:
+                raise self._too_late(value / _US, deadline)
+            delay = self._delay(status, value, poll)
+            if status == Status.IN_FLIGHT_FULL:
                 poll = min(poll * 2, _POLL_MAX)
             if trio.current_time() + delay > deadline:
                 raise self._too_late(delay, deadline)
             await trio.sleep(delay)
+
+    def _admit_args(self, cost: Cost, limit: float, lease: str, first_attempt: bool) -> list[Any]:
+        """ADMIT's arguments: reserve ``cost`` for a start within ``limit`` seconds."""
+        args: list[Any] = [
+            -1 if math.isinf(limit) else math.floor(limit * _US),
+            lease,
+            *(self._admit_first if first_attempt else self._admit_retry),
+        ]
+        for (interval, tau), amount in zip(self._admit_rates, cost.amounts(), strict=True):
+            args += (interval, tau, amount)
+        return args
+
+    def _delay(self, status: int, value: int, poll: float) -> float:
+        """How long to wait before asking again after ADMIT's refusal ``status``."""
+        if status == Status.REFUSED_WAIT:
+            # Ask again within the wait: the room may come sooner (refunds).
+            return max(value / _US * (0.5 + 0.5 * self._rng.random()), _POLL_FIRST)
+        if status == Status.RETRY_AFTER:
+            window = value / _US
+            return window * (1.0 + self.spec.retry_after_jitter * self._rng.random())
+        return poll * (0.5 + self._rng.random())  # IN_FLIGHT_FULL
 
     def _busy(self, status: int, value: int, cost: Cost) -> AdmissionBusyError:
         """Why an ask ``within`` a bound found no room (ADMIT's reply), in words."""
@@ -705,6 +777,12 @@ class FleetLimiter:
                 max(actual.input_tokens, held.input_tokens),
                 max(actual.output_tokens, held.output_tokens),
             )
+        if permit.leased:
+            assert self._book is not None
+            if permit.rate_limit is not None:
+                self._book.clamps = self._clamps(permit)  # sent with the next lease call
+            self._book.settle(permit.cost, actual, permit.slot, trio.current_time())
+            return
         if not permit.shared:
             self._local.settle(permit.cost, actual, trio.current_time())
             return
@@ -841,13 +919,11 @@ class FleetLimiter:
 
     async def _give_back_late(self) -> None:
         late, self._late = self._late, []
-        for request, cost, lease in late:
+        for request, on_reply in late:
             if not request.complete:
-                self._late.append((request, cost, lease))  # no reply yet
+                self._late.append((request, on_reply))  # no reply yet
                 continue
-            reply = late_reply(request)
-            if _admit_reply(reply, 0) and reply[0] == Status.ADMITTED:
-                await self.withdraw(Permit(cost, lease, shared=True))
+            await on_reply(late_reply(request))
 
     async def _settle_again(self) -> None:
         for lease, changes in list(self._unsettled.items()):
@@ -862,7 +938,162 @@ class FleetLimiter:
                 return  # still unavailable: all wait for the next round
             del self._unsettled[lease]
 
-    # -- leases --------------------------------------------------------------------------
+    # -- a process's lease (spec.leases) ----------------------------------------------------
+
+    async def _acquire_leased(self, cost: Cost, *, first_attempt: bool) -> Permit | int | None:
+        """Spend ``cost`` from this process's lease, refilled first when short (one round
+        trip for a batch, one refill at a time). None: Redis is unavailable (the failure
+        policy applies); a status: the fleet has no room for a batch now (the request
+        asks as it would without leases, waiting its turn)."""
+        book = self._book
+        assert book is not None
+        await trio.lowlevel.checkpoint()
+        book.waiting += 1
+        try:
+            while not book.covers(cost):
+                on_wire = self._refill_on_wire
+                if on_wire is None:
+                    status = await self._refill_once(cost)
+                else:  # everyone waits for the refill on the wire, and wakes at once
+                    await on_wire.wait()
+                    status = self._refill_status
+                if status != Status.ADMITTED:
+                    return status
+        finally:
+            book.waiting -= 1
+        slot = book.take(cost)
+        if first_attempt:
+            book.first_attempts += 1
+            self.record_local_request()
+        self._stats["admitted"] += 1
+        return Permit(cost, "", shared=True, leased=True, slot=slot)
+
+    async def _refill_once(self, cost: Cost) -> int | None:
+        """Refill the lease for ``cost``; the requests arriving meanwhile wait for it and
+        read its status (a refiller cancelled midway leaves them to look again)."""
+        book = self._book
+        assert book is not None
+        self._refill_on_wire = done = trio.Event()
+        self._refill_status = Status.ADMITTED
+        try:
+            async with self._refilling:  # not while the rest is being given back
+                if not book.covers(cost):
+                    self._refill_status = await self._refill(cost)
+        finally:
+            self._refill_on_wire = None
+            done.set()
+        return self._refill_status
+
+    async def _refill(self, cost: Cost) -> int | None:
+        """Take a batch: what this process's rate wants, at least what ``cost`` lacks."""
+        book = self._book
+        assert book is not None
+        now = trio.current_time()
+        prefix = self._next_lease()
+        given_up = functools.partial(self._lease_late, prefix)
+        wanted = (book.want(cost, now), book.need(cost), *book.slots_wanted())
+        reply = await self._lease_call(*wanted, prefix=prefix, abandoned=given_up)
+        if reply is None:
+            return None
+        status = int(reply[0])
+        if status == Status.ADMITTED:
+            self._lease_granted(reply, prefix)
+        else:
+            # The fleet is out of room: what this process holds idle goes back now.
+            book.expires = min(book.expires, now)
+            book.wake.set()
+        return status
+
+    async def _lease_call(
+        self,
+        want: Sequence[int],
+        need: Sequence[int],
+        slots: int,
+        slots_needed: int,
+        *,
+        prefix: str,
+        abandoned: _OnLateReply | None,
+    ) -> Any:
+        """One LEASE round trip: the pending give-back, the retry-budget deposits and the
+        last header clamp go with the batch asked for."""
+        book = self._book
+        assert book is not None
+        back, budget = book.pending, self.spec.retry_budget
+        first_attempts, clamps = book.first_attempts, book.clamps or ["x"] * len(DIMENSIONS)
+        book.first_attempts, book.clamps = 0, None
+        args: list[Any] = [
+            self._lease_ttl_us,
+            self.spec.limits.max_in_flight or 0,
+            prefix,
+            slots,
+            slots_needed,
+            repr(first_attempts * budget.ratio) if budget else 0,
+            budget.max_tokens if budget else 0,
+            repr(book.policy.share),
+            "1" if back else "0",
+        ]
+        for index, (interval, tau) in enumerate(self._admit_rates):
+            given = back.units[index] if back else 0
+            args += (interval, tau, want[index], need[index], given, clamps[index])
+        keys = [*self._keys_admit, self._returned_prefix + (back.ident if back else "-")]
+        reply = await self._call(_LEASE, keys, [*args, *(back.slots if back else ())], abandoned)
+        if reply is None:
+            book.first_attempts += first_attempts
+        elif back is not None and book.pending is back:
+            book.pending = None
+            self._leases.difference_update(back.slots)
+        return reply
+
+    def _lease_granted(self, reply: Any, prefix: str) -> None:
+        assert self._book is not None
+        slots = [f"{prefix}:{j}" for j in range(1, int(reply[3]) + 1)]
+        self._leases.update(slots)
+        self._book.granted([int(units) for units in reply[4:8]], slots, trio.current_time())
+        self._stats["lease_refills"] += 1
+
+    async def _lease_late(self, prefix: str, reply: Any) -> None:
+        """The reply of a lease call nobody waits for: a batch it granted joins the
+        lease (it is charged; unused, it goes back with the rest)."""
+        if _lease_reply(reply, 0) and reply[0] == Status.ADMITTED:
+            self._lease_granted(reply, prefix)
+
+    async def _give_back_rest(self) -> None:
+        """Give back what the lease holds idle (units, owed usage, slots), once."""
+        book = self._book
+        assert book is not None
+        async with self._refilling:
+            if book.give_back(self._next_lease()) is None:
+                return
+            reply = await self._lease_call(
+                [0] * len(DIMENSIONS), [0] * len(DIMENSIONS), 0, 0, prefix="", abandoned=None
+            )
+            if reply is None:  # sent again (same id: applied once) after a timeout
+                now = trio.current_time()
+                book.expires = min(book.expires, now + self.spec.admission_timeout)
+
+    async def run_lease_returns(self) -> None:
+        """Forever (run it in a nursery): give back the lease's rest ``hold`` seconds
+        after its last refill (see :class:`LeasePolicy`)."""
+        book = self._book
+        if book is None:
+            return
+        while True:
+            if math.isinf(book.expires):
+                await book.wake.wait()
+                book.wake = trio.Event()
+                continue
+            await trio.sleep_until(book.expires)
+            if trio.current_time() >= book.expires:
+                await self._give_back_rest()
+
+    async def close_lease(self) -> None:
+        """Give back the lease's rest now (shielded, within one admission timeout)."""
+        if self._book is None:
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(self.spec.admission_timeout):
+            await self._give_back_rest()
+
+    # -- in-flight leases ------------------------------------------------------------------
 
     async def renew_leases(self) -> None:
         """Extend this process's in-flight leases by ``lease_ttl`` (one round trip)."""
@@ -940,6 +1171,7 @@ async def open_limiters(
         for limiter in limiters:
             nursery.start_soon(limiter.run_renewals)
             nursery.start_soon(limiter.run_give_backs)
+            nursery.start_soon(limiter.run_lease_returns)
         try:
             yield limiters
         except BaseException as exc:
@@ -947,6 +1179,8 @@ async def open_limiters(
             # wrapped in an ExceptionGroup (a Cancelled still surfaces inside its scope).
             body_error = exc
         finally:
+            for limiter in limiters:
+                await limiter.close_lease()
             nursery.cancel_scope.cancel()
     if body_error is not None:
         raise body_error

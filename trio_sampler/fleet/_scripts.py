@@ -16,11 +16,12 @@ Key layout for a limiter ``name`` (the hash tag keeps them in one cluster slot):
     trio_sampler:{name}:retry_after   shared "do not retry before" time
     trio_sampler:{name}:retry_budget  retry tokens left
     trio_sampler:{name}:gcra:<dim>    TAT per rate dimension
+    trio_sampler:{name}:returned:<id> a lease's rest was given back (for a day)
 """
 
 from __future__ import annotations
 
-__all__ = ["ADMIT", "NOTE_RETRY_AFTER", "RENEW", "SETTLE", "SPEND_RETRY", "Status"]
+__all__ = ["ADMIT", "LEASE", "NOTE_RETRY_AFTER", "RENEW", "SETTLE", "SPEND_RETRY", "Status"]
 
 
 class Status:
@@ -178,4 +179,107 @@ if until_ > current then
   return until_ - now
 end
 return current - now
+"""
+
+# A process's lease: give back the rest of its last one, then take a batch of units per
+# dimension and of in-flight slots, to spend locally without a round trip each.
+# KEYS: inflight, retry_after, retry_budget, gcra x4, the give-back's marker.
+# ARGV: [1] lease ttl, [2] max in flight (0: none), [3] slot id prefix, [4] slots wanted,
+#       [5] slots needed (0 or 1), [6] retry-budget deposit, [7] budget capacity,
+#       [8] the largest share of the room left one batch takes, [9] '1': give back (once:
+#       the marker key makes a give-back sent twice count once),
+#       then per dimension (6 each, from 10): interval (0: unlimited), tau, units wanted,
+#       units needed (all or nothing), units given back (< 0: used beyond the last
+#       lease, charged), header clamp ('x': none, see SETTLE);
+#       then the slots given back (lease ids).
+# Returns {status, value, now, slots granted, units granted x4}: status as ADMIT's
+# (ADMITTED: granted; else nothing granted, the give-back applied all the same).
+LEASE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local function write(i, tat)
+  if tat > now then
+    redis.call('SET', KEYS[3 + i], string.format('%.0f', tat),
+               'PX', math.ceil((tat - now) / 1000) + 1)
+  else
+    redis.call('DEL', KEYS[3 + i])
+  end
+end
+if ARGV[9] == '1' and redis.call('SET', KEYS[8], '1', 'NX', 'EX', 86400) then
+  for i = 1, 4 do
+    local base = 10 + (i - 1) * 6
+    local interval = tonumber(ARGV[base])
+    local back = tonumber(ARGV[base + 4])
+    if interval > 0 and back ~= 0 then
+      local tat = tonumber(redis.call('GET', KEYS[3 + i]) or '0')
+      if back < 0 and tat < now then tat = now end
+      write(i, tat - back * interval)
+    end
+  end
+  for j = 34, #ARGV do redis.call('ZREM', KEYS[1], ARGV[j]) end
+end
+local deposit = tonumber(ARGV[6])
+if deposit > 0 then
+  local capacity = tonumber(ARGV[7])
+  local tokens = tonumber(redis.call('GET', KEYS[3]) or ARGV[7])
+  tokens = math.min(capacity, tokens + deposit)
+  redis.call('SET', KEYS[3], string.format('%.6f', tokens), 'EX', 86400)
+end
+local tats = {}
+local wait = 0
+for i = 1, 4 do
+  local base = 10 + (i - 1) * 6
+  local interval = tonumber(ARGV[base])
+  if interval > 0 then
+    local tau = tonumber(ARGV[base + 1])
+    local tat = tonumber(redis.call('GET', KEYS[3 + i]) or '0')
+    local floor = ARGV[base + 5]
+    if floor ~= 'x' and now + tonumber(floor) > tat then
+      tat = now + tonumber(floor)
+      write(i, tat)
+    end
+    if tat < now then tat = now end
+    local need = tonumber(ARGV[base + 3])
+    if need * interval > tau then
+      return {4, i, now, 0, 0, 0, 0, 0}
+    end
+    local w = tat + need * interval - tau - now
+    if w > wait then wait = w end
+    tats[i] = tat
+  end
+end
+local until_ = tonumber(redis.call('GET', KEYS[2]) or '0')
+if until_ > now then
+  return {3, until_ - now, now, 0, 0, 0, 0, 0}
+end
+if wait > 0 then
+  return {0, wait, now, 0, 0, 0, 0, 0}
+end
+local slots = 0
+local max_in_flight = tonumber(ARGV[2])
+if max_in_flight > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  slots = math.min(tonumber(ARGV[4]), max_in_flight - redis.call('ZCARD', KEYS[1]))
+  if slots < 0 then slots = 0 end
+  if slots < tonumber(ARGV[5]) then
+    return {2, 0, now, 0, 0, 0, 0, 0}
+  end
+  local ttl = tonumber(ARGV[1])
+  for j = 1, slots do
+    redis.call('ZADD', KEYS[1], string.format('%.0f', now + ttl), ARGV[3] .. ':' .. j)
+  end
+  redis.call('PEXPIRE', KEYS[1], math.ceil(ttl / 1000) * 2)
+end
+local reply = {1, 0, now, slots, 0, 0, 0, 0}
+local share = tonumber(ARGV[8])
+for i, tat in pairs(tats) do
+  local base = 10 + (i - 1) * 6
+  local interval = tonumber(ARGV[base])
+  local room = math.floor((tonumber(ARGV[base + 1]) - (tat - now)) / interval)
+  local need = tonumber(ARGV[base + 3])
+  local units = math.min(tonumber(ARGV[base + 2]), math.max(need, math.floor(room * share)))
+  if units > 0 then write(i, tat + units * interval) end
+  reply[4 + i] = units
+end
+return reply
 """

@@ -7,7 +7,14 @@ import math
 
 import attrs
 
-__all__ = ["Cost", "FailurePolicy", "FleetLimits", "LimiterSpec", "RetryBudgetSpec"]
+__all__ = [
+    "Cost",
+    "FailurePolicy",
+    "FleetLimits",
+    "LeasePolicy",
+    "LimiterSpec",
+    "RetryBudgetSpec",
+]
 
 #: The rate dimensions, in the order the Lua scripts receive them.
 DIMENSIONS = ("requests", "input_tokens", "output_tokens", "tokens")
@@ -162,6 +169,45 @@ class RetryBudgetSpec:
             raise ValueError(f"RetryBudgetSpec.max_tokens must be >= 1; got {self.max_tokens}")
 
 
+@attrs.frozen
+class LeasePolicy:
+    """Leases: a process takes a batch of each limit from Redis and spends it locally.
+
+    A lease is charged to the shared state when it is taken, so the fleet's limits hold
+    exactly; the process then admits from it without a round trip, and gives back what it
+    did not use ``hold`` seconds after its last refill (or when it closes).
+
+    * ``horizon``: a batch is what this process spent in the last ``horizon`` seconds
+      (its rate, smoothed, times ``horizon``), at least one request's cost.
+    * ``hold``: unused units go back this long after the last refill (the most a unit
+      waits idle in one process; also the most a unit is spent after it was charged).
+    * ``share``: one batch takes at most this share of the room left in the fleet's
+      bucket (at least what the request at hand needs), so near the end of a window the
+      last units are not held by one process.
+    * ``max_requests``: the most requests one batch holds.
+    * ``max_slots``: the most idle in-flight slots one process keeps; a process never
+      holds more slots than it has requests running or waiting.
+    """
+
+    horizon: float = 0.05
+    hold: float = 0.25
+    share: float = 0.25
+    max_requests: int = 1000
+    max_slots: int = 64
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("horizon", "hold"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not (math.isfinite(value) and value > 0):
+                raise ValueError(f"LeasePolicy.{name} must be a positive number; got {value!r}")
+        if not isinstance(self.share, int | float) or not 0 < self.share <= 1:
+            raise ValueError(f"LeasePolicy.share is a share in (0, 1]; got {self.share!r}")
+        for name in ("max_requests", "max_slots"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"LeasePolicy.{name} must be an int >= 1; got {value!r}")
+
+
 def _policy(value: FailurePolicy | str) -> FailurePolicy:
     try:
         return FailurePolicy(value)
@@ -192,6 +238,8 @@ class LimiterSpec:
       to this share of the window longer, at random, so the fleet does not return at once.
     * ``chars_per_token``: the prompt estimate at admission is the request body's length
       divided by this (over-estimates are corrected when the usage is known).
+    * ``leases``: a :class:`LeasePolicy` to admit from batches held locally (one round
+      trip per batch, not per request), or ``None`` (the default): one round trip each.
     * ``refund_unused``: give back what a request reserved and did not use (True, as
       Anthropic does for output tokens). Set False for a provider that charges
       ``max_tokens`` up front and keeps it; usage above the reservation is charged either way.
@@ -209,6 +257,7 @@ class LimiterSpec:
     refund_unused: bool = True
     #: While degraded, Redis is tried again at most this often (seconds).
     probe_interval: float = 1.0
+    leases: LeasePolicy | None = None
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or any(c in self.name for c in "{}"):
@@ -232,6 +281,8 @@ class LimiterSpec:
             value = getattr(self, name)
             if not isinstance(value, int | float) or not (math.isfinite(value) and value > 0):
                 raise ValueError(f"LimiterSpec.{name} must be a positive number; got {value!r}")
+        if self.leases is not None and not isinstance(self.leases, LeasePolicy):
+            raise TypeError("LimiterSpec.leases must be a LeasePolicy or None")
         if not 0 <= self.retry_after_jitter <= 1:
             jitter = self.retry_after_jitter
             raise ValueError(f"LimiterSpec.retry_after_jitter is a share in [0, 1]; got {jitter}")

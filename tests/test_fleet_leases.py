@@ -1,0 +1,386 @@
+"""Leases: a process takes a batch of each limit from Redis and spends it locally.
+
+The book (what a process holds) is tested under the mock clock; the LEASE script and
+the limiter against the private redis-server of the session (windows long enough that
+the refill during a test is under one unit, so the counts are exact)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import trio
+import trio.testing
+from redis_proxy import running_proxy
+
+from benchmarks.redis_server import RedisServer
+from trio_sampler import ConversationRequest, SamplerConfig, User
+from trio_sampler.actor import open_sampler
+from trio_sampler.emulator import EmulatorApp, PromptCache, RateLimits
+from trio_sampler.fleet import (
+    AdmissionRefusedError,
+    Cost,
+    FailurePolicy,
+    FleetAdmission,
+    FleetLimits,
+    LeasePolicy,
+    LimiterSpec,
+    RetryBudgetSpec,
+    open_limiter,
+)
+from trio_sampler.fleet._lease import LeaseBook
+from trio_sampler.testing import EmulatorTransport
+from trio_sampler.types import Completed, SamplingErrorKind
+
+HOUR = 3600.0
+
+
+def _spec(limits: FleetLimits, policy: LeasePolicy | None = None, **kw: object) -> LimiterSpec:
+    kw.setdefault("on_failure", FailurePolicy.FAIL_CLOSED)
+    kw.setdefault("admission_timeout", 2.0)
+    return LimiterSpec(
+        f"leases-{uuid.uuid4().hex[:12]}",
+        limits,
+        leases=policy or LeasePolicy(),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+async def _drain(limiter: object, cost: Cost | None = None, within: float = 0.02) -> int:
+    """Admit ``cost`` until the limiter refuses; how many it admitted."""
+    from trio_sampler.fleet import FleetLimiter
+
+    assert isinstance(limiter, FleetLimiter)
+    admitted = 0
+    while True:
+        try:
+            await limiter.acquire(cost or Cost(), deadline=trio.current_time() + within)
+        except AdmissionRefusedError:
+            return admitted
+        admitted += 1
+
+
+# -- configuration ------------------------------------------------------------------------
+
+
+def test_lease_policy_is_checked() -> None:
+    with pytest.raises(ValueError, match=r"LeasePolicy.share is a share in \(0, 1\]"):
+        LeasePolicy(share=0)
+    with pytest.raises(ValueError, match=r"LeasePolicy\.hold must be a positive number"):
+        LeasePolicy(hold=-1)
+    with pytest.raises(ValueError, match=r"LeasePolicy\.max_slots must be an int >= 1"):
+        LeasePolicy(max_slots=0)
+    with pytest.raises(TypeError, match=r"LimiterSpec\.leases must be a LeasePolicy"):
+        LimiterSpec("acct", FleetLimits(requests_per_minute=1), on_failure="fail_closed", leases=5)  # type: ignore[arg-type]
+
+
+# -- the book, under the mock clock --------------------------------------------------------
+
+
+def _book(policy: LeasePolicy | None = None, slots: bool = False) -> LeaseBook:
+    # requests and tokens limited; input and output tokens not
+    return LeaseBook(policy or LeasePolicy(horizon=0.1), [1.0, 0.0, 0.0, 1.0], slots)
+
+
+async def test_the_batch_follows_the_rate(autojump_clock: trio.testing.MockClock) -> None:
+    book = _book()
+    cost = Cost(1, 100, 50)
+    assert book.want(cost, trio.current_time()) == [1, 0, 0, 150]  # no rate yet: one request
+    book.granted([1, 0, 0, 150], [], trio.current_time())
+    for _ in range(10):  # 100 requests a second
+        await trio.sleep(0.01)
+        assert book.covers(cost)
+        book.take(cost)
+        book.granted([1, 0, 0, 150], [], trio.current_time())
+    want = book.want(cost, trio.current_time())
+    assert 4 <= want[0] <= 10  # smoothed towards 100/s x 0.1 s
+    # Quiet for a while: the batch shrinks back.
+    await trio.sleep(1.0)
+    assert book.want(cost, trio.current_time())[0] < want[0]
+    capped = _book(LeasePolicy(horizon=10.0, max_requests=3))
+    capped.want(Cost(1, 0, 0), 0.0)  # a refill: the rate is measured from here
+    capped.granted([1000, 0, 0, 1000], [], 0.0)
+    for _ in range(1000):
+        capped.take(Cost(1, 0, 0))
+    assert capped.want(Cost(1, 0, 0), 0.5)[0] == 3
+
+
+async def test_a_request_needs_all_it_lacks(autojump_clock: trio.testing.MockClock) -> None:
+    book = _book()
+    book.granted([2, 0, 0, 100], [], 0.0)
+    assert not book.covers(Cost(1, 80, 40))
+    assert book.need(Cost(1, 80, 40)) == [0, 0, 0, 20]
+    assert book.covers(Cost(1, 60, 40))
+
+
+async def test_settling_refunds_into_the_book_and_owes_overuse(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    book = _book(slots=True)
+    book.granted([2, 0, 0, 300], ["slot:1"], 0.0)
+    reserved = Cost(1, 100, 100)
+    slot = book.take(reserved)
+    assert slot == "slot:1" and not book.covers(reserved)  # its slot is in use
+    book.settle(reserved, Cost(1, 100, 20), slot, 0.0)
+    assert book.balance == [1, 0, 0, 180] and book.free_slots == ["slot:1"]
+    book.take(reserved)
+    book.settle(reserved, Cost(1, 100, 250), "slot:1", 0.0)  # used more than reserved
+    assert book.balance[3] == 180 - 350  # reserved 200, used 350
+    book.take(Cost(0, 0, 0))
+    back = book.give_back("id-1")
+    assert back is not None and back.units == [0, 0, 0, -170]  # owed: charged on give-back
+    assert book.give_back("id-2") is back  # pending until Redis confirms, same id
+
+
+async def test_slots_asked_for_are_the_requests_waiting(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    book = _book(LeasePolicy(max_slots=4), slots=True)
+    book.waiting = 1
+    assert book.slots_wanted() == (1, 1)
+    book.waiting = 10
+    assert book.slots_wanted() == (4, 1)
+    book.granted([0, 0, 0, 0], ["a", "b"], 0.0)
+    book.waiting = 3
+    assert book.slots_wanted() == (1, 0)
+
+
+# -- against Redis -------------------------------------------------------------------------
+
+
+async def test_admissions_spend_the_lease_without_a_round_trip_each(
+    redis_server: RedisServer,
+) -> None:
+    spec = _spec(FleetLimits(requests_per_minute=1e6, tokens_per_minute=1e9, max_in_flight=100))
+    async with open_limiter(spec, redis_server.url) as limiter:
+
+        async def task() -> None:
+            for _ in range(200):
+                permit = await limiter.acquire(Cost(1, 100, 50))
+                await limiter.release(permit, Cost(1, 100, 10))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(10):
+                nursery.start_soon(task)
+        stats = limiter.statistics()
+        assert stats.admitted == 2000
+        assert stats.lease_refills < 200  # batches, not one call per admission
+        assert stats.leases <= 10  # slots held: no more than the tasks running
+
+
+async def test_the_fleet_limit_is_exact_across_processes(redis_server: RedisServer) -> None:
+    spec = _spec(FleetLimits(requests_per_minute=100, window_s=HOUR))
+    async with (
+        open_limiter(spec, redis_server.url) as first,
+        open_limiter(spec, redis_server.url) as second,
+    ):
+        admitted = [0, 0]
+        for turn in range(400):
+            try:
+                await (first, second)[turn % 2].acquire(Cost(), deadline=trio.current_time() + 0.02)
+            except AdmissionRefusedError:
+                continue
+            admitted[turn % 2] += 1
+        assert sum(admitted) == 100  # not one more, not one less
+        assert min(admitted) >= 25
+
+
+async def test_one_batch_takes_at_most_a_share_of_the_room(redis_server: RedisServer) -> None:
+    policy = LeasePolicy(share=0.25, horizon=60.0, hold=60.0, max_requests=10_000)
+    spec = _spec(FleetLimits(requests_per_minute=1000, window_s=HOUR), policy)
+    async with (
+        open_limiter(spec, redis_server.url) as greedy,
+        open_limiter(spec, redis_server.url) as other,
+    ):
+        for _ in range(50):  # a high rate: it wants far more than the room
+            await greedy.acquire(Cost())
+        assert greedy._book is not None
+        assert greedy._book.balance[0] <= 0.25 * 1000
+        # The other process still finds the rest: 1000 - 50 admitted - what greedy holds.
+        held = greedy._book.balance[0]
+        assert await _drain(other) == 1000 - 50 - held
+
+
+async def test_the_rest_goes_back_on_close_and_after_hold(redis_server: RedisServer) -> None:
+    # A window of 100 hours: under 0.1 token refills while the test runs.
+    limits = FleetLimits(requests_per_minute=100, tokens_per_minute=10_000, window_s=100 * HOUR)
+    spec = _spec(limits, LeasePolicy(hold=0.2, horizon=60.0))
+    # Usage reconciled in the book: 10 requests of 100 + 400 reserved, using 100 + 50.
+    async with open_limiter(spec, redis_server.url) as limiter:
+        for _ in range(10):
+            permit = await limiter.acquire(Cost(1, 100, 400))
+            await limiter.release(permit, Cost(1, 100, 50))
+        assert limiter._book is not None and limiter._book.balance[0] > 0
+        await trio.sleep(0.4)  # past hold: the rest went back
+        assert limiter._book.balance == [0, 0, 0, 0]
+        for _ in range(5):  # and on close
+            await limiter.acquire(Cost(1, 100, 400))
+    without = LimiterSpec(spec.name, limits, on_failure=FailurePolicy.FAIL_CLOSED)
+    async with open_limiter(without, redis_server.url) as plain:
+        # 15 requests and 10 x 150 + 5 x 500 tokens were charged; the rest is there.
+        assert await _drain(plain, Cost(1, 0, 0)) == 100 - 15
+    async with open_limiter(without, redis_server.url) as plain:
+        refused = await _drain(plain, Cost(0, 0, 10_000 - 4000 + 1))
+        assert refused == 0
+        assert await _drain(plain, Cost(0, 0, 10_000 - 4000)) == 1
+
+
+async def test_in_flight_slots_are_not_held_beyond_use(redis_server: RedisServer) -> None:
+    spec = _spec(FleetLimits(max_in_flight=10), LeasePolicy(hold=0.2))
+    async with (
+        open_limiter(spec, redis_server.url) as first,
+        open_limiter(spec, redis_server.url) as second,
+    ):
+        held = [await first.acquire(Cost()) for _ in range(3)]
+        assert first.statistics().leases == 3
+        others = [
+            await second.acquire(Cost(), deadline=trio.current_time() + 0.5) for _ in range(7)
+        ]
+        with pytest.raises(AdmissionRefusedError):
+            await second.acquire(Cost(), deadline=trio.current_time() + 0.05)
+        for permit in held:
+            await first.release(permit, None)
+        # Idle in the first process's book for at most ``hold``, then back to the fleet.
+        await second.acquire(Cost(), deadline=trio.current_time() + 1.0)
+        assert first.statistics().leases == 0
+        del others
+
+
+async def test_a_dead_process_lease_expires(redis_server: RedisServer) -> None:
+    spec = _spec(FleetLimits(max_in_flight=2), lease_ttl=0.3)
+    async with open_limiter(spec, redis_server.url) as survivor:
+        async with open_limiter(spec, redis_server.url) as doomed:
+            await doomed.acquire(Cost())
+            await doomed.acquire(Cost())
+            doomed._leases.clear()  # what dying amounts to: nobody renews or gives back
+            assert doomed._book is not None
+            doomed._book.free_slots.clear()
+        start = trio.current_time()
+        await survivor.acquire(Cost(), deadline=start + 2.0)
+        assert 0.15 < trio.current_time() - start < 1.0
+
+
+async def test_a_give_back_sent_twice_counts_once(redis_server: RedisServer) -> None:
+    spec = _spec(FleetLimits(requests_per_minute=100, window_s=HOUR), LeasePolicy(horizon=60.0))
+    async with open_limiter(spec, redis_server.url) as limiter:
+        for _ in range(20):
+            await limiter.acquire(Cost())
+        book = limiter._book
+        assert book is not None
+        back = book.give_back("twice")
+        assert back is not None and back.units[0] > 0
+        for _ in range(2):  # the first reply lost: sent again with the same id
+            book.pending = back
+            await limiter._lease_call([0] * 4, [0] * 4, 0, 0, prefix="", abandoned=None)
+    without = LimiterSpec(spec.name, spec.limits, on_failure=FailurePolicy.FAIL_CLOSED)
+    async with open_limiter(without, redis_server.url) as plain:
+        assert await _drain(plain) == 100 - 20
+
+
+async def test_redis_down_applies_the_policy_when_the_lease_runs_out(
+    redis_server: RedisServer,
+) -> None:
+    spec = _spec(
+        FleetLimits(requests_per_minute=1000, window_s=HOUR),
+        LeasePolicy(horizon=60.0, hold=60.0),
+        admission_timeout=0.2,
+        probe_interval=0.1,
+        retry_budget=RetryBudgetSpec(ratio=0.5, max_tokens=2),
+    )
+    async with (
+        running_proxy(str(redis_server.socket_path)) as proxy,
+        open_limiter(spec, proxy.url) as limiter,
+    ):
+        for _ in range(20):
+            await limiter.acquire(Cost())
+        assert limiter._book is not None
+        held = limiter._book.balance[0]
+        assert held > 0
+        proxy.cut()
+        # What the lease holds was charged: spent without Redis, exactly.
+        for _ in range(held):
+            await limiter.acquire(Cost())
+        with (
+            trio.fail_after(spec.admission_timeout + 0.5),
+            pytest.raises(AdmissionRefusedError) as refused,
+        ):
+            await limiter.acquire(Cost())
+        assert refused.value.info.kind is SamplingErrorKind.FLEET_UNAVAILABLE
+        assert limiter.statistics().redis_failures >= 1
+        proxy.heal()
+        await trio.sleep(spec.probe_interval)
+        await limiter.acquire(Cost(), deadline=trio.current_time() + 2.0)
+        assert not limiter.degraded
+
+
+async def test_a_shared_retry_after_is_not_spent_through(redis_server: RedisServer) -> None:
+    spec = _spec(FleetLimits(requests_per_minute=1000, window_s=HOUR), LeasePolicy(hold=60.0))
+    async with open_limiter(spec, redis_server.url) as limiter:
+        for _ in range(5):
+            await limiter.acquire(Cost())
+        assert limiter._book is not None and limiter._book.balance[0] > 0
+        await limiter.note_retry_after(0.3)
+        start = trio.current_time()
+        await limiter.acquire(Cost())
+        assert trio.current_time() - start >= 0.29  # waited for the window's end
+
+
+async def test_the_sampler_with_leases_keeps_the_emulator_within_its_limits(
+    redis_server: RedisServer,
+) -> None:
+    # 20 requests and 4000 tokens per (scaled) 1 s window at the emulator; the fleet at 95 %.
+    app = EmulatorApp(
+        cache=PromptCache(),
+        rate_limits=RateLimits(requests_per_minute=20, tokens_per_minute=4000, window_s=1.0),
+    )
+    limits = FleetLimits(requests_per_minute=19, tokens_per_minute=3800, window_s=1.0)
+    spec = _spec(limits)
+    config = SamplerConfig(base_url="http://emulator.test/v1", model="emulator-1", api_key="k")
+    request = ConversationRequest(items=[User("hello")], max_output_tokens=50)
+    terminals: list[object] = []
+    start = trio.current_time()
+    async with (
+        EmulatorTransport(app) as transport,
+        open_sampler(
+            config, transport=transport, admission=FleetAdmission(redis_server.url, spec)
+        ) as sampler,
+    ):
+
+        async def one() -> None:
+            stream = await sampler.submit(request)
+            terminals.append([event async for event in stream][-1])
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(30):
+                nursery.start_soon(one)
+    assert all(isinstance(t, Completed) for t in terminals), terminals
+    assert app.rate_limits is not None and app.rate_limits.refusals == {}
+    assert trio.current_time() - start > 0.55  # 19 at once, then 11 more at 19 per second
+
+
+async def test_a_batch_granted_after_its_call_timed_out_goes_back(
+    redis_server: RedisServer,
+) -> None:
+    spec = _spec(
+        FleetLimits(requests_per_minute=100, window_s=HOUR),
+        LeasePolicy(hold=0.3),
+        admission_timeout=0.2,
+    )
+    async with (
+        running_proxy(str(redis_server.socket_path)) as proxy,
+        open_limiter(spec, proxy.url) as limiter,
+    ):
+        proxy.delay = 0.4  # the reply comes after the call gave up
+        with pytest.raises(AdmissionRefusedError):
+            await limiter.acquire(Cost())
+        proxy.delay = 0.0
+        assert limiter._book is not None
+        held = []
+        for _ in range(80):  # the late grant joins the lease, and goes back after hold
+            held.append(limiter._book.balance[0])
+            await trio.sleep(0.025)
+        assert max(held) > 0 and held[-1] == 0
+        assert held.index(max(held)) < held.index(0, held.index(max(held)))
+    without = LimiterSpec(spec.name, spec.limits, on_failure=FailurePolicy.FAIL_CLOSED)
+    async with open_limiter(without, redis_server.url) as plain:
+        assert await _drain(plain) == 100
