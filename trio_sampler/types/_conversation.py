@@ -164,7 +164,7 @@ def _tuple(value: Sequence[Any] | None) -> tuple[Any, ...]:
 class TextPart:
     """A run of text inside a user message or tool result."""
 
-    text: str
+    text: str = attrs.field(validator=_checks.text("TextPart.text"))
 
 
 @attrs.frozen
@@ -185,6 +185,7 @@ ContentPart: TypeAlias = TextPart | ImagePart
 
 def _parts(value: str | Sequence[ContentPart]) -> tuple[ContentPart, ...]:
     if isinstance(value, str):
+        _checks.check_text("User content", value)
         return (TextPart(value),)
     if isinstance(value, Mapping) or not isinstance(value, Sequence):
         raise TypeError(
@@ -219,6 +220,7 @@ class System:
                 f'System content is a str, e.g. System("be brief"); got a '
                 f"{type(self.content).__name__}"
             )
+        _checks.check_text("System content", self.content)
 
 
 @attrs.frozen
