@@ -23,6 +23,7 @@ from trio_sampler.emulator import EmulatorApp
 from trio_sampler.testing import EmulatorTransport
 from trio_sampler.types import (
     Assistant,
+    ConversationItem,
     ConversationRequest,
     ImagePart,
     ResponseSchema,
@@ -226,7 +227,7 @@ async def test_a_lone_surrogate_in_a_replayed_turn_is_an_invalid_request_naming_
     """Text a caller hands back as a model's turn is the model's to write: it is checked
     when the request is built, still as the caller's error, naming where it was."""
     config = SamplerConfig(base_url="http://emulator/v1", model="m")
-    items = [User("hi"), Assistant(LONE), User("and?")]
+    items: list[ConversationItem] = [User("hi"), Assistant(LONE), User("and?")]
     async with (
         EmulatorTransport(EmulatorApp()) as transport,
         open_sampler(config, transport=transport) as sampler,
