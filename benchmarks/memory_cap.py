@@ -1,15 +1,17 @@
 """Hostile endless streams against one sampler's memory cap: how far does the process grow?
 
-Each case runs in a fresh interpreter: a loopback server that answers every request with
-a stream that never ends, and a sampler running ``--streams`` requests at once under
-``max_buffered_response_bytes=--cap``. The cases:
+Each case runs in two fresh interpreters: a loopback server that answers every request
+with a stream that never ends, and a sampler running ``--streams`` requests at once under
+``max_buffered_response_bytes=--cap`` (its process alone is measured: the server's own
+buffers are not the sampler's). The cases:
 
 * ``endless-event``: one SSE event that never ends (it grows in each stream's SSE
   decoder, up to ``max_sse_event_bytes``);
 * ``endless-text``: text deltas without end (they grow in each stream's fold).
 
 Reported: the growth of the process's peak resident set (``VmHWM``, reset before the
-streams start) over the cap, and how the streams ended. Loopback only, bounded in time
+streams start) over the cap, how the streams ended, and the machine's load average at
+the end (the runs share the machine). Loopback only, bounded in time
 (each stream ends when the cap or a per-stream bound stops it). Prints a table and writes
 ``benchmarks/results/memory_cap.json``.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,24 +34,15 @@ from benchmarks.common import write_results
 
 _MIB = 1024 * 1024
 
-CHILD = r"""
-import functools, json, sys
+SERVER = r"""
+import functools, sys
 import orjson, trio
-from trio_sampler.actor import open_sampler
-from trio_sampler.config import RetryPolicy, SamplerConfig, Timeouts
-from trio_sampler.types import ConversationRequest, Failed, User
 
-case, streams, cap = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-
-def status(field):
-    with open("/proc/self/status") as lines:
-        for line in lines:
-            if line.startswith(field):
-                return int(line.split()[1]) * 1024
-
+case = sys.argv[1]
 TEXT = b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": {"content": "x" * 4096}}]})
 TEXT += b"\n\n"
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+PIECE = b"x" * 65536 if case == "endless-event" else TEXT * 16
 
 async def handler(stream):
     try:
@@ -58,11 +52,8 @@ async def handler(stream):
         await stream.send_all(HEAD)
         if case == "endless-event":
             await stream.send_all(b"data: ")
-            piece = b"x" * 65536
-        else:
-            piece = TEXT * 16
         while True:
-            await stream.send_all(piece)
+            await stream.send_all(PIECE)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
     finally:
@@ -72,40 +63,66 @@ async def main():
     async with trio.open_nursery() as nursery:
         serving = functools.partial(trio.serve_tcp, handler, 0, host="127.0.0.1")
         listeners = await nursery.start(serving)
-        port = listeners[0].socket.getsockname()[1]
-        config = SamplerConfig(
-            base_url=f"http://127.0.0.1:{port}/v1", model="m", api_key="sk-memory-bench-0000",
-            timeouts=Timeouts(first_token=120, idle=120), retry=RetryPolicy(max_retries=0),
-        )
-        request = ConversationRequest(items=[User("hi")])
-        codes = []
-        async with open_sampler(config, max_buffered_response_bytes=cap) as sampler:
-            async def one():
-                stream = await sampler.submit(request)
-                async for event in stream:
-                    if isinstance(event, Failed):
-                        codes.append(event.error.error_code or event.error.kind.value)
-            with open("/proc/self/clear_refs", "w") as clear:
-                clear.write("5")  # VmHWM from the current resident set
-            before = status("VmRSS:")
-            async with trio.open_nursery() as inner:
-                for _ in range(streams):
-                    inner.start_soon(one)
-            growth = status("VmHWM:") - before
-        print(json.dumps({"growth": growth, "codes": codes}))
-        nursery.cancel_scope.cancel()
+        print(listeners[0].socket.getsockname()[1], flush=True)
+
+trio.run(main)
+"""
+
+CHILD = r"""
+import json, sys
+import trio
+from trio_sampler.actor import open_sampler
+from trio_sampler.config import RetryPolicy, SamplerConfig, Timeouts
+from trio_sampler.types import ConversationRequest, Failed, User
+
+port, streams, cap = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+
+def status(field):
+    with open("/proc/self/status") as lines:
+        for line in lines:
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+
+async def main():
+    config = SamplerConfig(
+        base_url=f"http://127.0.0.1:{port}/v1", model="m", api_key="sk-memory-bench-0000",
+        timeouts=Timeouts(first_token=120, idle=120), retry=RetryPolicy(max_retries=0),
+    )
+    request = ConversationRequest(items=[User("hi")])
+    codes = []
+    async with open_sampler(config, max_buffered_response_bytes=cap) as sampler:
+        async def one():
+            stream = await sampler.submit(request)
+            async for event in stream:
+                if isinstance(event, Failed):
+                    codes.append(event.error.error_code or event.error.kind.value)
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")  # VmHWM from the current resident set
+        before = status("VmRSS:")
+        async with trio.open_nursery() as inner:
+            for _ in range(streams):
+                inner.start_soon(one)
+        growth = status("VmHWM:") - before
+    print(json.dumps({"growth": growth, "codes": codes}))
 
 trio.run(main)
 """
 
 
 def run_case(case: str, streams: int, cap: int) -> dict[str, object]:
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, case, str(streams), str(cap)],
-        capture_output=True,
-        timeout=600,
-        check=True,
-    )
+    server = subprocess.Popen([sys.executable, "-c", SERVER, case], stdout=subprocess.PIPE)
+    try:
+        assert server.stdout is not None
+        port = server.stdout.readline().decode().strip()
+        done = subprocess.run(
+            [sys.executable, "-c", CHILD, port, str(streams), str(cap)],
+            capture_output=True,
+            timeout=600,
+            check=True,
+        )
+    finally:
+        server.terminate()
+        server.wait()
     result: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
     return result
 
@@ -140,7 +157,7 @@ def main() -> None:
             )
     write_results(
         Path(__file__).parent / "results" / "memory_cap.json",
-        {"streams": args.streams, "runs": rows},
+        {"streams": args.streams, "load_average": os.getloadavg(), "runs": rows},
     )
 
 

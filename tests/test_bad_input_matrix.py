@@ -23,6 +23,7 @@ from trio_sampler.emulator import EmulatorApp
 from trio_sampler.testing import EmulatorTransport
 from trio_sampler.types import (
     Assistant,
+    ConversationItem,
     ConversationRequest,
     ImagePart,
     ResponseSchema,
@@ -204,17 +205,38 @@ def test_a_bad_value_is_refused_where_it_is_written_naming_the_field(
     assert field in str(info.value)
 
 
-async def test_a_lone_surrogate_in_a_prompt_is_an_invalid_request_naming_where() -> None:
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: User(LONE), "User content"),
+        (lambda: User([TextPart("ok"), TextPart(LONE)]), "TextPart.text"),
+        (lambda: TextPart(LONE), "TextPart.text"),
+        (lambda: System(LONE), "System content"),
+    ],
+)
+def test_a_lone_surrogate_in_a_prompt_fails_where_it_is_written(
+    make: Callable[[], object], field: str
+) -> None:
+    with pytest.raises(ValueError, match="lone surrogate") as info:
+        make()
+    assert str(info.value).startswith(field)
+    assert "errors='replace'" in str(info.value)
+
+
+async def test_a_lone_surrogate_in_a_replayed_turn_is_an_invalid_request_naming_where() -> None:
+    """Text a caller hands back as a model's turn is the model's to write: it is checked
+    when the request is built, still as the caller's error, naming where it was."""
     config = SamplerConfig(base_url="http://emulator/v1", model="m")
+    items: list[ConversationItem] = [User("hi"), Assistant(LONE), User("and?")]
     async with (
         EmulatorTransport(EmulatorApp()) as transport,
         open_sampler(config, transport=transport) as sampler,
     ):
-        handle = await sampler.submit(ConversationRequest(items=[User(LONE)]))
+        handle = await sampler.submit(ConversationRequest(items=items))
         outcome = await handle.result()
     error = getattr(outcome, "error").info  # an Error outcome  # noqa: B009
     assert error.kind is SamplingErrorKind.INVALID_REQUEST
-    assert "['messages'][0]" in error.message and "lone surrogate" in error.message
+    assert "['messages'][1]" in error.message and "lone surrogate" in error.message
 
 
 def test_an_undecodable_byte_in_argv_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

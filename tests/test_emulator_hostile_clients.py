@@ -9,6 +9,7 @@ HTTP/2 stream, so the client sees the error at once rather than at its idle time
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,13 +17,19 @@ from typing import Any, cast
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import httpx2
 import orjson
 import pytest
 import trio
+from hypercorn.protocol import ProtocolWrapper
+from hypercorn.protocol.h2 import H2Protocol
+from hypercorn.protocol.http_stream import HTTPStream
+from hypercorn.trio.tcp_server import TCPServer
 
 from trio_sampler.emulator import EmulatorApp, EmulatorServer, script_headers, serve
+from trio_sampler.emulator._serve import MAX_RESETS
 
 CHAT: dict[str, Any] = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -109,21 +116,70 @@ async def test_slow_http2_body_gets_its_408_and_the_server_lives(
     assert [r.getMessage().endswith("ended by an exception") for r in logged] == [True]
 
 
-async def test_http2_rapid_reset_leaves_the_server_serving() -> None:
+class CountingApp(EmulatorApp):
+    """An emulator app that counts the requests reaching it."""
+
+    calls = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            self.calls += 1
+        await super().__call__(scope, receive, send)
+
+
+async def rapid_reset(client: RawH2, streams: int) -> None:
+    """Open ``streams`` streams, each reset right after its request, in one write."""
+    for _ in range(streams):
+        stream_id = client.conn.get_next_available_stream_id()
+        client.conn.send_headers(stream_id, client.headers("/v1/chat/completions"))
+        client.conn.send_data(stream_id, orjson.dumps(CHAT), end_stream=True)
+        client.conn.reset_stream(stream_id)
+    await client.flush()
+
+
+async def test_http2_rapid_reset_is_answered_with_goaway_and_the_server_serves_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
     async with trio.open_nursery() as nursery:
         server = await nursery.start(serve)
-        for _ in range(5):
+        for _ in range(3):
             async with raw_h2(server) as client:
-                for _ in range(200):
-                    stream_id = client.conn.get_next_available_stream_id()
-                    client.conn.send_headers(stream_id, client.headers("/v1/chat/completions"))
-                    client.conn.send_data(stream_id, orjson.dumps(CHAT), end_stream=True)
-                    client.conn.reset_stream(stream_id)
-                with trio.move_on_after(0.5):
-                    await client.flush()
-                    while await client.events():
-                        pass
+                await rapid_reset(client, MAX_RESETS + 50)
+                goaway = None
+                with trio.fail_after(10):
+                    while events := await client.events():
+                        for event in events:
+                            if isinstance(event, h2.events.ConnectionTerminated):
+                                goaway = event
+                # The server told the client why, then closed the connection.
+                assert goaway is not None
+                assert goaway.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
         assert await served_normally(server)
+        nursery.cancel_scope.cancel()
+    logged = [r.getMessage() for r in caplog.records if r.name == "trio_sampler.emulator"]
+    assert len(logged) == 3
+    assert all(f"reset more than {MAX_RESETS} streams" in message for message in logged)
+
+
+async def test_http2_streams_opened_and_reset_in_one_read_never_reach_the_app() -> None:
+    app = CountingApp()
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(functools.partial(serve, app=app))
+        async with raw_h2(server) as client:
+            await rapid_reset(client, 50)
+            # A normal request on the same connection: answered, and the app's only one.
+            stream_id = client.conn.get_next_available_stream_id()
+            client.conn.send_headers(stream_id, client.headers("/v1/chat/completions"))
+            client.conn.send_data(stream_id, orjson.dumps(CHAT), end_stream=True)
+            await client.flush()
+            ended = False
+            with trio.fail_after(10):
+                while not ended:
+                    events = await client.events()
+                    assert events, "the connection closed under 50 resets"
+                    ended = any(isinstance(e, h2.events.StreamEnded) for e in events)
+        assert app.calls == 1
         nursery.cancel_scope.cancel()
 
 
@@ -220,3 +276,19 @@ async def test_replies_held_for_clients_that_never_read_are_bounded_in_total() -
             while app.replies.held:  # noqa: ASYNC110 (the client went away: it is let go)
                 await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
+
+
+def test_the_hypercorn_internals_the_server_relies_on_are_where_it_expects_them() -> None:
+    """``emulator/_serve.py`` reaches into Hypercorn (the reset bound, the ``drop`` fault):
+    an upgrade that moves any of these fails here by name, not as a silent loss."""
+    assert inspect.iscoroutinefunction(TCPServer.protocol_send)
+    assert "self.protocol = ProtocolWrapper(" in inspect.getsource(TCPServer.run)
+    assert "self.protocol = H2Protocol(" in inspect.getsource(ProtocolWrapper)
+    handle = inspect.getsource(H2Protocol.handle)
+    assert "await self._handle_events(events)" in handle
+    assert "await self._flush()" in inspect.getsource(H2Protocol.initiate)
+    for name in ("connection", "stream_buffers", "priority", "send", "client", "has_data"):
+        assert name in inspect.getsource(H2Protocol.__init__), name
+    stream_init = inspect.getsource(HTTPStream.__init__)
+    assert "self.stream_id = " in stream_init
+    assert "self.closed = " in stream_init

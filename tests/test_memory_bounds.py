@@ -15,17 +15,22 @@ import sys
 
 import orjson
 import pytest
+import trio
 
 from trio_sampler.actor import open_sampler
 from trio_sampler.actor._memory import ResponseMemory
 from trio_sampler.config import SamplerConfig
+from trio_sampler.emulator import EmulatorApp, script_headers
+from trio_sampler.testing import EmulatorTransport
 from trio_sampler.types import (
     ApiBackend,
     ChannelToken,
     Completed,
+    ConversationRequest,
     Failed,
     SamplingEvent,
     ToolCallDelta,
+    User,
 )
 from trio_sampler.wire import ResponseFold, collect, new_transform
 from trio_sampler.wire._accumulate import StreamAccumulator
@@ -458,3 +463,28 @@ def test_a_hosted_tools_input_being_assembled_counts_as_held() -> None:
     for event in decoder.feed(body):
         transform.feed(event)
     assert transform.held_bytes >= 100 * len(piece)
+
+
+async def test_events_a_slow_consumer_has_not_read_are_counted() -> None:
+    """Batches the consumer has not taken hold their deltas' text besides the fold (up to
+    ``max_buffered_batches`` of them): the account counts both."""
+    config = SamplerConfig(
+        base_url="http://emulator/v1",
+        model="m",
+        extra_headers=tuple(script_headers(text="x" * 200_000, chunk_chars=100).items()),
+    )
+    async with (
+        EmulatorTransport(EmulatorApp()) as transport,
+        open_sampler(config, transport=transport) as sampler,
+    ):
+        memory = sampler._actor.runner._memory
+        assert memory is not None
+        stream = await sampler.submit(ConversationRequest(items=[User("hi")]))
+        with trio.fail_after(10):  # the consumer reads nothing until the request ends
+            await sampler._actor.live[stream.request_id].done.wait()
+        result = await stream.result()
+    assert result.response is not None
+    # The response's whole text is 200,000 bytes: the account counted more than that at
+    # its peak, the fold's text and the text of the events waiting in the channel.
+    assert len(result.response.text) == 200_000
+    assert memory.peak > 300_000

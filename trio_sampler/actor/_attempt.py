@@ -107,6 +107,11 @@ class AttemptSink(Protocol):
     submitted_at: float
     transform: StreamTransform | None
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of the events sent and not yet taken by the consumer (counted in the
+        sampler's memory account)."""
+
     async def emit(self, batch: list[SamplingEvent], received_at: float | None = None) -> None:
         """Hand on ``batch``, produced by a read whose bytes arrived at ``received_at``."""
 
@@ -184,6 +189,23 @@ class _Timeout:
 _TIMED_OUT: Final = _Timeout()
 
 
+class _Reads:
+    """What an attempt's connection holds for its reads, as the memory account counts
+    it: the socket's read, the transport's copy and the HTTP parser's buffer, up to the
+    longest read each.
+    (Its own object: counting the body itself would tie the body, and with it the
+    attempt's text, in a reference cycle through the account.)"""
+
+    __slots__ = ("longest",)
+
+    def __init__(self) -> None:
+        self.longest = 0
+
+    @property
+    def buffered_bytes(self) -> int:
+        return 3 * self.longest
+
+
 class _Body:
     """The body read by read, turned into the transform's events.
 
@@ -205,8 +227,10 @@ class _Body:
         self._decoder = SSEDecoder(config.max_sse_event_bytes)
         self._timeouts = config.timeouts
         self._holding = holding
-        if holding is not None:  # the decoder's buffer grows with server input too
+        self._reads = _Reads()
+        if holding is not None:  # these grow with server input too
             holding.count(self._decoder)
+            holding.count(self._reads)
         #: Content has been produced (reads are parsed whole from then on).
         self.emitted = False
         #: The part of a read not parsed yet.
@@ -237,6 +261,7 @@ class _Body:
                 return events
             assert isinstance(read, bytes)
             chunk = read
+            self._reads.longest = max(self._reads.longest, len(chunk))
         if self.emitted:
             return _feed(transform, self._decoder, chunk)
         events, self.pending = _feed_to_content(transform, self._decoder, chunk)
@@ -368,6 +393,8 @@ class Attempts:
         # One stream holds at most what it may read; all of them together, ``_memory``.
         transform.max_held_bytes = config.max_response_bytes
         holding = self._memory.hold(transform) if self._memory is not None else None
+        if holding is not None:  # the events waiting for the consumer hold its text too
+            holding.count(sink)
         sink.transform = transform
         if observer is not None:
             observer.sending()

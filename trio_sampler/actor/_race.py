@@ -65,6 +65,12 @@ class Lane:
     def partial(self) -> ConversationResponse | None:
         return partial_output(self.transform)
 
+    @property
+    def buffered_bytes(self) -> int:
+        """What the request's channel holds, once this lane is the one feeding it (the
+        batches a lane holds before it wins have no content)."""
+        return self.race.state.buffered_bytes if self.race.winner is self else 0
+
 
 class Race:
     """Attempts of one request racing: the first to produce content wins."""

@@ -81,6 +81,23 @@ CONTENT_EVENTS: Final = frozenset(
 
 _TERMINALS = (Completed, Failed, Cancelled)
 
+#: What a queued event costs beyond its text, as the memory account counts it: the event
+#: object (88 bytes for a ``ChannelToken``), its string's header (49) and its list slot.
+_EVENT_OVERHEAD: Final = 88 + 49 + 8
+
+
+def batch_bytes(batch: list[SamplingEvent]) -> int:
+    """The memory a batch waiting for the consumer holds: the text of its deltas (no
+    longer the fold's: the fold has appended it to a string of its own), and each event."""
+    size = _EVENT_OVERHEAD * len(batch)
+    for event in batch:
+        if isinstance(event, ChannelToken):
+            size += len(event.text)
+        elif isinstance(event, ToolCallDelta):
+            size += len(event.arguments_delta)
+    return size
+
+
 #: How long leaving ``async with stream`` (or ``aclose()``) waits, shielded, for the
 #: request's task to finish after the cancel. The task has nothing left to wait on but
 #: closing its connection, which the client bounds at 5 s; this is the backstop.
@@ -183,6 +200,14 @@ class RequestState:
     #: Per batch in the channel, in order: when the bytes of the read that produced it
     #: arrived (``None``: not from a read, or not known).
     arrivals: collections.deque[float | None] = attrs.field(factory=collections.deque)
+    #: Per batch in the channel, in order: the bytes it holds (:func:`batch_bytes`). A
+    #: consumer slower than the server leaves up to ``max_buffered_batches`` batches
+    #: here, each a whole read's text: the sampler's memory account counts them
+    #: (``buffered_bytes``: these and the batch the consumer is going through).
+    queued: collections.deque[int] = attrs.field(factory=collections.deque)
+    buffered_bytes: int = 0
+    #: The bytes of the batch the consumer took last (it holds it until the next).
+    taken_bytes: int = 0
     #: The routes the request runs along (``None``: the sampler's config alone).
     chain: tuple[Route, ...] | None = None
     #: The config of the route in use (prices the partial output of a cancel).
@@ -240,8 +265,12 @@ class RequestState:
         if self.partials is not None:
             batch = self.partials.batch(batch)
         try:
-            self.send.send_nowait(self.redactor.events(batch))
+            batch = self.redactor.events(batch)
+            self.send.send_nowait(batch)
             self.arrivals.append(received_at)
+            size = batch_bytes(batch)
+            self.queued.append(size)
+            self.buffered_bytes += size
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             # The consumer closed its stream: that is a cancel (contract 3).
             self.credits.release()
@@ -418,6 +447,8 @@ class RequestStream:
             self._received_at = None
         else:
             self._received_at = state.arrivals.popleft() if state.arrivals else None
+            state.buffered_bytes -= state.taken_bytes
+            state.taken_bytes = state.queued.popleft() if state.queued else 0
             state.credits.release()
             if type(state.terminal) is Cancelled:  # cancelled while this batch waited
                 return self._take_cancelled()

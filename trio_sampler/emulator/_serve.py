@@ -11,29 +11,39 @@ HTTP/2 protocol raises ``KeyError(<stream id>)`` when a client goes on sending t
 a stream it has already answered, as after a 408 at the body timeout) is logged and ends
 that connection only, never the server whose nursery runs every connection.
 
-This is the one module that touches Hypercorn's internals: its Trio ``TCPServer`` and, to
-reset an HTTP/2 stream for the ``drop`` fault, the ``HTTPStream`` behind an ASGI ``send``
-and the ``H2Protocol`` behind that (``tests/test_emulator_hostile_clients.py`` fails if an
-upgrade moves them).
+HTTP/2 rapid reset (CVE-2023-44487: open a stream, reset it, repeat) is bounded per
+connection, as the servers patched for it do: a stream opened and reset within one read
+never reaches the app (its work is cancelled before it starts), and a connection that
+resets more than :data:`MAX_RESETS` streams within :data:`RESET_WINDOW` seconds is sent
+GOAWAY with ``ENHANCE_YOUR_CALM`` and closed. A flood then costs the server the parsing of
+its frames only, and normal requests are answered while it lasts.
+
+This is the one module that touches Hypercorn's internals: its Trio ``TCPServer``, the
+``H2Protocol`` it builds (its h2 connection and the handling of each read's events, for
+the reset bound) and, to reset an HTTP/2 stream for the ``drop`` fault, the
+``HTTPStream`` behind an ASGI ``send`` (``tests/test_emulator_hostile_clients.py`` fails
+if an upgrade moves them).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import logging
 import math
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, cast
 
 import attrs
 import h2.errors
+import h2.events
 import h2.exceptions
 import trio
 from hypercorn.config import Config
-from hypercorn.events import RawData
+from hypercorn.events import Closed, Event, RawData
 from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.protocol.http_stream import HTTPStream
 from hypercorn.trio.lifespan import Lifespan
@@ -181,7 +191,7 @@ async def _serve_hypercorn(
         STREAM_CONTROL.set(_STREAM_CONTROL)
         try:
             # (Hypercorn annotates the stream as TLS; a plain one is what it serves.)
-            await TCPServer(wrapped, config, context, dict(lifespan_state), cast(Any, timed))
+            await _Connection(wrapped, config, context, dict(lifespan_state), cast(Any, timed))
         except* Exception as group:
             # Hypercorn has closed the connection on its way out (``TCPServer.run``).
             _LOGGER.warning("connection %s ended by an exception", peer, exc_info=group)
@@ -205,6 +215,81 @@ async def _serve_hypercorn(
 
 
 _LOGGER = logging.getLogger("trio_sampler.emulator")
+
+#: Stream resets one HTTP/2 connection may send within :data:`RESET_WINDOW` seconds; one
+#: more and the server answers GOAWAY (``ENHANCE_YOUR_CALM``) and closes the connection.
+#: A client cancelling its requests (hedging, timeouts) stays far below it; Netty's
+#: bound for the same attack is 200 resets in 30 seconds.
+MAX_RESETS = 200
+#: The window, in seconds, over which :data:`MAX_RESETS` counts a connection's resets.
+RESET_WINDOW = 30.0
+
+
+class _Connection(TCPServer):
+    """Hypercorn's connection handler, with each HTTP/2 connection's resets bounded.
+
+    The protocol (HTTP/1.1 first, HTTP/2 once the client's preface arrives) is chosen
+    inside Hypercorn; a new ``H2Protocol`` sends its settings before it handles any
+    frame, so it is guarded on its first send, before its first read is handled."""
+
+    _guarded: object = None
+
+    async def protocol_send(self, event: Event) -> None:
+        protocol = self.protocol.protocol
+        if isinstance(protocol, H2Protocol) and protocol is not self._guarded:
+            self._guarded = protocol
+            guard = _ResetGuard(protocol, protocol._handle_events)
+            protocol._handle_events = guard.handle_events  # type: ignore[method-assign]
+        await super().protocol_send(event)
+
+
+@attrs.define
+class _ResetGuard:
+    """Handles one HTTP/2 connection's events in Hypercorn's stead once the streams
+    opened and reset in the same read are taken out, and counts the connection's
+    resets (see :data:`MAX_RESETS`)."""
+
+    protocol: H2Protocol
+    handle: Callable[[list[h2.events.Event]], Awaitable[None]]
+    resets: collections.deque[float] = attrs.field(factory=collections.deque)
+
+    async def handle_events(self, events: list[h2.events.Event]) -> None:
+        now = trio.current_time()
+        self.resets.extend(now for e in events if isinstance(e, h2.events.StreamReset))
+        while self.resets and self.resets[0] <= now - RESET_WINDOW:
+            self.resets.popleft()
+        if len(self.resets) > MAX_RESETS:
+            await self._calm_down()
+            return
+        await self.handle(self._without_stillborn(events))
+
+    def _without_stillborn(self, events: Sequence[h2.events.Event]) -> list[h2.events.Event]:
+        """``events`` without those of the streams both opened and reset among them
+        (their received data still handed back to the flow-control window)."""
+        opened = {e.stream_id for e in events if isinstance(e, h2.events.RequestReceived)}
+        stillborn = opened & {e.stream_id for e in events if isinstance(e, h2.events.StreamReset)}
+        if not stillborn:
+            return list(events)
+        kept: list[h2.events.Event] = []
+        for event in events:
+            if getattr(event, "stream_id", None) not in stillborn:
+                kept.append(event)
+            elif isinstance(event, h2.events.DataReceived) and event.flow_controlled_length:
+                self.protocol.connection.acknowledge_received_data(
+                    event.flow_controlled_length, event.stream_id
+                )
+        return kept
+
+    async def _calm_down(self) -> None:
+        _LOGGER.warning(
+            "HTTP/2 connection %s reset more than %d streams in %g s: closed",
+            self.protocol.client,
+            MAX_RESETS,
+            RESET_WINDOW,
+        )
+        self.protocol.connection.close_connection(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+        await self.protocol.send(RawData(data=self.protocol.connection.data_to_send()))
+        await self.protocol.send(Closed())
 
 
 def _peer(stream: trio.SocketStream) -> str:

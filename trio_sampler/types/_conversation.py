@@ -171,7 +171,7 @@ class TextPart:
     See :doc:`/wire`, "Prompt-cache breakpoints".
     """
 
-    text: str
+    text: str = attrs.field(validator=_checks.text("TextPart.text"))
     cache_breakpoint: bool | str = attrs.field(default=False, validator=_checks.cache_breakpoint)
 
 
@@ -229,6 +229,7 @@ ContentPart: TypeAlias = TextPart | ImagePart | OpaquePart
 
 def _parts(value: str | Sequence[ContentPart]) -> tuple[ContentPart, ...]:
     if isinstance(value, str):
+        _checks.check_text("User content", value)
         return (TextPart(value),)
     if isinstance(value, Mapping) or not isinstance(value, Sequence):
         raise TypeError(
@@ -265,6 +266,7 @@ class System:
                 f'System content is a str, e.g. System("be brief"); got a '
                 f"{type(self.content).__name__}"
             )
+        _checks.check_text("System content", self.content)
 
 
 @attrs.frozen

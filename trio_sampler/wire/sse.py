@@ -143,8 +143,9 @@ class SSEDecoder:
     @property
     def buffered_bytes(self) -> int:
         """The bytes it holds for the event in progress: its data lines and the carried
-        partial line (at most ``max_event_bytes``; what a memory account counts)."""
-        return self._event_bytes + len(self._partial)
+        partial line, as allocated (a growing ``bytearray`` keeps an eighth again in
+        reserve); what a memory account counts."""
+        return self._event_bytes + self._partial.__sizeof__()
 
     @property
     def last_event_id(self) -> str | None:
