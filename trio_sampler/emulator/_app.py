@@ -17,6 +17,7 @@ import trio
 from .._receive_time import LAST_SENT
 from ..wire import get_backend
 from ._arrival import request_answered, request_arrived
+from ._background import BackgroundStore
 from ._budget import DEFAULT_MAX_REPLY_BYTES, ReplyBudget, frames_size
 from ._cache import SHARED_CACHE, PromptCache
 from ._faults import AttemptPlan, FaultBook, OutcomeFault
@@ -31,7 +32,7 @@ from ._punctuality import Punctuality
 from ._ratelimit import RateLimitBook, RateLimits, Verdict
 from ._render_chat import ChatRenderer
 from ._render_messages import MessagesRenderer
-from ._render_responses import ResponsesRenderer
+from ._render_responses import ResponsesRenderer, response_id
 from ._reply import Reply, RequestView, empty_reply, plan_reply
 from ._script import (
     ContentFilterFault,
@@ -189,6 +190,8 @@ class EmulatorApp:
         self._bench_bodies: dict[tuple[Any, ...], tuple[int, list[tuple[bytes, bytes]], bytes]] = {}
         self.models = _checked_models(models)
         self._epoch: float | None = None
+        #: Responses background mode: the responses kept for retrieval and their record.
+        self.background = BackgroundStore()
 
     def clock(self) -> float:
         """The emulator's clock: seconds since its first request (or since
@@ -275,6 +278,9 @@ class EmulatorApp:
                 query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
                 values = query.get("values", ["0"])[0] not in ("", "0", "false")
                 await _respond(send, 200, self.punctuality.report(values=values), [])
+                return
+            if path.startswith(_RESPONSE_PREFIX):
+                await self._background_call(scope, method, path, send, request_id)
                 return
             if route is None:
                 raise ApiError(f"Unknown request URL: {method} {path}.", status=404)
@@ -441,6 +447,14 @@ class EmulatorApp:
             # The emulator knows the reply's length up front: the output charge is corrected
             # now rather than when the body ends (the provider's bucket is never tighter).
             self.rate_limits.settle(charge, reply.usage.output_tokens)
+        background = _background_of(renderer, data)
+        if background:
+            self.background.keep(
+                response_id(reply),
+                renderer.stream(reply, view),
+                renderer.body(reply, view),
+                self.clock(),
+            )
         if view.stream:
             frames = renderer.stream(reply, view)
             if bench:
@@ -481,6 +495,38 @@ class EmulatorApp:
         with self.replies.holding(len(payload), anthropic=renderer.backend == "messages"):
             await _send_payload(send, base, payload, outcome)
 
+    async def _background_call(
+        self, scope: Scope, method: str, path: str, send: Send, request_id: str
+    ) -> None:
+        """``GET /v1/responses/{id}`` (streamed from ``starting_after`` with
+        ``stream=true``) and ``POST /v1/responses/{id}/cancel``: see ``_background``."""
+        response_id, _, action = path[len(_RESPONSE_PREFIX) :].partition("/")
+        if (method, action) not in (("GET", ""), ("POST", "cancel")):
+            raise ApiError(f"Unknown request URL: {method} {path}.", status=404)
+        stored = self.background.find(response_id, self.clock())
+        if stored is None:
+            raise ApiError(f"Response with id '{response_id}' not found.", status=404)
+        base = [(b"x-request-id", request_id.encode())]
+        if action == "cancel":
+            self.background.cancel(stored)
+            await _respond(send, 200, stored.response(), base)
+            return
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        if query.get("stream", ["false"])[0] != "true":
+            await _respond(send, 200, stored.response(), base)
+            return
+        after = query.get("starting_after", [None])[0]
+        try:
+            starting_after = None if after is None else int(after)
+        except ValueError:
+            raise ApiError(
+                f"Invalid 'starting_after': {after!r}; expected a sequence number."
+            ) from None
+        self.background.retrieved(response_id)
+        await _send_start(send, 200, base + _SSE_HEADERS)
+        body = b"".join(stored.frames_after(starting_after))
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
     def _bench_key(
         self, renderer: Renderer, script: Script, data: Mapping[str, Any]
     ) -> tuple[Any, ...]:
@@ -516,6 +562,18 @@ class EmulatorApp:
         await _send_start(send, status, headers)
         await send({"type": "http.response.body", "body": payload, "more_body": False})
         return True
+
+
+_RESPONSE_PREFIX = "/v1/responses/"
+
+
+def _background_of(renderer: Renderer, data: Mapping[str, Any]) -> bool:
+    """Whether a request asks for Responses background mode (which needs ``store``)."""
+    if renderer.backend != "responses" or data.get("background") is not True:
+        return False
+    if data.get("store") is False:
+        raise ApiError("Background mode requires store=true.", param="background")
+    return True
 
 
 def _checked_models(models: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:
