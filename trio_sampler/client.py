@@ -474,7 +474,12 @@ class SamplingClient:
                 )
             ) from None
         return HttpRequest(
-            wire.method, config.base_url, wire.path, config.query_params, prepared, wire.body
+            wire.method,
+            config.base_url,
+            wire.path,
+            (*config.query_params, *wire.query) if wire.query else config.query_params,
+            prepared,
+            wire.body,
         )
 
     def _prepared(

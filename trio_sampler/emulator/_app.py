@@ -449,6 +449,9 @@ class EmulatorApp:
             self.rate_limits.settle(charge, reply.usage.output_tokens)
         background = _background_of(renderer, data)
         if background:
+            # A kept response's id is its own (ids are otherwise a function of the body).
+            unique = hashlib.sha256((reply.id_seed + request_id).encode()).hexdigest()
+            reply = attrs.evolve(reply, id_seed=unique)
             self.background.keep(
                 response_id(reply),
                 renderer.stream(reply, view),
