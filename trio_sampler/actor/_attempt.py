@@ -342,6 +342,10 @@ class Attempts:
         #: Per config: the options its requests are built with.
         self._build_options: ByIdentity[BuildOptions] = ByIdentity()
 
+    @property
+    def client(self) -> SamplingClient:
+        return self._client
+
     def wire(
         self, request: ConversationRequest, config: SamplerConfig, armed: bool
     ) -> WireRequest | SamplingErrorInfo:

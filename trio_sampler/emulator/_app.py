@@ -279,6 +279,9 @@ class EmulatorApp:
                 values = query.get("values", ["0"])[0] not in ("", "0", "false")
                 await _respond(send, 200, self.punctuality.report(values=values), [])
                 return
+            if path in _COUNTERS and method == "POST":
+                await self._count_tokens(path, await self._read_body(receive), send, request_id)
+                return
             if path.startswith(_RESPONSE_PREFIX):
                 await self._background_call(scope, method, path, send, request_id)
                 return
@@ -498,6 +501,25 @@ class EmulatorApp:
         with self.replies.holding(len(payload), anthropic=renderer.backend == "messages"):
             await _send_payload(send, base, payload, outcome)
 
+    async def _count_tokens(self, path: str, body: bytes, send: Send, request_id: str) -> None:
+        """``POST /v1/messages/count_tokens`` and ``POST /v1/responses/input_tokens``: the
+        prompt's size as a request of that body is billed (``input_tokens``), counted on
+        a scratch cache (counting caches nothing)."""
+        backend, view_of = _COUNTERS[path]
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise ApiError("We could not parse the JSON body of your request.") from None
+        if not isinstance(data, dict):
+            raise ApiError("The request body must be a JSON object.")
+        if backend == "messages":  # counting takes no output cap; the view wants one
+            data = {"max_tokens": 1, **data}
+        tokens = view_of(data, PromptCache(max_entries=1)).prompt.total
+        payload: dict[str, Any] = {"input_tokens": tokens}
+        if backend == "responses":
+            payload = {"object": "response.input_tokens", **payload}
+        await _respond(send, 200, payload, [(b"x-request-id", request_id.encode())])
+
     async def _background_call(
         self, scope: Scope, method: str, path: str, send: Send, request_id: str
     ) -> None:
@@ -568,6 +590,11 @@ class EmulatorApp:
 
 
 _RESPONSE_PREFIX = "/v1/responses/"
+#: The token-counting endpoints: path → (backend, the view that bills the prompt).
+_COUNTERS: dict[str, tuple[str, Callable[[Mapping[str, Any], PromptCache], RequestView]]] = {
+    "/v1/messages/count_tokens": ("messages", view_messages),
+    "/v1/responses/input_tokens": ("responses", view_responses),
+}
 
 
 def _background_of(renderer: Renderer, data: Mapping[str, Any]) -> bool:
