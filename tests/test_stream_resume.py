@@ -14,6 +14,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import attrs
+import pytest
+import trio
+
 from trio_sampler import (
     ApiBackend,
     Cancelled,
@@ -26,9 +30,10 @@ from trio_sampler import (
     User,
     open_sampler,
 )
+from trio_sampler._http._httpx import HttpxTransport
 from trio_sampler.config import RetryPolicy, Timeouts
 from trio_sampler.emulator import EmulatorApp, PromptCache, script_headers
-from trio_sampler.testing import EmulatorTransport
+from trio_sampler.testing import EmulatorFixture, EmulatorTransport
 from trio_sampler.types import Resumed
 from trio_sampler.wire.responses import ResponsesTransform
 
@@ -155,3 +160,29 @@ def test_the_transform_skips_replayed_events_and_counts_gaps() -> None:
     assert _text(fed + again) == "0 1 2 3 4 5 6 "
     transform.feed_payloads([_delta(9, "9 ")])
     assert transform.sequence_gaps == 1
+
+
+@pytest.mark.parametrize("via", ["direct", "httpx"])
+async def test_a_cut_resumes_over_loopback_http(emulator: EmulatorFixture, via: str) -> None:
+    config = attrs.evolve(CONFIG, base_url=emulator.base_url)
+    transport = HttpxTransport.for_config(config) if via == "httpx" else None
+    headers = emulator.script(
+        text=TEXT,
+        chunk_chars=5,
+        scenario=f"loopback-{via}",
+        faults=[{"type": "drop", "after_events": 1500, "times": 1}],
+    )
+    request = ConversationRequest([User("count")], extra_headers=headers, background=True)
+    events: list[SamplingEvent] = []
+    try:
+        with trio.fail_after(30):
+            async with open_sampler(config, transport=transport) as sampler:
+                async for event in await sampler.submit(request):
+                    events.append(event)
+    finally:
+        if transport is not None:
+            await transport.aclose()
+    assert isinstance(events[-1], Completed), events[-1]
+    assert [e.after_sequence for e in events if isinstance(e, Resumed)] == [1499]
+    assert _text(events) == TEXT
+    assert len(emulator.requests(f"loopback-{via}")) == 1
