@@ -7,6 +7,8 @@ import json
 from typing import Any
 
 import httpx2
+import trio
+import trio.testing
 
 from trio_sampler.emulator import EmulatorApp, PromptCache, script_headers
 from trio_sampler.testing import EmulatorTransport
@@ -66,16 +68,49 @@ async def test_unknown_or_expired_response_is_404() -> None:
         assert gone.status_code == 404
 
 
-async def test_cancel_and_store_false() -> None:
+async def test_store_false_is_refused() -> None:
     app = EmulatorApp(cache=PromptCache())
     async with httpx2.AsyncClient(transport=EmulatorTransport(app)) as client:
         refused = await client.post("http://emulator/v1/responses", json={**BODY, "store": False})
         assert refused.status_code == 400
         assert "store=true" in refused.text
-        answer = await client.post("http://emulator/v1/responses", json={**BODY, "stream": False})
-        response_id = answer.json()["id"]
-        cancelled = await client.post(f"http://emulator/v1/responses/{response_id}/cancel")
-        assert cancelled.status_code == 200
-        assert app.background.records[response_id].cancelled
         missing = await client.post("http://emulator/v1/responses/resp_nope/cancel")
         assert missing.status_code == 404
+
+
+async def test_generation_goes_on_without_a_reader_and_stops_when_cancelled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    app = EmulatorApp(cache=PromptCache())
+    # 10 ms between events; the client's stream is cut after event 4.
+    headers = script_headers(
+        text="a b c d e f g h i j k l", delay_ms=10, faults=[{"type": "drop", "after_events": 5}]
+    )
+    async with httpx2.AsyncClient(transport=EmulatorTransport(app)) as client:
+        text = ""
+        try:
+            async with client.stream(
+                "POST", "http://emulator/v1/responses", json=BODY, headers=headers
+            ) as response:
+                async for chunk in response.aiter_text():
+                    text += chunk
+        except httpx2.HTTPError:
+            pass
+        response_id = _events(text)[0]["response"]["id"]
+        stored = app.background.find(response_id, trio.current_time())
+        assert stored is not None
+        running = await client.get(f"http://emulator/v1/responses/{response_id}")
+        assert running.json()["status"] == "in_progress"
+        # Nobody reads it for a while: the generation goes on meanwhile, until cancelled.
+        await trio.sleep(stored.due(12) - trio.current_time())
+        assert stored.due(len(stored.frames) - 1) > trio.current_time()
+        cancelled = await client.post(f"http://emulator/v1/responses/{response_id}/cancel")
+        assert cancelled.json()["status"] == "cancelled"
+        resumed = await client.get(
+            f"http://emulator/v1/responses/{response_id}?stream=true&starting_after=4"
+        )
+        # Every event generated after the cut and before the cancel, once, in order.
+        numbers = [event["sequence_number"] for event in _events(resumed.text)]
+        assert numbers == list(range(5, 13))
+    record = app.background.records[response_id]
+    assert (record.generations, record.cancelled) == (1, True)

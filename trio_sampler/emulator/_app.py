@@ -459,7 +459,8 @@ class EmulatorApp:
                 response_id(reply),
                 renderer.stream(reply, view),
                 renderer.body(reply, view),
-                self.clock(),
+                trio.current_time(),
+                script.delay_ms / 1000,
             )
         if view.stream:
             frames = renderer.stream(reply, view)
@@ -528,17 +529,18 @@ class EmulatorApp:
         response_id, _, action = path[len(_RESPONSE_PREFIX) :].partition("/")
         if (method, action) not in (("GET", ""), ("POST", "cancel")):
             raise ApiError(f"Unknown request URL: {method} {path}.", status=404)
-        stored = self.background.find(response_id, self.clock())
+        now = trio.current_time()
+        stored = self.background.find(response_id, now)
         if stored is None:
             raise ApiError(f"Response with id '{response_id}' not found.", status=404)
         base = [(b"x-request-id", request_id.encode())]
         if action == "cancel":
-            self.background.cancel(stored)
-            await _respond(send, 200, stored.response(), base)
+            self.background.cancel(stored, now)
+            await _respond(send, 200, stored.response(now), base)
             return
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         if query.get("stream", ["false"])[0] != "true":
-            await _respond(send, 200, stored.response(), base)
+            await _respond(send, 200, stored.response(now), base)
             return
         after = query.get("starting_after", [None])[0]
         try:
@@ -549,8 +551,16 @@ class EmulatorApp:
             ) from None
         self.background.retrieved(response_id)
         await _send_start(send, 200, base + _SSE_HEADERS)
-        body = b"".join(stored.frames_after(starting_after))
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+        pending = bytearray()
+        for sequence in stored.cut(starting_after):
+            if stored.due(sequence) > trio.current_time():  # not generated yet: wait for it
+                await send(
+                    {"type": "http.response.body", "body": bytes(pending), "more_body": True}
+                )
+                pending.clear()
+                await trio.sleep_until(stored.due(sequence))
+            pending += stored.frames[sequence]
+        await send({"type": "http.response.body", "body": bytes(pending), "more_body": False})
 
     def _bench_key(
         self, renderer: Renderer, script: Script, data: Mapping[str, Any]

@@ -4,15 +4,17 @@ A request with ``background: true`` is generated once, as any other: its events 
 rendered, numbered by ``sequence_number``, and kept here under the response's id. The
 stream that asked for it may drop (a scripted ``drop`` fault cuts it at a chosen event);
 the response is not lost with it: ``GET /v1/responses/{id}?stream=true&starting_after=N``
-replays the kept events after ``N`` from the buffer, without generating anything again,
-and ``GET /v1/responses/{id}`` returns the response object. ``POST
+replays the kept events after ``N`` from the buffer, without generating anything again
+(events not generated yet are sent as the generation reaches them: it goes on at the
+script's pace whether a client reads it or not), and ``GET /v1/responses/{id}`` returns
+the response object (``in_progress`` until its last event is generated). ``POST
 /v1/responses/{id}/cancel`` cancels it (its status becomes ``cancelled``). As on the
 OpenAI API, a kept response expires (``ttl_s`` on the emulator's clock): retrieval then
 answers 404, and a client falls back to starting over.
 
 :attr:`BackgroundStore.records` is the emulator's own account per response id: how many
 times it was generated (always once), how many delta events that generation held, how
-many times it was retrieved, and whether it was cancelled.
+many times it was retrieved, and whether it was cancelled while it ran.
 """
 
 from __future__ import annotations
@@ -49,22 +51,43 @@ class BackgroundRecord:
 
 @attrs.define
 class StoredResponse:
-    """A background response as kept: its events (by sequence number) and its object."""
+    """A background response as kept: its events (by sequence number), its object, and
+    its generation's schedule: event ``i`` is generated at ``kept_at + i * interval``
+    (the script's ``delay_ms``), whether or not a client is reading it."""
 
     response_id: str
     frames: list[bytes]
     body: dict[str, Any]
     kept_at: float
-    status: str = "completed"
+    interval: float = 0.0
+    #: When it was cancelled (``None``: it was not); nothing is generated after.
+    cancelled_at: float | None = None
 
-    def response(self) -> dict[str, Any]:
-        """The response object as ``GET /v1/responses/{id}`` returns it."""
-        return {**self.body, "status": self.status, "background": True}
+    def due(self, sequence: int) -> float:
+        """When event ``sequence`` is generated (trio's clock)."""
+        return self.kept_at + sequence * self.interval
 
-    def frames_after(self, starting_after: int | None) -> list[bytes]:
-        """The events with a sequence number above ``starting_after`` (all: ``None``);
-        sequence numbers are the frames' positions."""
-        return self.frames if starting_after is None else self.frames[starting_after + 1 :]
+    def status(self, now: float) -> str:
+        last = len(self.frames) - 1
+        if self.cancelled_at is not None and self.due(last) > self.cancelled_at:
+            return "cancelled"
+        return "completed" if self.due(last) <= now else "in_progress"
+
+    def response(self, now: float) -> dict[str, Any]:
+        """The response object as ``GET /v1/responses/{id}`` returns it now (its output
+        and usage only once it completed)."""
+        status = self.status(now)
+        if status == "completed":
+            return {**self.body, "background": True}
+        return {**self.body, "status": status, "output": [], "usage": None, "background": True}
+
+    def cut(self, starting_after: int | None) -> range:
+        """The sequence numbers a retrieval from ``starting_after`` sends (all:
+        ``None``): those after it, up to the cancellation if there was one."""
+        end = len(self.frames)
+        if self.cancelled_at is not None:
+            end = sum(1 for n in range(end) if self.due(n) <= self.cancelled_at)
+        return range(0 if starting_after is None else starting_after + 1, end)
 
 
 class BackgroundStore:
@@ -76,9 +99,17 @@ class BackgroundStore:
         #: The emulator's account of every background response (bounded like the store).
         self.records: OrderedDict[str, BackgroundRecord] = OrderedDict()
 
-    def keep(self, response_id: str, frames: list[bytes], body: dict[str, Any], now: float) -> None:
-        """Keep a response just generated (``frames``: its stream, numbered)."""
-        self._kept[response_id] = StoredResponse(response_id, frames, body, now)
+    def keep(
+        self,
+        response_id: str,
+        frames: list[bytes],
+        body: dict[str, Any],
+        now: float,
+        interval: float = 0.0,
+    ) -> None:
+        """Keep a response whose generation starts now (``frames``: its stream, numbered;
+        ``interval``: seconds between two events)."""
+        self._kept[response_id] = StoredResponse(response_id, frames, body, now, interval)
         self._kept.move_to_end(response_id)
         record = self.records.setdefault(response_id, BackgroundRecord(response_id))
         self.records.move_to_end(response_id)
@@ -104,10 +135,12 @@ class BackgroundStore:
         if record is not None:
             record.retrievals += 1
 
-    def cancel(self, stored: StoredResponse) -> None:
-        """Cancel ``stored`` (a response already finished keeps its status)."""
+    def cancel(self, stored: StoredResponse, now: float) -> None:
+        """Cancel ``stored``: its generation stops now (a response already finished
+        keeps its status, as the API's does)."""
+        if stored.status(now) != "in_progress":
+            return
+        stored.cancelled_at = now
         record = self.records.get(stored.response_id)
         if record is not None:
             record.cancelled = True
-        if stored.status in ("queued", "in_progress"):
-            stored.status = "cancelled"
