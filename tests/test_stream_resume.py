@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
+import trio.testing
 
 from trio_sampler import (
     ApiBackend,
@@ -34,7 +35,7 @@ from trio_sampler._http._httpx import HttpxTransport
 from trio_sampler.config import RetryPolicy, Timeouts
 from trio_sampler.emulator import EmulatorApp, PromptCache, script_headers
 from trio_sampler.testing import EmulatorFixture, EmulatorTransport
-from trio_sampler.types import Resumed
+from trio_sampler.types import Resumed, SamplingErrorKind
 from trio_sampler.wire.responses import ResponsesTransform
 
 #: 2,000 deltas of 5 characters each.
@@ -186,3 +187,22 @@ async def test_a_cut_resumes_over_loopback_http(emulator: EmulatorFixture, via: 
     assert [e.after_sequence for e in events if isinstance(e, Resumed)] == [1499]
     assert _text(events) == TEXT
     assert len(emulator.requests(f"loopback-{via}")) == 1
+
+
+async def test_a_stalled_background_stream_resumes_at_its_idle_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    app = EmulatorApp(cache=PromptCache())
+    headers = script_headers(
+        text=TEXT,
+        chunk_chars=5,
+        scenario="stall",
+        faults=[{"type": "stall", "after_events": 600, "seconds": 3600, "times": 1}],
+    )
+    request = ConversationRequest([User("count")], extra_headers=headers, background=True)
+    events = await _run(app, request)
+    assert isinstance(events[-1], Completed), events[-1]
+    (resumed,) = [e for e in events if isinstance(e, Resumed)]
+    assert (resumed.after_sequence, resumed.kind) == (599, SamplingErrorKind.IDLE_TIMEOUT)
+    assert _text(events) == TEXT
+    assert not any(isinstance(e, Retrying) for e in events)

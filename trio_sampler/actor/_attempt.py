@@ -224,6 +224,9 @@ class _Body:
         self.ended = False
         #: The read timer: its length, and when it fires (a cut near it is a stall).
         self.timer, self.deadline = 0.0, math.inf
+        #: The server keeps the response (background mode): a silent stream is cut
+        #: (and resumed) rather than failed.
+        self.resumable = False
 
     def received_at(self, now: float) -> float:
         """When the last read's bytes arrived (``now`` where the reads do not say)."""
@@ -238,7 +241,10 @@ class _Body:
         else:
             read = await self._read(deadline)
             if read is _TIMED_OUT:
-                return transform.abort(_timeout_error(self.emitted, self._timeouts))
+                error = _timeout_error(self.emitted, self._timeouts)
+                if self.resumable:  # the server keeps the response: a cut, read on later
+                    raise SamplingClientError(error)
+                return transform.abort(error)
             if read is None:
                 self.ended = True
                 events = transform.feed_payloads(self._decoder.close_payloads())
@@ -406,6 +412,7 @@ class Attempts:
         armed: bool,
         resume: ResumePoint | None,
     ) -> AttemptResult:
+        background = resume is not None or wire.data.get("background") is True
         holding = self._memory.hold(transform) if self._memory is not None else None
         sink.transform = transform
         if observer is not None:
@@ -417,6 +424,7 @@ class Attempts:
             async with self._client.open_stream(wire, config=config) as stream:
                 body = _Body(stream, transform, config, holding)
                 body.emitted = resume is not None and resume.emitted
+                body.resumable = background
                 headers_at = await self._start(sink, body, metrics, observer, resume)
                 await self._read(sink, body, config, metrics, watch, headers_at)
         except SamplingClientError as exc:
@@ -426,7 +434,6 @@ class Attempts:
             if body is None:
                 return _refused(exc.info, sink.partial(), resume)
             error = _stall_close(exc.info, body.timer, body.deadline)
-            background = resume is not None or wire.data.get("background") is True
             point = _resume_point(transform, body.emitted, error) if background else None
             return AttemptResult(
                 error=error, partial=sink.partial(), emitted_output=body.emitted, resume=point
