@@ -206,3 +206,13 @@ async def test_a_stalled_background_stream_resumes_at_its_idle_timeout(
     assert (resumed.after_sequence, resumed.kind) == (599, SamplingErrorKind.IDLE_TIMEOUT)
     assert _text(events) == TEXT
     assert not any(isinstance(e, Retrying) for e in events)
+
+
+async def test_a_cut_before_any_event_is_retried_there_is_nothing_to_resume() -> None:
+    app = EmulatorApp(cache=PromptCache())
+    events = await _run(app, _request("nothing-yet", drop_after=0))
+    assert isinstance(events[-1], Completed)
+    assert not any(isinstance(e, Resumed) for e in events)
+    (retry,) = [e for e in events if isinstance(e, Retrying)]
+    assert retry.kind is SamplingErrorKind.TRANSPORT
+    assert len(app.requests("nothing-yet")) == 2
