@@ -20,6 +20,8 @@ from trio_sampler.actor._plan import (
     History,
     Policies,
     Resample,
+    Resume,
+    ResumePoint,
     Retry,
     Step,
     StripImages,
@@ -48,6 +50,7 @@ histories = st.builds(
     consecutive_rate_limits=st.integers(0, 4),
     images_stripped=st.booleans(),
     continuing=st.booleans(),
+    resumes=st.integers(0, 6),
 )
 policies = st.builds(
     Policies,
@@ -71,6 +74,16 @@ facts = st.builds(
     context_window=st.sampled_from([None, 8_000, 128_000]),
     has_next=st.booleans(),
 )
+#: Facts of any attempt, a resumable cut or a refused resume among them.
+any_facts = st.builds(
+    attrs.evolve,
+    facts,
+    resume_point=st.one_of(
+        st.none(),
+        st.builds(ResumePoint, st.just("resp_1"), st.integers(0, 99), st.booleans(), errors),
+    ),
+    resume_refused=st.booleans(),
+)
 
 
 def _decide(
@@ -81,6 +94,8 @@ def _decide(
 
 def test_the_rules_are_tried_in_the_documented_order() -> None:
     assert [rule.name for rule in RULES] == [
+        "resume",
+        "resume refused",
         "continuation refused",
         "doom resample",
         "mid-stream",
@@ -93,7 +108,7 @@ def test_the_rules_are_tried_in_the_documented_order() -> None:
 
 
 @settings(max_examples=400)
-@given(facts, histories, policies, st.integers(0, 2**32), st.booleans())
+@given(any_facts, histories, policies, st.integers(0, 2**32), st.booleans())
 def test_decide_is_a_function_of_its_inputs(
     f: Facts, h: History, p: Policies, seed: int, circuit_open: bool
 ) -> None:
@@ -103,7 +118,8 @@ def test_decide_is_a_function_of_its_inputs(
 
 
 _RULES_OF: dict[type, set[str]] = {
-    Retry: {"continuation refused", "retry"},
+    Retry: {"resume refused", "continuation refused", "retry"},
+    Resume: {"resume"},
     Resample: {"doom resample"},
     StripImages: {"image strip"},
     FailOver: {"routing table"},
@@ -112,7 +128,7 @@ _RULES_OF: dict[type, set[str]] = {
 
 
 @settings(max_examples=400)
-@given(facts, histories, policies, st.booleans())
+@given(any_facts, histories, policies, st.booleans())
 def test_every_step_names_the_one_rule_that_made_it(
     f: Facts, h: History, p: Policies, circuit_open: bool
 ) -> None:
@@ -122,12 +138,12 @@ def test_every_step_names_the_one_rule_that_made_it(
 
 
 @settings(max_examples=400)
-@given(facts, histories, policies)
+@given(any_facts, histories, policies)
 def test_every_next_attempt_starts_over_rather_than_continuing(
     f: Facts, h: History, p: Policies
 ) -> None:
     step = _decide(f, h, p)
-    if isinstance(step, Retry | Resample | StripImages):
+    if isinstance(step, Retry | Resume | Resample | StripImages):
         assert not step.history.continuing
 
 
@@ -253,3 +269,32 @@ def test_a_route_runs_out_of_retries(
             return
         history = step.history
     assert granted <= p.retry.max_retries + 1
+
+
+@given(any_facts, histories, policies)
+def test_a_resumable_cut_resumes_within_max_retries_whatever_else_holds(
+    f: Facts, h: History, p: Policies
+) -> None:
+    step = _decide(f, h, p)
+    if f.resume_point is not None and h.resumes < p.retry.max_retries:
+        assert step == Resume(
+            f.resume_point,
+            h.resumes + 1,
+            p.retry.max_retries,
+            attrs.evolve(h, resumes=h.resumes + 1, continuing=False),
+            rule="resume",
+        )
+    else:
+        assert not isinstance(step, Resume)
+
+
+@given(any_facts, histories, policies)
+def test_a_refused_resume_starts_over_visibly_and_uncharged(
+    f: Facts, h: History, p: Policies
+) -> None:
+    step = _decide(f, h, p)
+    if f.resume_refused and (f.resume_point is None or h.resumes >= p.retry.max_retries):
+        assert isinstance(step, Retry)
+        assert step.rule == "resume refused"
+        assert (step.delay, step.charged) == (0.0, False)
+        assert step.discard == (f.emitted or h.continuing)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 import trio
@@ -202,7 +203,7 @@ def test_reserve_keeps_a_fraction_of_each_limit_free() -> None:
         ({"chars_per_token": float("nan")}, "chars_per_token must be a positive number"),
     ],
 )
-def test_bad_pacing_settings_fail_at_construction(kwargs: dict[str, float], match: str) -> None:
+def test_bad_pacing_settings_fail_at_construction(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         RateLimitPacing(**kwargs)
 

@@ -331,3 +331,15 @@ async def test_a_config_at_no_route_is_refused_naming_the_routes(
     async with open_sampler(routing=two_routes(), transport=transport) as sampler:
         with pytest.raises(ValueError, match=r"'primary' .*'fallback'"):
             await run_turn_via_sampler(sampler, REQUEST, config=make_config())
+
+
+def test_a_resume_is_a_span_event(otel: Otel) -> None:
+    from trio_sampler.types import Cancelled, Resumed, SamplingErrorKind
+
+    recorder = otel.telemetry.start_request(REQUEST)
+    recorder.observe(Resumed("r", "resp_1", 41, 2, SamplingErrorKind.TRANSPORT, "cut"))
+    recorder.observe(Cancelled("r", "done", None))
+    (resume,) = [e for e in otel.span().events if e.name == "trio_sampler.resume"]
+    assert resume.attributes is not None
+    assert resume.attributes["trio_sampler.resume.after_sequence"] == 41
+    assert resume.attributes["error.type"] == "transport"

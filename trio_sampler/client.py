@@ -478,7 +478,12 @@ class SamplingClient:
         if config.auth_scheme is AuthScheme.AWS_SIGV4:  # signed per request, over its bytes
             prepared = _signed(wire, config, prepared)
         return HttpRequest(
-            wire.method, config.base_url, wire.path, config.query_params, prepared, wire.body
+            wire.method,
+            config.base_url,
+            wire.path,
+            (*config.query_params, *wire.query) if wire.query else config.query_params,
+            prepared,
+            wire.body,
         )
 
     def _prepared(

@@ -46,6 +46,7 @@ from collections.abc import Callable
 
 import attrs
 
+from .tokens import InputTokenEstimator, estimate_input_tokens
 from .types import RateLimitBudget, RateLimitSnapshot
 from .wire import WireRequest, parse_duration, parse_rate_limits
 
@@ -94,6 +95,9 @@ class RateLimitPacing:
     * ``reserve``: a fraction of each limit left unused (0.1 keeps a tenth of every
       budget free, e.g. for other clients of the same key).
     * ``chars_per_token``: the prompt estimate of an attempt, body bytes per token.
+    * ``estimator``: the prompt estimate of an attempt, from its rendered request (see
+      :data:`trio_sampler.tokens.InputTokenEstimator`: a local tokenizer's count, say);
+      when it returns ``None`` (or is not given), body bytes / ``chars_per_token``.
     * ``max_wait`` (120 s): the longest an attempt is held; a longer wait fails it at
       once with a ``RATE_LIMITED`` error (``error_code="rate_limit_pacing"``) saying
       until when, as a wait past the request's ``Timeouts.total`` does.
@@ -103,6 +107,7 @@ class RateLimitPacing:
     reserve: float = attrs.field(default=0.0, validator=_fraction)
     chars_per_token: float = attrs.field(default=4.0, validator=_positive("chars_per_token"))
     max_wait: float = attrs.field(default=120.0, validator=_positive("max_wait"))
+    estimator: InputTokenEstimator | None = attrs.field(default=None, eq=False, kw_only=True)
 
 
 @attrs.frozen
@@ -121,17 +126,25 @@ class PacingCost:
 
 
 def pacing_cost(
-    wire: WireRequest, *, default_max_output_tokens: int, chars_per_token: float = 4.0
+    wire: WireRequest,
+    *,
+    default_max_output_tokens: int,
+    chars_per_token: float = 4.0,
+    estimator: InputTokenEstimator | None = None,
 ) -> PacingCost:
-    """The cost an attempt with this body reserves: one request, the prompt estimate and
-    the body's output cap (else ``default_max_output_tokens``)."""
+    """The cost an attempt with this body reserves: one request, the prompt estimate
+    (``estimator``'s, else body bytes / ``chars_per_token``) and the body's output cap
+    (else ``default_max_output_tokens``)."""
     output = default_max_output_tokens
     for field in _MAX_OUTPUT_FIELDS:
         value = wire.data.get(field)
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             output = value
             break
-    return PacingCost(1, math.ceil(len(wire.body) / chars_per_token), output)
+    estimate = None if estimator is None else estimator(wire)
+    if estimate is None:
+        estimate = estimate_input_tokens(wire, chars_per_token)
+    return PacingCost(1, estimate, output)
 
 
 @attrs.define(eq=False)

@@ -6,7 +6,7 @@ An observer: it consumes a request's events and terminal and records
   ``gen_ai.provider.name`` (and the older ``gen_ai.system``), ``gen_ai.request.*``,
   ``gen_ai.response.model`` / ``.id`` / ``.finish_reasons``, ``gen_ai.usage.*`` (cached and
   reasoning tokens included), ``server.address`` / ``server.port`` and, on failure or
-  cancel, ``error.type``; every ``Retrying`` becomes a span event;
+  cancel, ``error.type``; every ``Retrying`` and ``Resumed`` becomes a span event;
 * the metrics ``gen_ai.client.token.usage`` (histogram, ``{token}``, one record per token
   type), ``gen_ai.client.operation.duration`` (s) and
   ``gen_ai.client.operation.time_to_first_chunk`` (s).
@@ -49,6 +49,7 @@ from .types import (
     FirstToken,
     ModelMetadata,
     RequestMetrics,
+    Resumed,
     Retrying,
     SamplingEvent,
     TerminalEvent,
@@ -329,6 +330,15 @@ class RequestTelemetry:
                     "trio_sampler.retry.reason": event.reason,
                     "trio_sampler.retry.delay_s": event.delay,
                     "trio_sampler.retry.discard_partial": event.discard_partial,
+                },
+            )
+        elif isinstance(event, Resumed):
+            self.span.add_event(
+                "trio_sampler.resume",
+                {
+                    "trio_sampler.attempt": event.attempt,
+                    "error.type": event.kind.value,
+                    "trio_sampler.resume.after_sequence": event.after_sequence,
                 },
             )
         elif isinstance(event, Completed | Failed | Cancelled):

@@ -40,7 +40,9 @@ from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy
 from ..models import ModelCatalog
 from ..routing import Route, RouteSnapshot, RoutingPolicy
+from ..tokens import TokenCount
 from ..types import ConversationRequest, ConversationResponse, TrioSamplerError
+from ._count import count_tokens
 from ._memory import DEFAULT_MAX_BUFFERED_RESPONSE_BYTES, ResponseMemory
 from ._request import RequestRunner
 from ._stream import RequestState, RequestStream, open_request_channel
@@ -245,6 +247,24 @@ class SamplerHandle:
         names = [link.name if isinstance(link, Route) else link for link in chain]
         standing_in = {link.name: link for link in chain if isinstance(link, Route)}
         return tuple(standing_in.get(route.name, route) for route in routing.chain(names))
+
+    async def count_tokens(
+        self, request: ConversationRequest, *, config: SamplerConfig | None = None
+    ) -> TokenCount:
+        """``request``'s input tokens before it is sent, on the sampler's endpoint (or
+        ``config``'s): the provider's count where it has a counting endpoint (Messages
+        ``count_tokens``, Responses ``input_tokens``; ``exact``), else the body's length
+        over 4 (``exact=False``, saying why). Not paced nor admitted: counting is not
+        sampling. Raises :class:`~trio_sampler.types.SamplingError` when the endpoint
+        fails, ``ValueError`` for a request the backend cannot carry."""
+        if not isinstance(request, ConversationRequest):
+            raise TypeError(
+                "count_tokens() takes a ConversationRequest, e.g. "
+                f'ConversationRequest(items=[User("hello")]); got {type(request).__name__}'
+            )
+        return await count_tokens(
+            self._actor.runner.attempts.client, request, config or self._actor.config
+        )
 
     async def route_stats(self) -> dict[str, RouteSnapshot]:
         """Per route of the sampler's routing policy: its circuit's state and counters

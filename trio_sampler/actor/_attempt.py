@@ -15,6 +15,7 @@ dead stream alive). Connect and response-header timeouts live in the client.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import AsyncIterator
@@ -35,6 +36,7 @@ from ..types import (
     ConversationResponse,
     Failed,
     RateLimitSnapshot,
+    Resumed,
     SamplingChannel,
     SamplingErrorInfo,
     SamplingErrorKind,
@@ -52,8 +54,10 @@ from ..wire import (
     new_transform,
 )
 from ..wire._replay import decode_failure
+from ..wire.responses import ResponsesTransform
 from ._memory import Holding, ResponseMemory
 from ._metrics import AttemptMetrics
+from ._plan import ResumePoint
 from ._stream import CONTENT_EVENTS as _CONTENT
 
 __all__ = [
@@ -65,6 +69,7 @@ __all__ = [
     "error_info",
 ]
 
+_log = logging.getLogger("trio_sampler.actor")
 _REASONING = SamplingChannel.REASONING
 #: Until an attempt's first content event, a read is parsed this much at a time, and the
 #: events up to the slice that holds the first content are handed to the consumer before
@@ -93,6 +98,10 @@ class AttemptResult:
     #: Content events were forwarded to the consumer (a retry must discard them).
     emitted_output: bool = False
     doom_triggers: tuple[str, ...] = ()
+    #: The stream was cut where it can be read on from (Responses background mode).
+    resume: ResumePoint | None = None
+    #: A resumed read the server refused (it no longer has the response).
+    resume_refused: bool = False
 
     @property
     def output(self) -> ConversationResponse | None:
@@ -239,6 +248,9 @@ class _Body:
         self.ended = False
         #: The read timer: its length, and when it fires (a cut near it is a stall).
         self.timer, self.deadline = 0.0, math.inf
+        #: The server keeps the response (background mode): a silent stream is cut
+        #: (and resumed) rather than failed.
+        self.resumable = False
 
     def received_at(self, now: float) -> float:
         """When the last read's bytes arrived (``now`` where the reads do not say)."""
@@ -253,7 +265,10 @@ class _Body:
         else:
             read = await self._read(deadline)
             if read is _TIMED_OUT:
-                return transform.abort(_timeout_error(self.emitted, self._timeouts))
+                error = _timeout_error(self.emitted, self._timeouts)
+                if self.resumable:  # the server keeps the response: a cut, read on later
+                    raise SamplingClientError(error)
+                return transform.abort(error)
             if read is None:
                 self.ended = True
                 events = transform.feed_payloads(self._decoder.close_payloads())
@@ -358,6 +373,10 @@ class Attempts:
         #: Per config: the options its requests are built with.
         self._build_options: ByIdentity[BuildOptions] = ByIdentity()
 
+    @property
+    def client(self) -> SamplingClient:
+        return self._client
+
     def wire(
         self, request: ConversationRequest, config: SamplerConfig, armed: bool
     ) -> WireRequest | SamplingErrorInfo:
@@ -387,11 +406,38 @@ class Attempts:
         observer: AttemptObserver | None,
         *,
         armed: bool,
+        resume: ResumePoint | None = None,
     ) -> AttemptResult:
-        """Send ``wire``, stream its answer to ``sink``, and say how it ended."""
-        transform = new_transform(config.backend, sink.request_id, provider=config.provider)
-        # One stream holds at most what it may read; all of them together, ``_memory``.
-        transform.max_held_bytes = config.max_response_bytes
+        """Send ``wire``, stream its answer to ``sink``, and say how it ended. ``resume``:
+        ``wire`` reads a cut stream on (:meth:`resume_wire`), into the sink's transform.
+        A background attempt cancelled midway is cancelled on the server too."""
+        if resume is not None and sink.transform is not None:
+            transform = sink.transform
+        else:
+            transform = new_transform(config.backend, sink.request_id, provider=config.provider)
+            # One stream holds at most what it may read; all of them together, ``_memory``.
+            transform.max_held_bytes = config.max_response_bytes
+        background = resume is not None or wire.data.get("background") is True
+        try:
+            return await self._run(sink, wire, transform, config, metrics, observer, armed, resume)
+        except trio.Cancelled:
+            if background:  # the server would go on generating it
+                base = wire if resume is None else _base_wire(wire, resume)
+                await self.cancel_remote(base, transform, config)
+            raise
+
+    async def _run(
+        self,
+        sink: AttemptSink,
+        wire: WireRequest,
+        transform: StreamTransform,
+        config: SamplerConfig,
+        metrics: AttemptMetrics,
+        observer: AttemptObserver | None,
+        armed: bool,
+        resume: ResumePoint | None,
+    ) -> AttemptResult:
+        background = resume is not None or wire.data.get("background") is True
         holding = self._memory.hold(transform) if self._memory is not None else None
         if holding is not None:  # the events waiting for the consumer hold its text too
             holding.count(sink)
@@ -404,16 +450,21 @@ class Attempts:
         try:
             async with self._client.open_stream(wire, config=config) as stream:
                 body = _Body(stream, transform, config, holding)
-                headers_at = await self._start(sink, body, metrics, observer)
+                body.emitted = resume is not None and resume.emitted
+                body.resumable = background
+                headers_at = await self._start(sink, body, metrics, observer, resume)
                 await self._read(sink, body, config, metrics, watch, headers_at)
         except SamplingClientError as exc:
             metrics.rate_limit = exc.info.rate_limit_snapshot or metrics.rate_limit
             if observer is not None:
                 observer.failed(exc.info)
             if body is None:
-                return AttemptResult(error=exc.info, partial=sink.partial())
+                return _refused(exc.info, sink.partial(), resume)
             error = _stall_close(exc.info, body.timer, body.deadline)
-            return AttemptResult(error=error, partial=sink.partial(), emitted_output=body.emitted)
+            point = _resume_point(transform, body.emitted, error) if background else None
+            return AttemptResult(
+                error=error, partial=sink.partial(), emitted_output=body.emitted, resume=point
+            )
         finally:
             if holding is not None:
                 holding.release()
@@ -423,20 +474,64 @@ class Attempts:
             result.error = _stall_close(result.error, body.timer, body.deadline)
         return result
 
+    @staticmethod
+    def resume_wire(wire: WireRequest, point: ResumePoint) -> WireRequest:
+        """The read of a cut stream from ``point`` on: ``GET {path}/{id}?stream=true&
+        starting_after=N`` with ``wire``'s headers (through the same client and seam)."""
+        return attrs.evolve(
+            wire,
+            path=f"{wire.path}/{point.response_id}",
+            body=b"",
+            data={},
+            method="GET",
+            query=(("stream", "true"), ("starting_after", str(point.after_sequence))),
+        )
+
+    async def cancel_remote(
+        self, wire: WireRequest, transform: StreamTransform | None, config: SamplerConfig
+    ) -> None:
+        """Cancel a background response on the server (``POST {path}/{id}/cancel``), once
+        the request was cancelled: best effort, shielded from the cancel that got here,
+        bounded by :data:`REMOTE_CANCEL_S`. Nothing to do before the response's id came."""
+        if not isinstance(transform, ResponsesTransform) or not transform.acc.response_id:
+            return
+        cancel = attrs.evolve(
+            wire, path=f"{wire.path}/{transform.acc.response_id}/cancel", body=b"", data={}
+        )
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + REMOTE_CANCEL_S):
+            try:
+                await self._client.post_json(cancel, config=config)
+            except SamplingClientError as exc:  # best effort: the server may be gone
+                _log.debug("cancelling %s on the server failed: %s", cancel.path, exc.info)
+
     async def _start(
         self,
         sink: AttemptSink,
         body: _Body,
         metrics: AttemptMetrics,
         observer: AttemptObserver | None,
+        resume: ResumePoint | None,
     ) -> float:
-        """The response headers: the stream's first events, the rate-limit report.
-        Returns when they were read (the first-token deadline counts from it)."""
+        """The response headers: the stream's first events (a resumed read's:
+        ``Resumed``), the rate-limit report. Returns when they were read (the
+        first-token deadline counts from it)."""
         stream = body.stream
         now = trio.current_time()
         metrics.request_sent_at = stream.request_sent_at
         # The metrics' times are the bytes' arrival where the reads say it.
         metrics.headers_at = body.received_at(now)
+        if resume is not None:
+            cut = resume.cut
+            resumed = Resumed(
+                sink.request_id,
+                resume.response_id,
+                resume.after_sequence,
+                metrics.number,
+                cut.kind,
+                cut.message,
+            )
+            await sink.emit([resumed], metrics.headers_at)
+            return now
         started = body.transform.start(
             stream.header_fields, attempt=metrics.number, now=time.time()
         )
@@ -549,6 +644,46 @@ class Attempts:
         if response.is_empty and response.stop_reason not in _MAY_BE_EMPTY:
             return AttemptResult(error=_EMPTY, partial=response, emitted_output=emitted)
         return AttemptResult(response=response, emitted_output=emitted)
+
+
+def _base_wire(wire: WireRequest, resume: ResumePoint) -> WireRequest:
+    """The request a resumed read (``{path}/{id}``) reads on."""
+    return attrs.evolve(wire, path=wire.path.removesuffix(f"/{resume.response_id}"))
+
+
+#: How long cancelling a background response on the server may take, at most.
+REMOTE_CANCEL_S: Final = 2.0
+_CUTS: Final = frozenset({SamplingErrorKind.TRANSPORT, SamplingErrorKind.IDLE_TIMEOUT})
+#: The statuses of a server that no longer has a response (expired or never kept).
+_GONE: Final = frozenset({404, 410})
+
+
+def _resume_point(
+    transform: StreamTransform, emitted: bool, error: SamplingErrorInfo
+) -> ResumePoint | None:
+    """Where a background stream cut by ``error`` can be read on from (``None``: it
+    cannot: not a cut, the transform ended, or no response id nor event came yet)."""
+    if error.kind not in _CUTS or transform.finished:
+        return None
+    if not isinstance(transform, ResponsesTransform) or transform.last_sequence < 0:
+        return None
+    response_id = transform.acc.response_id
+    if not response_id:
+        return None
+    return ResumePoint(response_id, transform.last_sequence, emitted, error)
+
+
+def _refused(
+    error: SamplingErrorInfo, partial: ConversationResponse | None, resume: ResumePoint | None
+) -> AttemptResult:
+    """An attempt the server answered with an error status; a resumed read answered
+    404/410 was refused (the request starts over)."""
+    if resume is None:
+        return AttemptResult(error=error, partial=partial)
+    gone = error.status_code in _GONE
+    return AttemptResult(
+        error=error, partial=partial, emitted_output=resume.emitted, resume_refused=gone
+    )
 
 
 _MAY_BE_EMPTY: Final = (StopReason.CONTENT_FILTER, StopReason.LENGTH)

@@ -134,6 +134,7 @@ class Pacers:
             wire,
             default_max_output_tokens=config.default_max_output_tokens,
             chars_per_token=pacing.chars_per_token,
+            estimator=pacing.estimator,
         )
         now = trio.current_time()
         reservation = pacer.reserve(cost, now)

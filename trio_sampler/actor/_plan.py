@@ -29,12 +29,28 @@ __all__ = [
     "History",
     "Policies",
     "Resample",
+    "Resume",
+    "ResumePoint",
     "Retry",
     "Rule",
     "Step",
     "StripImages",
     "decide",
 ]
+
+
+@attrs.frozen
+class ResumePoint:
+    """Where a cut stream can be read on from: the server keeps the response
+    (Responses background mode) and replays its events after ``after_sequence``."""
+
+    response_id: str
+    #: The sequence number of the last event the consumer was given.
+    after_sequence: int
+    #: Content reached the consumer before the cut (a fall-back retry discards it).
+    emitted: bool
+    #: What cut the stream.
+    cut: SamplingErrorInfo
 
 
 @attrs.frozen
@@ -49,6 +65,8 @@ class History:
     images_stripped: bool = False
     #: The attempt continued a previous route's text by prefill.
     continuing: bool = False
+    #: Cut streams resumed on the route.
+    resumes: int = 0
 
 
 @attrs.frozen
@@ -79,6 +97,11 @@ class Facts:
     context_window: int | None = None
     #: A later route could take the request.
     has_next: bool = False
+    #: The attempt was cut where its stream can be resumed (``None``: it cannot).
+    resume_point: ResumePoint | None = None
+    #: The attempt was a resumed read the server refused (the response expired, or was
+    #: never kept): the request starts over.
+    resume_refused: bool = False
 
 
 @attrs.frozen
@@ -106,6 +129,17 @@ class Resample:
     attempt: int
     max_retries: int
     triggers: tuple[str, ...]
+    history: History
+    rule: str = ""
+
+
+@attrs.frozen
+class Resume:
+    """Read the cut stream on from ``point`` (a ``Resumed`` event; nothing discarded)."""
+
+    point: ResumePoint
+    attempt: int
+    max_retries: int
     history: History
     rule: str = ""
 
@@ -143,7 +177,7 @@ class Finish:
     rule: str = ""
 
 
-Step = Retry | Resample | StripImages | FailOver | Finish
+Step = Retry | Resume | Resample | StripImages | FailOver | Finish
 
 #: A rule: ``None`` when it does not apply. ``uniform`` draws in [0, 1); ``circuit_open``
 #: asks the route's breaker (only the routing rule calls it, and only when it matters).
@@ -160,6 +194,28 @@ class Rule:
     name: str
     why: str
     apply: _Apply
+
+
+def _resume(facts: Facts, history: History, policies: Policies, *_: object) -> Step | None:
+    point = facts.resume_point
+    if point is None or history.resumes >= policies.retry.max_retries:
+        return None
+    resumes = history.resumes + 1
+    after = attrs.evolve(history, resumes=resumes, continuing=False)
+    return Resume(point, resumes, policies.retry.max_retries, after)
+
+
+def _resume_refused(facts: Facts, history: History, policies: Policies, *_: object) -> Step | None:
+    if not facts.resume_refused:
+        return None
+    return Retry(
+        0.0,
+        facts.emitted or history.continuing,
+        facts.started,
+        policies.retry.max_retries,
+        attrs.evolve(history, continuing=False),
+        charged=False,
+    )
 
 
 def _continuation_refused(
@@ -280,6 +336,21 @@ def _discard(facts: Facts, history: History) -> bool:
 #: (``retry.classify``); the later rules read its decision.
 RULES: Final[tuple[Rule, ...]] = (
     Rule(
+        "resume",
+        "a cut stream whose response the server keeps (Responses background mode) is "
+        "read on from its last delivered event: nothing is repeated, discarded or "
+        "generated again, so it comes before every retry rule (retry_mid_stream "
+        "included); bounded by max_retries resumes on the route",
+        _resume,
+    ),
+    Rule(
+        "resume refused",
+        "the server no longer has the response (expired, or never kept: 404/410): "
+        "start over at once, visibly (Retrying, discarding what was streamed), uncharged "
+        "(the lost cursor is not a server failure)",
+        _resume_refused,
+    ),
+    Rule(
         "continuation refused",
         "a route that rejects a prefill refused the continuation, not the request: start "
         "over at once, on the same route, uncharged",
@@ -323,7 +394,7 @@ RULES: Final[tuple[Rule, ...]] = (
 )
 
 #: The rules tried before the retry policy is asked.
-_BEFORE_CLASSIFY: Final = 3
+_BEFORE_CLASSIFY: Final = 5
 
 
 def decide(

@@ -53,6 +53,8 @@ from ._plan import (
     History,
     Policies,
     Resample,
+    Resume,
+    ResumePoint,
     Step,
     StripImages,
     decide,
@@ -334,11 +336,10 @@ class RequestRunner:
         has_next: bool,
         steer: bool,
     ) -> TerminalEvent | FailOver | Skipped:
-        """Attempts on one route until it serves the request, or the plan ends the
-        request or sends it on. ``has_next``: another route could take the request
-        after this one. ``steer``: a later route is admitted by another gate, so this
-        route's admission is asked to admit its first attempt within
-        ``max_retry_wait_s`` or have it passed over."""
+        """Attempts on one route until it serves the request, or the plan ends the request
+        or sends it on. ``has_next``: another route could take the request after this one.
+        ``steer``: a later route is admitted by another gate, so this route's admission
+        is asked to admit its first attempt within ``max_retry_wait_s`` or pass it over."""
         state.serving = leg.config
         policies = self._policies(leg)
         by_prefill = self._routing is not None and self._routing.continue_by_prefill
@@ -356,11 +357,12 @@ class RequestRunner:
         prepared = opened
         history = History(continuing=continuing)
         context_window = None if leg.route is None else leg.route.capabilities.context_window
+        resume: ResumePoint | None = None
         while True:
             armed = history.resamples < policies.max_resamples
             hedge_to = hedge_leg if prefix is None else None
             result, metrics, served = await self._try(
-                state, request, leg, hedge_to, prepared, armed=armed
+                state, request, leg, hedge_to, prepared, armed=armed, resume=resume
             )
             prepared = None
             priced = self._record(state, served, metrics, result)
@@ -369,17 +371,9 @@ class RequestRunner:
                 return self._completed(state, served, metrics, priced, prefix)
             assert result.error is not None
             state.last_partial = priced  # a partial is billed too: priced like a response
-            facts = Facts(
-                result.error,
-                priced,
-                result.emitted_output,
-                armed,
-                result.doom_triggers,
-                state.metrics.started,
-                context_window,
-                has_next,
-            )
+            facts = _facts(result, priced, armed, state, context_window, has_next)
             step = self._decide(leg, facts, history, policies)
+            resume = step.point if isinstance(step, Resume) else None
             if prefix is not None:  # a failed continuation is not tried again
                 prefix, request = None, state.request
             followed = await self._follow(state, leg, step, facts, request, budget)
@@ -490,6 +484,8 @@ class RequestRunner:
                 state, step.attempt, step.max_retries, error, 0.0, step.discard, (), leg
             )
             return request, step.history
+        if isinstance(step, Resume):  # the read's headers announce it (``Resumed``)
+            return request, step.history
         if isinstance(step, Resample):
             await self._emit_retry(
                 state,
@@ -592,11 +588,13 @@ class RequestRunner:
         prepared: Prepared | None,
         *,
         armed: bool,
+        resume: ResumePoint | None = None,
     ) -> tuple[AttemptResult, AttemptMetrics, Leg]:
-        """One attempt on ``leg`` (hedged when the routing policy says so): its result,
-        its timings (not yet ended in the metrics) and the route that served it."""
+        """One attempt on ``leg`` (hedged when the routing policy says so; a resumed
+        read is not): its result, its timings (not yet ended in the metrics) and the
+        route that served it."""
         hedge = self._routing.hedge if self._routing is not None else None
-        if hedge is not None and leg.state is not None:
+        if hedge is not None and leg.state is not None and resume is None:
             # A continuation is hedged on its own route: the prefill was chosen for it.
             target = hedge_leg if hedge.next_route and hedge_leg is not None else leg
 
@@ -623,7 +621,7 @@ class RequestRunner:
         result = None
         try:
             result = await self._attempt(
-                state, state, request, leg, metrics, armed=armed, prepared=prepared
+                state, state, request, leg, metrics, armed=armed, prepared=prepared, resume=resume
             )
         finally:
             if result is None:  # cancelled: the request's cancel or its total timeout
@@ -641,16 +639,18 @@ class RequestRunner:
         *,
         armed: bool,
         prepared: Prepared | None,
+        resume: ResumePoint | None = None,
     ) -> AttemptResult:
         """One attempt: its body, its gates, the stream. A ``prepared`` attempt (the chain
-        asked its route while choosing it) has its body and gates already."""
+        asked its route while choosing it) has its body and gates already; a ``resume``
+        reads the cut stream on (``GET``, through the same gates)."""
         if prepared is not None:
             wire = prepared.wire
         else:
             built = self.attempts.wire(request, leg.config, armed)
             if isinstance(built, SamplingErrorInfo):
                 return AttemptResult(error=built)
-            wire = built
+            wire = built if resume is None else self.attempts.resume_wire(built, resume)
         deadline = self._deadline(state, leg.config)
         hold = self.gates.hold(sink, leg, wire, metrics, deadline=deadline, prepared=prepared)
         async with hold:
@@ -658,8 +658,10 @@ class RequestRunner:
                 hold.result = AttemptResult(error=hold.refused)
             else:
                 hold.result = await self.attempts.run(
-                    sink, wire, leg.config, metrics, hold, armed=armed
+                    sink, wire, leg.config, metrics, hold, armed=armed, resume=resume
                 )
+                if sink is not state:  # a race's lane streams into a transform of its own
+                    hold.result.resume = None
             return hold.result
 
     @staticmethod
@@ -668,3 +670,27 @@ class RequestRunner:
         ``Timeouts.total`` (its sampler's, or its own config's), or its route's if shorter."""
         totals = [t for t in (state.config.timeouts.total, config.timeouts.total) if t]
         return state.submitted_at + min(totals) if totals else math.inf
+
+
+def _facts(
+    result: AttemptResult,
+    priced: ConversationResponse | None,
+    armed: bool,
+    state: RequestState,
+    context_window: int | None,
+    has_next: bool,
+) -> Facts:
+    """The failed attempt ``result``, as the plan sees it."""
+    assert result.error is not None
+    return Facts(
+        result.error,
+        priced,
+        result.emitted_output,
+        armed,
+        result.doom_triggers,
+        state.metrics.started,
+        context_window,
+        has_next,
+        result.resume,
+        result.resume_refused,
+    )

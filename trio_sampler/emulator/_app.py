@@ -17,6 +17,7 @@ import trio
 from .._receive_time import LAST_SENT
 from ..wire import get_backend
 from ._arrival import request_answered, request_arrived
+from ._background import BackgroundStore
 from ._budget import DEFAULT_MAX_REPLY_BYTES, ReplyBudget, frames_size
 from ._cache import SHARED_CACHE, PromptCache
 from ._faults import AttemptPlan, FaultBook, OutcomeFault
@@ -31,7 +32,7 @@ from ._punctuality import Punctuality
 from ._ratelimit import RateLimitBook, RateLimits, Verdict
 from ._render_chat import ChatRenderer
 from ._render_messages import MessagesRenderer
-from ._render_responses import ResponsesRenderer
+from ._render_responses import ResponsesRenderer, response_id
 from ._reply import Reply, RequestView, empty_reply, plan_reply
 from ._script import (
     ContentFilterFault,
@@ -189,6 +190,8 @@ class EmulatorApp:
         self._bench_bodies: dict[tuple[Any, ...], tuple[int, list[tuple[bytes, bytes]], bytes]] = {}
         self.models = _checked_models(models)
         self._epoch: float | None = None
+        #: Responses background mode: the responses kept for retrieval and their record.
+        self.background = BackgroundStore()
 
     def clock(self) -> float:
         """The emulator's clock: seconds since its first request (or since
@@ -275,6 +278,12 @@ class EmulatorApp:
                 query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
                 values = query.get("values", ["0"])[0] not in ("", "0", "false")
                 await _respond(send, 200, self.punctuality.report(values=values), [])
+                return
+            if path in _COUNTERS and method == "POST":
+                await self._count_tokens(path, await self._read_body(receive), send, request_id)
+                return
+            if path.startswith(_RESPONSE_PREFIX):
+                await self._background_call(scope, method, path, send, request_id)
                 return
             if route is None:
                 raise ApiError(f"Unknown request URL: {method} {path}.", status=404)
@@ -442,6 +451,18 @@ class EmulatorApp:
             # The emulator knows the reply's length up front: the output charge is corrected
             # now rather than when the body ends (the provider's bucket is never tighter).
             self.rate_limits.settle(charge, reply.usage.output_tokens)
+        background = _background_of(renderer, data)
+        if background:
+            # A kept response's id is its own (ids are otherwise a function of the body).
+            unique = hashlib.sha256((reply.id_seed + request_id).encode()).hexdigest()
+            reply = attrs.evolve(reply, id_seed=unique)
+            self.background.keep(
+                response_id(reply),
+                renderer.stream(reply, view),
+                renderer.body(reply, view),
+                trio.current_time(),
+                script.delay_ms / 1000,
+            )
         if view.stream:
             frames = renderer.stream(reply, view)
             if bench:
@@ -482,6 +503,66 @@ class EmulatorApp:
         with self.replies.holding(len(payload), anthropic=renderer.backend == "messages"):
             await _send_payload(send, base, payload, outcome)
 
+    async def _count_tokens(self, path: str, body: bytes, send: Send, request_id: str) -> None:
+        """``POST /v1/messages/count_tokens`` and ``POST /v1/responses/input_tokens``: the
+        prompt's size as a request of that body is billed (``input_tokens``), counted on
+        a scratch cache (counting caches nothing)."""
+        backend, view_of = _COUNTERS[path]
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise ApiError("We could not parse the JSON body of your request.") from None
+        if not isinstance(data, dict):
+            raise ApiError("The request body must be a JSON object.")
+        if backend == "messages":  # counting takes no output cap; the view wants one
+            data = {"max_tokens": 1, **data}
+        tokens = view_of(data, PromptCache(max_entries=1)).prompt.total
+        payload: dict[str, Any] = {"input_tokens": tokens}
+        if backend == "responses":
+            payload = {"object": "response.input_tokens", **payload}
+        await _respond(send, 200, payload, [(b"x-request-id", request_id.encode())])
+
+    async def _background_call(
+        self, scope: Scope, method: str, path: str, send: Send, request_id: str
+    ) -> None:
+        """``GET /v1/responses/{id}`` (streamed from ``starting_after`` with
+        ``stream=true``) and ``POST /v1/responses/{id}/cancel``: see ``_background``."""
+        response_id, _, action = path[len(_RESPONSE_PREFIX) :].partition("/")
+        if (method, action) not in (("GET", ""), ("POST", "cancel")):
+            raise ApiError(f"Unknown request URL: {method} {path}.", status=404)
+        now = trio.current_time()
+        stored = self.background.find(response_id, now)
+        if stored is None:
+            raise ApiError(f"Response with id '{response_id}' not found.", status=404)
+        base = [(b"x-request-id", request_id.encode())]
+        if action == "cancel":
+            self.background.cancel(stored, now)
+            await _respond(send, 200, stored.response(now), base)
+            return
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        if query.get("stream", ["false"])[0] != "true":
+            await _respond(send, 200, stored.response(now), base)
+            return
+        after = query.get("starting_after", [None])[0]
+        try:
+            starting_after = None if after is None else int(after)
+        except ValueError:
+            raise ApiError(
+                f"Invalid 'starting_after': {after!r}; expected a sequence number."
+            ) from None
+        self.background.retrieved(response_id)
+        await _send_start(send, 200, base + _SSE_HEADERS)
+        pending = bytearray()
+        for sequence in stored.cut(starting_after):
+            if stored.due(sequence) > trio.current_time():  # not generated yet: wait for it
+                await send(
+                    {"type": "http.response.body", "body": bytes(pending), "more_body": True}
+                )
+                pending.clear()
+                await trio.sleep_until(stored.due(sequence))
+            pending += stored.frames[sequence]
+        await send({"type": "http.response.body", "body": bytes(pending), "more_body": False})
+
     def _bench_key(
         self, renderer: Renderer, script: Script, data: Mapping[str, Any]
     ) -> tuple[Any, ...]:
@@ -517,6 +598,23 @@ class EmulatorApp:
         await _send_start(send, status, headers)
         await send({"type": "http.response.body", "body": payload, "more_body": False})
         return True
+
+
+_RESPONSE_PREFIX = "/v1/responses/"
+#: The token-counting endpoints: path → (backend, the view that bills the prompt).
+_COUNTERS: dict[str, tuple[str, Callable[[Mapping[str, Any], PromptCache], RequestView]]] = {
+    "/v1/messages/count_tokens": ("messages", view_messages),
+    "/v1/responses/input_tokens": ("responses", view_responses),
+}
+
+
+def _background_of(renderer: Renderer, data: Mapping[str, Any]) -> bool:
+    """Whether a request asks for Responses background mode (which needs ``store``)."""
+    if renderer.backend != "responses" or data.get("background") is not True:
+        return False
+    if data.get("store") is False:
+        raise ApiError("Background mode requires store=true.", param="background")
+    return True
 
 
 def _checked_models(models: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:

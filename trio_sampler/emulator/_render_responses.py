@@ -22,7 +22,7 @@ from ._script import HostedToolScript
 from ._sse import argument_chunks, event_frame
 from ._validate import ApiError
 
-__all__ = ["ResponsesRenderer"]
+__all__ = ["ResponsesRenderer", "response_id"]
 
 
 def _json(value: Any) -> str:
@@ -70,6 +70,11 @@ def _usage(reply: Reply) -> dict[str, Any]:
     }
 
 
+def response_id(reply: Reply) -> str:
+    """The id of the response ``reply`` is rendered as."""
+    return "resp_" + reply.id_seed[:48]
+
+
 class _Builder:
     """Collects the payloads of one stream, numbering them as they are added."""
 
@@ -79,7 +84,7 @@ class _Builder:
         self.payloads: list[dict[str, Any]] = []
         self.output: list[dict[str, Any]] = []
         seed = reply.id_seed
-        self.response_id = "resp_" + seed[:48]
+        self.response_id = response_id(reply)
         kinds = ("msg", "rs", "fc", "ws", "fs", "ci", "mcpl", "mcp", "cntr")
         self.ids = {kind: f"{kind}_{seed[8:56]}" for kind in kinds}
         self.created_at = int(time.time())

@@ -275,7 +275,7 @@ class LimiterGate(AdmissionGate):
             if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                 output = value
                 break
-        return Cost(1, self.limiter.spec.estimate_input_tokens(wire.body), output)
+        return Cost(1, self.limiter.spec.estimate_input_tokens(wire.body, wire), output)
 
     async def admit(
         self,

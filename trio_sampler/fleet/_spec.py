@@ -7,6 +7,9 @@ import math
 
 import attrs
 
+from ..tokens import InputTokenEstimator
+from ..wire import WireRequest
+
 __all__ = [
     "Cost",
     "FailurePolicy",
@@ -240,6 +243,10 @@ class LimiterSpec:
       divided by this (over-estimates are corrected when the usage is known).
     * ``leases``: a :class:`LeasePolicy` to admit from batches held locally (one round
       trip per batch, not per request), or ``None`` (the default): one round trip each.
+    * ``estimator``: the prompt estimate at admission from the rendered request (see
+      :data:`trio_sampler.tokens.InputTokenEstimator`), used when it returns a number;
+      else the body's length over ``chars_per_token``. Every process of the fleet
+      should estimate alike.
     * ``refund_unused``: give back what a request reserved and did not use (True, as
       Anthropic does for output tokens). Set False for a provider that charges
       ``max_tokens`` up front and keeps it; usage above the reservation is charged either way.
@@ -258,6 +265,7 @@ class LimiterSpec:
     #: While degraded, Redis is tried again at most this often (seconds).
     probe_interval: float = 1.0
     leases: LeasePolicy | None = None
+    estimator: InputTokenEstimator | None = attrs.field(default=None, eq=False, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or any(c in self.name for c in "{}"):
@@ -287,6 +295,11 @@ class LimiterSpec:
             jitter = self.retry_after_jitter
             raise ValueError(f"LimiterSpec.retry_after_jitter is a share in [0, 1]; got {jitter}")
 
-    def estimate_input_tokens(self, body: bytes) -> int:
-        """The prompt's size at admission: the body's length over ``chars_per_token``."""
+    def estimate_input_tokens(self, body: bytes, wire: WireRequest | None = None) -> int:
+        """The prompt's size at admission: the ``estimator``'s count of ``wire`` where it
+        gives one, else the body's length over ``chars_per_token``."""
+        if self.estimator is not None and wire is not None:
+            counted = self.estimator(wire)
+            if counted is not None:
+                return counted
         return math.ceil(len(body) / self.chars_per_token)

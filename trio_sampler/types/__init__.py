@@ -54,6 +54,7 @@ from ._events import OutputDelta as OutputDelta
 from ._events import Paced as Paced
 from ._events import ReasoningCompleted as ReasoningCompleted
 from ._events import RequestMetrics as RequestMetrics
+from ._events import Resumed as Resumed
 from ._events import Retrying as Retrying
 from ._events import SamplingChannel as SamplingChannel
 from ._events import SamplingError as SamplingError
@@ -127,6 +128,7 @@ __all__ = [
     "ReasoningEffort",
     "RequestMetrics",
     "ResponseSchema",
+    "Resumed",
     "Retrying",
     "SamplingChannel",
     "SamplingError",

@@ -831,6 +831,15 @@ class ConversationRequest:
     output: StructuredOutput | None = attrs.field(
         default=None, converter=structured_output, kw_only=True
     )
+    #: Run the response in the background on the server (Responses ``background: true``):
+    #: it keeps running when the stream drops, and a cut stream resumes from the last
+    #: event delivered (``GET /v1/responses/{id}?stream=true&starting_after=N``) instead
+    #: of starting over; cancelling the request cancels the response on the server. The
+    #: server keeps the response (``store``). Other backends drop it (the conversion
+    #: report says so): their cut streams are retried.
+    background: bool = attrs.field(
+        default=False, validator=_checks.optional_bool("background"), kw_only=True
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.output is not None and self.response_schema is None:

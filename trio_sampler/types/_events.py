@@ -13,6 +13,7 @@ Per attempt, in order::
     BackendToolCallStarted/Completed*
     ToolCallCompleted*       each local tool call, whole, just before ``Completed``
     Retrying / ImagesStripped   before a new attempt
+    Resumed                  a cut stream goes on from its last event (nothing discarded)
     exactly one of: Completed | Failed | Cancelled
 
 The events carry everything the response is made of: :func:`trio_sampler.wire.collect`
@@ -66,6 +67,7 @@ __all__ = [
     "OutputDelta",
     "ReasoningCompleted",
     "RequestMetrics",
+    "Resumed",
     "Retrying",
     "SamplingChannel",
     "SamplingError",
@@ -488,6 +490,25 @@ class Retrying:
     route: str | None = None
 
 
+@attrs.frozen
+class Resumed:
+    """The stream was cut and picks up where it stopped: the server kept the response
+    (Responses background mode), and the events after ``after_sequence`` (the last one
+    delivered) are read from it. Nothing is discarded and nothing is generated again:
+    what the consumer holds stays, and the stream goes on with the next event."""
+
+    request_id: str
+    #: The server's response id the stream is read from.
+    response_id: str
+    #: The sequence number of the last event delivered before the cut.
+    after_sequence: int
+    #: The attempt number of the resumed read (the cut attempt's, counted on).
+    attempt: int
+    #: Why the stream was cut (the error kind and message of the cut).
+    kind: SamplingErrorKind
+    reason: str
+
+
 def _redacted_urls(urls: tuple[str, ...]) -> str:
     return repr(tuple(redact_url(url) for url in urls))
 
@@ -570,6 +591,7 @@ SamplingEvent: TypeAlias = (
     | ContextEdited
     | ServerTextTaken
     | Retrying
+    | Resumed
     | Paced
     | ImagesStripped
     | Completed

@@ -164,3 +164,6 @@ class WireRequest:
     headers: tuple[tuple[str, str], ...] = attrs.field(default=(), repr=_redacted_headers)
     report: ConversionReport = ConversionReport()
     method: str = "POST"
+    #: Query parameters of this request, after the configuration's own
+    #: (``SamplerConfig.query_params``): a retrieval's ``stream`` and ``starting_after``.
+    query: tuple[tuple[str, str], ...] = ()

@@ -362,6 +362,13 @@ def _render_sampling(
         data["stop"] = list(request.stop_sequences)
     if request.prompt_cache_key is not None:
         data["prompt_cache_key"] = request.prompt_cache_key
+    if request.background:
+        report.note(
+            None,
+            "background",
+            ConversionAction.DROPPED,
+            "Chat Completions has no background mode",
+        )
     if request.user_id is not None:
         data["user"] = request.user_id
     if request.metadata:

@@ -440,6 +440,8 @@ def _render_sampling(
             ConversionAction.DROPPED,
             "Messages caches by cache_control breakpoints, not by key",
         )
+    if request.background:
+        report.note(None, "background", ConversionAction.DROPPED, "Messages has no background mode")
     if options.stream:
         data["stream"] = True
 

@@ -91,6 +91,7 @@ KNOWN_FIELDS = (
     "user",
     "metadata",
     "stream",
+    "background",
 )
 
 # Input item types that may follow a reasoning item in the original output.
@@ -377,6 +378,8 @@ def _render_sampling(
         )
     if request.prompt_cache_key is not None:
         data["prompt_cache_key"] = request.prompt_cache_key
+    if request.background:
+        data["background"] = True
     if request.user_id is not None:
         data["safety_identifier"] = request.user_id
     if request.metadata:
@@ -438,6 +441,7 @@ def parse_request(body: bytes | Mapping[str, Any]) -> ConversationRequest:
         prompt_cache_key=opt_str(data, "prompt_cache_key", "body"),
         user_id=opt_str(data, "safety_identifier", "body") or opt_str(data, "user", "body"),
         metadata=string_metadata(data.get("metadata") or {}, "metadata"),
+        background=opt_bool(data, "background", "body") or False,
     )
 
 

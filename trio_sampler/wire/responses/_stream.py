@@ -220,6 +220,13 @@ class ResponsesTransform(StreamTransform):
         self.unknown_items = 0
         #: ``response.doom_loop_check`` events that could not be parsed (never fatal).
         self.malformed_doom_loop_events = 0
+        #: The highest ``sequence_number`` fed (-1: none yet): where a resumed stream
+        #: starts after (``GET /v1/responses/{id}?stream=true&starting_after=N``).
+        self.last_sequence = -1
+        #: Events whose sequence number was already fed (a replay; skipped), and places
+        #: where a number was skipped (an event missing): both stay 0 on a sound resume.
+        self.replayed_events = 0
+        self.sequence_gaps = 0
         # item id → the state key registered by its ``output_item.added``.
         self._keys: dict[str, Hashable] = {}
         handlers: dict[str, _Handler] = {
@@ -276,6 +283,14 @@ class ResponsesTransform(StreamTransform):
                 self._stream_error(payload, out)  # an error envelope without a type
                 return
             event_type = event_name  # data-only framing of a type-less event
+        sequence = payload.get("sequence_number")
+        if type(sequence) is int:
+            if sequence <= self.last_sequence:
+                self.replayed_events += 1  # already fed: a resumed read never repeats it
+                return
+            if sequence != self.last_sequence + 1 and self.last_sequence >= 0:
+                self.sequence_gaps += 1
+            self.last_sequence = sequence
         handler = self._handlers.get(event_type) if isinstance(event_type, str) else None
         if handler is None:
             self.unknown_events += 1
