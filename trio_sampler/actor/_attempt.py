@@ -368,7 +368,7 @@ class Attempts:
         # One stream holds at most what it may read; all of them together, ``_memory``.
         transform.max_held_bytes = config.max_response_bytes
         holding = self._memory.hold(transform) if self._memory is not None else None
-        sink.transform = transform
+        sink.transform = metrics.transform = transform
         if observer is not None:
             observer.sending()
         metrics.sent = True

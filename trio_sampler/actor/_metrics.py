@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING
+
+import attrs
 
 from .._percentile import percentile
 from ..types import (
@@ -15,10 +18,30 @@ from ..types import (
     Usage,
 )
 
-__all__ = ["AttemptMetrics", "MetricsRecorder", "percentile", "sum_usage"]
+if TYPE_CHECKING:
+    from ..models import ModelCatalog
+    from ..wire import StreamTransform
+
+__all__ = ["AttemptMetrics", "MetricsRecorder", "percentile", "priced_response", "sum_usage"]
 
 
 _CANCELLED = AttemptOutcome.CANCELLED
+
+
+def priced_response(
+    response: ConversationResponse | None, catalog: ModelCatalog | None, model: str | None
+) -> ConversationResponse | None:
+    """``response`` with its cost from ``catalog`` when the server reported none (priced
+    at the model that served it, else ``model``, the one asked for). Every outcome is
+    priced by this one rule: a completed response, a failed or cancelled attempt's
+    partial, a lost hedge."""
+    if response is None or catalog is None:
+        return response
+    if response.cost_usd_ticks is not None or response.usage is None:
+        return response
+    served = response.model or model
+    cost = catalog.cost_ticks(served, response.usage) if served else None
+    return response if cost is None else attrs.evolve(response, cost_usd_ticks=cost)
 
 
 def sum_usage(usages: list[Usage]) -> Usage | None:
@@ -54,6 +77,7 @@ class AttemptMetrics:
         "started_at",
         "token_count",
         "token_times",
+        "transform",
     )
 
     def __init__(self, number: int, started_at: float, route: str | None, model: str | None):
@@ -74,6 +98,15 @@ class AttemptMetrics:
         self.paced_s = 0.0
         #: Its request went to the client (past the pacer and the admission).
         self.sent = False
+        #: What its body has been turned into so far (``None``: not sent yet): what a
+        #: cancel that ends it now finds billed.
+        self.transform: StreamTransform | None = None
+
+    def partial(self, catalog: ModelCatalog | None) -> ConversationResponse | None:
+        """What the attempt has received so far, priced."""
+        if self.transform is None:
+            return None
+        return priced_response(self.transform.partial(), catalog, self.model)
 
     def tokens(self, now: float, count: int) -> None:
         """``count`` content events arrived in one network read at ``now``."""
@@ -91,8 +124,10 @@ class MetricsRecorder:
     attempt that produced the terminal, since earlier attempts' output was discarded.
     """
 
-    def __init__(self, submitted_at: float) -> None:
+    def __init__(self, submitted_at: float, catalog: ModelCatalog | None = None) -> None:
         self.submitted_at = submitted_at
+        #: Prices what the server reported no cost for (``None``: nothing is priced).
+        self.catalog = catalog
         self.attempts: list[AttemptRecord] = []
         #: Attempts started and not yet ended.
         self.open: list[AttemptMetrics] = []
@@ -162,6 +197,19 @@ class MetricsRecorder:
             rate_limit_wait_ms=attempt.paced_s * 1000.0,
         )
 
+    def _cut(self, attempt: AttemptMetrics) -> AttemptRecord:
+        """An open attempt as a cancel ending it now records it."""
+        partial = attempt.partial(self.catalog)
+        usage = None if partial is None else partial.usage
+        cost = None if partial is None else partial.cost_usd_ticks
+        end = attempt.last_byte_at or attempt.started_at
+        return self._record(attempt, end, None, _CANCELLED, usage, cost)
+
+    def price(self, response: ConversationResponse | None) -> ConversationResponse | None:
+        """``response`` priced at the model it names, else the current attempt's."""
+        current = self.current
+        return priced_response(response, self.catalog, None if current is None else current.model)
+
     def skip(self, route: str, reason: str) -> None:
         """The chain passed over ``route`` without an attempt."""
         self.skipped.append((route, reason))
@@ -171,16 +219,10 @@ class MetricsRecorder:
 
     def build(self, response: ConversationResponse | None) -> RequestMetrics:
         """The metrics so far. Attempts still open (a cancel arriving now) are listed as
-        cancelled, their duration up to their last byte."""
+        cancelled, their duration up to their last byte, billed what they had reached."""
         attempts = self.attempts
         if self.open:
-            attempts = [
-                *attempts,
-                *(
-                    self._record(a, a.last_byte_at or a.started_at, None, _CANCELLED, None, None)
-                    for a in self.open
-                ),
-            ]
+            attempts = [*attempts, *(self._cut(a) for a in self.open)]
         if len(attempts) > 1:
             attempts = sorted(attempts, key=_attempt_number)
         current = self.current

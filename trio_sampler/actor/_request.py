@@ -44,7 +44,7 @@ from ._attempt import AttemptResult, Attempts, AttemptSink, ConnectionDrains, er
 from ._chain import Leg, RouteState, Skipped, continuation, continued, unsuitable
 from ._gates import Gates, Prepared
 from ._memory import ResponseMemory
-from ._metrics import AttemptMetrics
+from ._metrics import AttemptMetrics, priced_response
 from ._pacing import Pacers
 from ._plan import (
     Facts,
@@ -100,6 +100,11 @@ class RequestRunner:
         self.drains = ConnectionDrains()
         self.gates = Gates()
         self.attempts = Attempts(client, doom_policy, memory, self.drains)
+
+    @property
+    def catalog(self) -> ModelCatalog | None:
+        """What prices the usage the server reported no cost for."""
+        return self._catalog
 
     @property
     def routes(self) -> dict[str, RouteState]:
@@ -176,13 +181,9 @@ class RequestRunner:
         self, response: ConversationResponse | None, config: SamplerConfig | None
     ) -> ConversationResponse | None:
         """``response`` with its cost from the model catalog when the server reported none."""
-        if response is None or config is None or self._catalog is None:
+        if config is None:
             return response
-        if response.cost_usd_ticks is not None or response.usage is None:
-            return response
-        model = response.model or config.model
-        cost = self._catalog.cost_ticks(model, response.usage) if model else None
-        return response if cost is None else attrs.evolve(response, cost_usd_ticks=cost)
+        return priced_response(response, self._catalog, config.model)
 
     def _budget(self, policy: RetryPolicy) -> RetryBudget | None:
         if policy.retry_budget_ratio is None:
@@ -368,7 +369,8 @@ class RequestRunner:
                 assert priced is not None
                 return self._completed(state, served, metrics, priced, prefix)
             assert result.error is not None
-            state.last_partial = priced  # a partial is billed too: priced like a response
+            if priced is not None:  # kept for the terminal, whatever the next attempt shows
+                state.last_partial = priced
             facts = Facts(
                 result.error,
                 priced,
