@@ -4,7 +4,8 @@ its sum; a partial that is never ``None`` once content was delivered."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import pytest
 import trio
@@ -12,7 +13,8 @@ from fakes import Reply, ScriptedTransport, chat_chunk, chat_usage, error_reply,
 
 from trio_sampler import ConversationRequest, User, open_sampler
 from trio_sampler.actor import RequestStream, SamplerHandle
-from trio_sampler.config import RetryPolicy
+from trio_sampler.admission import Admission, AdmissionGate, Ticket
+from trio_sampler.config import RetryPolicy, SamplerConfig
 from trio_sampler.models import ModelCatalog
 from trio_sampler.types import (
     AttemptOutcome,
@@ -23,6 +25,7 @@ from trio_sampler.types import (
     TerminalEvent,
     Usage,
 )
+from trio_sampler.wire import WireRequest
 
 MODEL = "gpt-4o-mini"
 MILLION = Usage(input_tokens=1_000_000, output_tokens=5)
@@ -145,3 +148,49 @@ async def test_failed_partial_is_kept_when_the_consumer_reads_late_after_a_retry
     end = events[-1]
     assert isinstance(end, Failed)
     assert end.partial is not None and end.partial.text == "Hello"
+
+
+class _Settled(Ticket):
+    def __init__(self, settled: list[Usage | None]) -> None:
+        self.settled = settled
+
+    async def settle(self, usage: Usage | None) -> None:
+        self.settled.append(usage)
+
+
+class _Recording(AdmissionGate):
+    def __init__(self) -> None:
+        self.settled: list[Usage | None] = []
+
+    async def admit(
+        self, wire: WireRequest, config: SamplerConfig, *, deadline: float, first_attempt: bool
+    ) -> Ticket:
+        await trio.lowlevel.checkpoint()
+        return _Settled(self.settled)
+
+
+class _Admission(Admission):
+    def __init__(self, gate: AdmissionGate) -> None:
+        self.gate = gate
+
+    def open(self) -> AbstractAsyncContextManager[AdmissionGate]:
+        @asynccontextmanager
+        async def opened() -> AsyncIterator[AdmissionGate]:
+            yield self.gate
+
+        return opened()
+
+
+@pytest.mark.parametrize("how", list(CANCELS))
+async def test_the_admission_settles_a_cancelled_attempt_with_what_the_ledger_bills(
+    how: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    gate = _Recording()
+    transport = ScriptedTransport([_billed_then_stall()])
+    config = make_config(model=MODEL, retry=RetryPolicy(max_retries=0))
+    async with open_sampler(config, transport=transport, admission=_Admission(gate)) as sampler:
+        stream = await sampler.submit(ConversationRequest(items=[User("hi")]))
+        await _wait_for_usage(stream)
+        end = await CANCELS[how](sampler, stream)
+    (attempt,) = end.metrics.attempts
+    assert gate.settled == [attempt.usage] == [MILLION]

@@ -102,6 +102,11 @@ class AttemptMetrics:
         #: cancel that ends it now finds billed.
         self.transform: StreamTransform | None = None
 
+    @property
+    def usage(self) -> Usage | None:
+        """The usage the server has reported to the attempt so far (``None``: none)."""
+        return None if self.transform is None else self.transform.usage
+
     def partial(self, catalog: ModelCatalog | None) -> ConversationResponse | None:
         """What the attempt has received so far, priced."""
         if self.transform is None:
