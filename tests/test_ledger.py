@@ -4,6 +4,7 @@ its sum; a partial that is never ``None`` once content was delivered."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
@@ -13,14 +14,18 @@ from fakes import Reply, ScriptedTransport, chat_chunk, chat_usage, error_reply,
 
 from trio_sampler import ConversationRequest, User, open_sampler
 from trio_sampler.actor import RequestStream, SamplerHandle
+from trio_sampler.actor._metrics import sum_usage
 from trio_sampler.admission import Admission, AdmissionGate, Ticket
 from trio_sampler.config import RetryPolicy, SamplerConfig
 from trio_sampler.models import ModelCatalog
 from trio_sampler.types import (
+    ApiBackend,
     AttemptOutcome,
     Cancelled,
     ChannelToken,
+    Completed,
     Failed,
+    RequestMetrics,
     Retrying,
     TerminalEvent,
     Usage,
@@ -70,6 +75,11 @@ CANCELS: dict[str, Callable[[SamplerHandle, RequestStream], Awaitable[TerminalEv
 }
 
 
+def _metrics(end: TerminalEvent) -> RequestMetrics:
+    assert end.metrics is not None
+    return end.metrics
+
+
 def _expected_cost() -> int:
     cost = ModelCatalog.load().cost_ticks(MODEL, MILLION)
     assert cost
@@ -88,9 +98,9 @@ def _assert_billed(end: TerminalEvent) -> None:
     cost = _expected_cost()
     assert end.partial is not None and end.partial.usage == MILLION
     assert end.partial.cost_usd_ticks == cost
-    assert end.metrics.total_usage == MILLION
-    assert end.metrics.total_cost_usd_ticks == cost
-    (attempt,) = end.metrics.attempts
+    assert _metrics(end).total_usage == MILLION
+    assert _metrics(end).total_cost_usd_ticks == cost
+    (attempt,) = _metrics(end).attempts
     assert attempt.outcome is AttemptOutcome.CANCELLED
     assert attempt.usage == MILLION and attempt.cost_usd_ticks == cost
 
@@ -192,5 +202,147 @@ async def test_the_admission_settles_a_cancelled_attempt_with_what_the_ledger_bi
         stream = await sampler.submit(ConversationRequest(items=[User("hi")]))
         await _wait_for_usage(stream)
         end = await CANCELS[how](sampler, stream)
-    (attempt,) = end.metrics.attempts
+    (attempt,) = _metrics(end).attempts
     assert gate.settled == [attempt.usage] == [MILLION]
+
+
+def _sse(*events: dict[str, object]) -> list[bytes | float]:
+    return [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events]
+
+
+def _fallback_stream() -> list[bytes | float]:
+    """A Messages answer that opus hands to haiku half way (a server-side fallback), the
+    usage of the hop reported in ``usage.iterations``."""
+    fallback = {
+        "type": "fallback",
+        "from": {"model": "claude-opus-4-1"},
+        "to": {"model": "claude-haiku-4-5"},
+        "trigger": "overloaded",
+    }
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-opus-4-1",
+        "content": [],
+        "usage": {"input_tokens": 1000, "output_tokens": 1},
+    }
+    return _sse(
+        {"type": "message_start", "message": message},
+        {"type": "content_block_start", "index": 0, "content_block": fallback},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Hi"}},
+        {"type": "content_block_stop", "index": 1},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {
+                "input_tokens": 1000,
+                "output_tokens": 300,
+                "iterations": [
+                    {"type": "message", "input_tokens": 1000, "output_tokens": 100},
+                    {"type": "fallback_message", "input_tokens": 0, "output_tokens": 200},
+                ],
+            },
+        },
+        {"type": "message_stop"},
+    )
+
+
+async def test_a_fallback_hop_bills_each_model_its_share_exactly_once() -> None:
+    transport = ScriptedTransport([Reply(chunks=_fallback_stream())])
+    config = make_config(
+        backend=ApiBackend.MESSAGES, model="claude-opus-4-1", base_url="http://fake.test"
+    )
+    async with open_sampler(config, transport=transport) as sampler:
+        stream = await sampler.submit(ConversationRequest(items=[User("hi")]))
+        end = [event async for event in stream][-1]
+    assert isinstance(end, Completed)
+    catalog = ModelCatalog.load()
+    first, hop = _metrics(end).ledger
+    assert (first.model, first.usage, first.hop) == (
+        "claude-opus-4-1",
+        Usage(input_tokens=1000, output_tokens=100),
+        False,
+    )
+    assert (hop.model, hop.usage, hop.hop) == ("claude-haiku-4-5", Usage(output_tokens=200), True)
+    first_cost = catalog.cost_ticks("claude-opus-4-1", Usage(input_tokens=1000, output_tokens=100))
+    hop_cost = catalog.cost_ticks("claude-haiku-4-5", Usage(output_tokens=200))
+    assert first_cost and hop_cost
+    assert (first.cost_usd_ticks, hop.cost_usd_ticks) == (first_cost, hop_cost)
+    total = first_cost + hop_cost
+    # The usage is counted once (the hop's is a part of the response's, not more of it),
+    # the cost is each model's share: the response, the attempt and the totals agree.
+    assert _metrics(end).total_usage == end.response.usage == Usage(1000, 300)
+    assert _metrics(end).total_cost_usd_ticks == total == end.response.cost_usd_ticks
+    (attempt,) = _metrics(end).attempts
+    assert attempt.cost_usd_ticks == total
+
+
+def _assert_ledger_sums(end: TerminalEvent) -> None:
+    """The ledger's invariants: the totals are its sum, and each attempt's lines sum to
+    what its record says it cost."""
+    ledger = _metrics(end).ledger
+    usages = [line.usage for line in ledger if line.usage is not None]
+    costs = [line.cost_usd_ticks for line in ledger if line.cost_usd_ticks is not None]
+    assert _metrics(end).total_usage == (sum_usage(usages) if usages else None)
+    assert _metrics(end).total_cost_usd_ticks == (sum(costs) if costs else None)
+    assert sorted({line.attempt for line in ledger}) == [a.attempt for a in _metrics(end).attempts]
+    for record in _metrics(end).attempts:
+        lines = [line for line in ledger if line.attempt == record.attempt]
+        assert all(line.outcome is record.outcome for line in lines)
+        line_costs = [line.cost_usd_ticks for line in lines if line.cost_usd_ticks is not None]
+        assert record.cost_usd_ticks == (sum(line_costs) if line_costs else None)
+
+
+async def test_every_attempt_of_a_retried_request_is_in_the_ledger_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Two billed attempts that drop mid-stream, then one that completes.
+    dropped = Reply(
+        chunks=[
+            chunk.replace(b'"test-model"', f'"{MODEL}"'.encode())
+            for chunk in (chat_chunk({"content": "Hel"}), chat_usage(400, 3))
+        ],
+        then="drop",
+    )
+    whole = Reply(
+        chunks=[
+            chunk.replace(b'"test-model"', f'"{MODEL}"'.encode())
+            for chunk in (
+                chat_chunk({"content": "Hello"}),
+                chat_chunk({}, "stop"),
+                chat_usage(400, 7),
+                b"data: [DONE]\n\n",
+            )
+        ]
+    )
+    transport = ScriptedTransport([dropped, dropped, whole])
+    config = make_config(model=MODEL, retry=RetryPolicy(max_retries=3, base_delay=0.01))
+    async with open_sampler(config, transport=transport) as sampler:
+        stream = await sampler.submit(ConversationRequest(items=[User("hi")]))
+        end = [event async for event in stream][-1]
+    assert isinstance(end, Completed)
+    _assert_ledger_sums(end)
+    assert [line.usage for line in _metrics(end).ledger] == [
+        Usage(400, 3),
+        Usage(400, 3),
+        Usage(400, 7),
+    ]
+    assert _metrics(end).total_usage == Usage(1200, 13)
+
+
+@pytest.mark.parametrize("how", list(CANCELS))
+async def test_a_cancelled_requests_ledger_sums_to_its_totals(
+    how: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    transport = ScriptedTransport([_billed_then_stall()])
+    config = make_config(model=MODEL, retry=RetryPolicy(max_retries=0))
+    async with open_sampler(config, transport=transport) as sampler:
+        stream = await sampler.submit(ConversationRequest(items=[User("hi")]))
+        await _wait_for_usage(stream)
+        end = await CANCELS[how](sampler, stream)
+    _assert_ledger_sums(end)
+    (line,) = _metrics(end).ledger
+    assert line.outcome is AttemptOutcome.CANCELLED and line.usage == MILLION

@@ -12,6 +12,7 @@ from ..types import (
     AttemptOutcome,
     AttemptRecord,
     ConversationResponse,
+    LedgerEntry,
     RateLimitSnapshot,
     RequestMetrics,
     SamplingErrorInfo,
@@ -56,6 +57,46 @@ def sum_usage(usages: list[Usage]) -> Usage | None:
         cache_read_tokens=sum(u.cache_read_tokens for u in usages),
         cache_write_tokens=sum(u.cache_write_tokens for u in usages),
         reasoning_tokens=sum(u.reasoning_tokens for u in usages),
+    )
+
+
+def _less(usage: Usage, parts: list[Usage]) -> Usage:
+    """``usage`` without ``parts``, field by field, never below zero."""
+    taken = sum_usage(parts)
+    assert taken is not None
+    return Usage(
+        input_tokens=max(usage.input_tokens - taken.input_tokens, 0),
+        output_tokens=max(usage.output_tokens - taken.output_tokens, 0),
+        cache_read_tokens=max(usage.cache_read_tokens - taken.cache_read_tokens, 0),
+        cache_write_tokens=max(usage.cache_write_tokens - taken.cache_write_tokens, 0),
+        reasoning_tokens=max(usage.reasoning_tokens - taken.reasoning_tokens, 0),
+    )
+
+
+def bill(
+    attempt: AttemptMetrics,
+    outcome: AttemptOutcome,
+    usage: Usage | None,
+    cost: int | None,
+    catalog: ModelCatalog | None,
+) -> tuple[LedgerEntry, ...]:
+    """The ledger lines of one ended attempt: one, or, after server-side fallback hops
+    whose usage the server reported, the first model's share and each hop's, each priced
+    at its own model (when the catalog knows every one of them)."""
+    number, asked = attempt.number, attempt.model
+    hops = [] if attempt.transform is None else attempt.transform.served_hops
+    shares = [(hop.to_model, hop.usage) for hop in hops if hop.usage is not None]
+    if usage is None or not shares or catalog is None:
+        return (LedgerEntry(number, outcome, asked, usage, cost),)
+    first = hops[0].from_model or asked
+    lines = [(first, _less(usage, [share for _, share in shares]), False)]
+    lines += [(model, share, True) for model, share in shares]
+    costs = [catalog.cost_ticks(model, share) if model else None for model, share, _ in lines]
+    if any(line_cost is None for line_cost in costs):  # a model without a price: as one
+        return (LedgerEntry(number, outcome, asked, usage, cost),)
+    return tuple(
+        LedgerEntry(number, outcome, model, share, line_cost, hop=hop)
+        for (model, share, hop), line_cost in zip(lines, costs, strict=True)
     )
 
 
@@ -134,6 +175,8 @@ class MetricsRecorder:
         #: Prices what the server reported no cost for (``None``: nothing is priced).
         self.catalog = catalog
         self.attempts: list[AttemptRecord] = []
+        #: Every ended attempt's bill, line by line: what the totals are the sum of.
+        self.ledger: list[LedgerEntry] = []
         #: Attempts started and not yet ended.
         self.open: list[AttemptMetrics] = []
         #: The attempt whose timings the request reports.
@@ -160,12 +203,19 @@ class MetricsRecorder:
         outcome: AttemptOutcome | None = None,
         usage: Usage | None = None,
         cost_usd_ticks: int | None = None,
-    ) -> None:
-        if attempt in self.open:
-            self.open.remove(attempt)
+    ) -> int | None:
+        """Record the ended attempt and its bill (exactly once: an attempt already ended
+        is not billed again); its cost, as its ledger lines sum it."""
+        if attempt not in self.open:
+            return cost_usd_ticks
+        self.open.remove(attempt)
         if outcome is None:
             outcome = AttemptOutcome.COMPLETED if error is None else AttemptOutcome.FAILED
-        self.attempts.append(self._record(attempt, now, error, outcome, usage, cost_usd_ticks))
+        lines = bill(attempt, outcome, usage, cost_usd_ticks, self.catalog)
+        cost = _sum_costs(lines)
+        self.ledger.extend(lines)
+        self.attempts.append(self._record(attempt, now, error, outcome, usage, cost))
+        return cost
 
     def drop_attempt(self, attempt: AttemptMetrics) -> None:
         """Forget an attempt that never sent its request (a hedge cancelled while the
@@ -202,13 +252,19 @@ class MetricsRecorder:
             rate_limit_wait_ms=attempt.paced_s * 1000.0,
         )
 
-    def _cut(self, attempt: AttemptMetrics) -> AttemptRecord:
-        """An open attempt as a cancel ending it now records it."""
+    def _cut(self, attempt: AttemptMetrics) -> tuple[AttemptRecord, tuple[LedgerEntry, ...]]:
+        """An open attempt as a cancel ending it now records and bills it."""
         partial = attempt.partial(self.catalog)
         usage = None if partial is None else partial.usage
-        cost = None if partial is None else partial.cost_usd_ticks
+        lines = bill(
+            attempt,
+            _CANCELLED,
+            usage,
+            None if partial is None else partial.cost_usd_ticks,
+            self.catalog,
+        )
         end = attempt.last_byte_at or attempt.started_at
-        return self._record(attempt, end, None, _CANCELLED, usage, cost)
+        return self._record(attempt, end, None, _CANCELLED, usage, _sum_costs(lines)), lines
 
     def price(self, response: ConversationResponse | None) -> ConversationResponse | None:
         """``response`` priced at the model it names, else the current attempt's."""
@@ -225,11 +281,14 @@ class MetricsRecorder:
     def build(self, response: ConversationResponse | None) -> RequestMetrics:
         """The metrics so far. Attempts still open (a cancel arriving now) are listed as
         cancelled, their duration up to their last byte, billed what they had reached."""
-        attempts = self.attempts
+        attempts, ledger = self.attempts, self.ledger
         if self.open:
-            attempts = [*attempts, *(self._cut(a) for a in self.open)]
+            cut = [self._cut(a) for a in self.open]
+            attempts = [*attempts, *(record for record, _ in cut)]
+            ledger = [*ledger, *(line for _, lines in cut for line in lines)]
         if len(attempts) > 1:
             attempts = sorted(attempts, key=_attempt_number)
+            ledger = sorted(ledger, key=_attempt_number)
         current = self.current
         times = current.token_times if current is not None else ()
         gaps = (
@@ -237,16 +296,9 @@ class MetricsRecorder:
             if len(times) > 1
             else None
         )
-        # One pass over the attempts for the request's totals.
-        usages: list[Usage] = []
-        cost: int | None = None
         reported: RateLimitSnapshot | None = None
         waited = 0.0
         for record in attempts:
-            if record.usage is not None:
-                usages.append(record.usage)
-            if record.cost_usd_ticks is not None:
-                cost = record.cost_usd_ticks + (cost or 0)
             if record.rate_limit is not None:
                 reported = record.rate_limit
             waited += record.rate_limit_wait_ms
@@ -260,10 +312,11 @@ class MetricsRecorder:
             itl_max_ms=gaps[-1] if gaps else None,
             chunk_count=0 if current is None else current.token_count,
             attempts=tuple(attempts),
+            ledger=tuple(ledger),
             usage=None if response is None else response.usage,
             cost_usd_ticks=None if response is None else response.cost_usd_ticks,
-            total_usage=sum_usage(usages),
-            total_cost_usd_ticks=cost,
+            total_usage=sum_usage([line.usage for line in ledger if line.usage is not None]),
+            total_cost_usd_ticks=_sum_costs(ledger),
             route=self.route,
             skipped_routes=tuple(self.skipped),
             rate_limit=reported,
@@ -271,5 +324,11 @@ class MetricsRecorder:
         )
 
 
-def _attempt_number(record: AttemptRecord) -> int:
+def _sum_costs(lines: list[LedgerEntry] | tuple[LedgerEntry, ...]) -> int | None:
+    """The sum of the lines' costs (``None``: no line has one)."""
+    costs = [line.cost_usd_ticks for line in lines if line.cost_usd_ticks is not None]
+    return sum(costs) if costs else None
+
+
+def _attempt_number(record: AttemptRecord | LedgerEntry) -> int:
     return record.attempt

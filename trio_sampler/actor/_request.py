@@ -547,7 +547,7 @@ class RequestRunner:
         """End the attempt in the metrics and tell its route; its output, priced."""
         priced = self._priced(result.output, served.config)
         ended_at = trio.current_time()
-        state.metrics.end_attempt(
+        cost = state.metrics.end_attempt(
             metrics,
             ended_at,
             result.error,
@@ -555,6 +555,8 @@ class RequestRunner:
             cost_usd_ticks=None if priced is None else priced.cost_usd_ticks,
         )
         served.record(result.error, ended_at, metrics)
+        if priced is not None and cost != priced.cost_usd_ticks:  # billed per model
+            priced = attrs.evolve(priced, cost_usd_ticks=cost)
         return priced
 
     async def _emit_retry(
