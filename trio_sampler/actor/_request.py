@@ -380,6 +380,7 @@ class RequestRunner:
                 state.metrics.started,
                 context_window,
                 has_next,
+                replay_safe=request.replay_safe,
             )
             step = self._decide(leg, facts, history, policies)
             if prefix is not None:  # a failed continuation is not tried again
