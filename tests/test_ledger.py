@@ -11,13 +11,15 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 import pytest
 import trio
 from fakes import Reply, ScriptedTransport, chat_chunk, chat_usage, error_reply, make_config
+from test_routing import on
 
-from trio_sampler import ConversationRequest, User, open_sampler
+from trio_sampler import ConversationRequest, Route, RoutingPolicy, User, open_sampler
 from trio_sampler.actor import RequestStream, SamplerHandle
 from trio_sampler.actor._metrics import sum_usage
 from trio_sampler.admission import Admission, AdmissionGate, Ticket
 from trio_sampler.config import RetryPolicy, SamplerConfig
 from trio_sampler.models import ModelCatalog
+from trio_sampler.routing import HedgePolicy
 from trio_sampler.types import (
     ApiBackend,
     AttemptOutcome,
@@ -346,3 +348,36 @@ async def test_a_cancelled_requests_ledger_sums_to_its_totals(
     _assert_ledger_sums(end)
     (line,) = _metrics(end).ledger
     assert line.outcome is AttemptOutcome.CANCELLED and line.usage == MILLION
+
+
+async def test_a_cancel_during_a_hedged_race_bills_both_lanes_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Both attempts report their input before any content, then hang; the hedge starts
+    # after 1 s and the request is cancelled at 3 s: two cancelled lines, each billed.
+    def reported(prompt: int) -> Reply:
+        usage = chat_usage(prompt=prompt, completion=0).replace(b"test-model", MODEL.encode())
+        return Reply(chunks=[usage, 60.0], then="stall")
+
+    routing = RoutingPolicy(
+        [Route("a", on("a", retry=RetryPolicy(max_retries=0), model=MODEL))],
+        hedge=HedgePolicy(delay_s=1.0),
+    )
+    transport = ScriptedTransport([reported(1000), reported(2000)])
+    async with open_sampler(routing.routes[0].config, routing=routing, transport=transport) as s:
+        stream = await s.submit(ConversationRequest(items=[User("hi")]))
+        await trio.sleep(3.0)
+        stream.cancel()
+        end = await _terminal(stream)
+    assert isinstance(end, Cancelled)
+    _assert_ledger_sums(end)
+    lines = _metrics(end).ledger
+    assert [(line.attempt, line.outcome) for line in lines] == [
+        (1, AttemptOutcome.CANCELLED),
+        (2, AttemptOutcome.CANCELLED),
+    ]
+    assert [line.usage for line in lines] == [Usage(1000, 0), Usage(2000, 0)]
+    assert _metrics(end).total_usage == Usage(3000, 0)
+    assert _metrics(end).total_cost_usd_ticks == ModelCatalog.load().cost_ticks(
+        MODEL, Usage(3000, 0)
+    )
