@@ -381,3 +381,36 @@ async def test_a_cancel_during_a_hedged_race_bills_both_lanes_once(
     assert _metrics(end).total_cost_usd_ticks == ModelCatalog.load().cost_ticks(
         MODEL, Usage(3000, 0)
     )
+
+
+async def test_an_attempt_with_content_and_no_usage_report_is_billed_an_estimate(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Two content chunks, then the connection drops before the usage chunk; then a 500.
+    cut = Reply(
+        chunks=[
+            _text_chunk("Hello"),
+            _text_chunk(" world"),
+        ],
+        then="drop",
+    )
+    transport = ScriptedTransport([cut, error_reply(500)])
+    config = make_config(model=MODEL, retry=RetryPolicy(max_retries=1, base_delay=0.01))
+    async with open_sampler(config, transport=transport) as sampler:
+        stream = await sampler.submit(ConversationRequest(items=[User("hi")]))
+        end = [event async for event in stream][-1]
+    assert isinstance(end, Failed)
+    _assert_ledger_sums(end)
+    estimate, refused = _metrics(end).ledger
+    prompt = -(-len(transport.requests[0].content) // 4)
+    assert estimate.estimated, estimate
+    # The output: the attempt's content events (two text pieces and the first-token mark).
+    assert estimate.usage == Usage(input_tokens=prompt, output_tokens=3)
+    assert estimate.cost_usd_ticks == ModelCatalog.load().cost_ticks(MODEL, estimate.usage)
+    # A refusal carried no content: nothing billed, nothing estimated.
+    assert (refused.usage, refused.cost_usd_ticks, refused.estimated) == (None, None, False)
+    assert _metrics(end).total_usage == estimate.usage
+
+
+def _text_chunk(piece: str) -> bytes:
+    return chat_chunk({"content": piece}).replace(b'"test-model"', f'"{MODEL}"'.encode())

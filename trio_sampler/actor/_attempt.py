@@ -369,6 +369,7 @@ class Attempts:
         transform.max_held_bytes = config.max_response_bytes
         holding = self._memory.hold(transform) if self._memory is not None else None
         sink.transform = metrics.transform = transform
+        metrics.prompt_estimate = math.ceil(len(wire.body) / 4)
         if observer is not None:
             observer.sending()
         metrics.sent = True

@@ -84,6 +84,12 @@ def bill(
     whose usage the server reported, the first model's share and each hop's, each priced
     at its own model (when the catalog knows every one of them)."""
     number, asked = attempt.number, attempt.model
+    if usage is None and cost is None and attempt.token_count and attempt.prompt_estimate:
+        # Content came, so the server processed the request, but it reported no usage
+        # before the end: the best estimate, marked as one.
+        estimate = Usage(input_tokens=attempt.prompt_estimate, output_tokens=attempt.token_count)
+        price = catalog.cost_ticks(asked, estimate) if catalog is not None and asked else None
+        return (LedgerEntry(number, outcome, asked, estimate, price, estimated=True),)
     hops = [] if attempt.transform is None else attempt.transform.served_hops
     shares = [(hop.to_model, hop.usage) for hop in hops if hop.usage is not None]
     if usage is None or not shares or catalog is None:
@@ -111,6 +117,7 @@ class AttemptMetrics:
         "model",
         "number",
         "paced_s",
+        "prompt_estimate",
         "rate_limit",
         "request_sent_at",
         "route",
@@ -139,6 +146,9 @@ class AttemptMetrics:
         self.paced_s = 0.0
         #: Its request went to the client (past the pacer and the admission).
         self.sent = False
+        #: Its prompt's size in tokens as the pacer estimates it (body bytes / 4; 0:
+        #: not sent): the ledger's estimate when the server reports no usage.
+        self.prompt_estimate = 0
         #: What its body has been turned into so far (``None``: not sent yet): what a
         #: cancel that ends it now finds billed.
         self.transform: StreamTransform | None = None
@@ -214,7 +224,8 @@ class MetricsRecorder:
         lines = bill(attempt, outcome, usage, cost_usd_ticks, self.catalog)
         cost = _sum_costs(lines)
         self.ledger.extend(lines)
-        self.attempts.append(self._record(attempt, now, error, outcome, usage, cost))
+        billed = _sum_usages(lines)
+        self.attempts.append(self._record(attempt, now, error, outcome, billed, cost))
         return cost
 
     def drop_attempt(self, attempt: AttemptMetrics) -> None:
@@ -264,7 +275,8 @@ class MetricsRecorder:
             self.catalog,
         )
         end = attempt.last_byte_at or attempt.started_at
-        return self._record(attempt, end, None, _CANCELLED, usage, _sum_costs(lines)), lines
+        record = self._record(attempt, end, None, _CANCELLED, _sum_usages(lines), _sum_costs(lines))
+        return record, lines
 
     def price(self, response: ConversationResponse | None) -> ConversationResponse | None:
         """``response`` priced at the model it names, else the current attempt's."""
@@ -315,13 +327,18 @@ class MetricsRecorder:
             ledger=tuple(ledger),
             usage=None if response is None else response.usage,
             cost_usd_ticks=None if response is None else response.cost_usd_ticks,
-            total_usage=sum_usage([line.usage for line in ledger if line.usage is not None]),
+            total_usage=_sum_usages(ledger),
             total_cost_usd_ticks=_sum_costs(ledger),
             route=self.route,
             skipped_routes=tuple(self.skipped),
             rate_limit=reported,
             rate_limit_wait_ms=waited,
         )
+
+
+def _sum_usages(lines: list[LedgerEntry] | tuple[LedgerEntry, ...]) -> Usage | None:
+    """The sum of the lines' usage (``None``: no line has one)."""
+    return sum_usage([line.usage for line in lines if line.usage is not None])
 
 
 def _sum_costs(lines: list[LedgerEntry] | tuple[LedgerEntry, ...]) -> int | None:

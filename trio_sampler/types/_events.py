@@ -229,13 +229,19 @@ class LedgerEntry:
     outcome: AttemptOutcome
     #: The model billed (the one that served; the one asked for when the server did not say).
     model: str | None
-    #: What the server reported (``None``: it reported nothing before the end).
+    #: What the server reported (``None``: nothing before the end, and no content came).
     usage: Usage | None
     #: The server's cost, else the model catalog's price of ``usage`` (``None``: unknown).
     cost_usd_ticks: int | None
     #: The share of a fallback hop: the part of the attempt's usage the model it was
     #: handed to served (a part of the attempt's usage, never more of it).
     hop: bool = False
+    #: ``usage`` is the library's estimate, not the server's report: content arrived (so
+    #: the server processed the request) but no usage was reported before the end. The
+    #: prompt as the pacer estimates it (body bytes / 4), the output as the count of the
+    #: attempt's content events (text pieces, tool-call deltas, the first-token mark): a
+    #: rough count, there to keep a processed attempt from being billed nothing.
+    estimated: bool = False
 
 
 @attrs.frozen
