@@ -7,8 +7,8 @@ usage was reported, a 500, a 429) and records the usage that reply reports. The 
 comes first, when the response starts, so a request that reached the server was billed
 what the server recorded, however the client then ended it. Two routes with a hedge (half
 a second without content starts a second attempt on the next route); a share of the
-consumers cancel at a random moment. It runs under trio's mock clock: deterministic for
-its seed, and as fast as the CPU allows.
+consumers cancel at a random moment. It runs under trio's mock clock, as fast as the CPU
+allows (the mix is the seed's; Trio's scheduling order moves the exact counts a little).
 
     python benchmarks/ledger_soak.py --requests 10000
 

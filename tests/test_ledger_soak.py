@@ -1,6 +1,6 @@
 """The usage ledger under random faults, cancels, hedges and fail-overs, at test size
 (``benchmarks/ledger_soak.py`` runs 10,000): for each request, the sum of its ledger equals
-what the server recorded billing it. Under the mock clock the run is deterministic."""
+what the server recorded billing it, under the mock clock."""
 
 from __future__ import annotations
 
