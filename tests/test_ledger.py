@@ -414,3 +414,83 @@ async def test_an_attempt_with_content_and_no_usage_report_is_billed_an_estimate
 
 def _text_chunk(piece: str) -> bytes:
     return chat_chunk({"content": piece}).replace(b'"test-model"', f'"{MODEL}"'.encode())
+
+
+def _messages_text(piece: str) -> list[bytes | float]:
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "content": [],
+        "usage": {"input_tokens": 10, "output_tokens": 1},
+    }
+    block = {"type": "text", "text": ""}
+    return _sse(
+        {"type": "message_start", "message": message},
+        {"type": "content_block_start", "index": 0, "content_block": block},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}},
+    )
+
+
+def _responses_text(piece: str) -> list[bytes | float]:
+    response = {
+        "id": "resp_1",
+        "object": "response",
+        "model": "m",
+        "status": "in_progress",
+        "output": [],
+    }
+    item = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "status": "in_progress",
+        "content": [],
+    }
+    return _sse(
+        {"type": "response.created", "sequence_number": 0, "response": response},
+        {
+            "type": "response.output_item.added",
+            "sequence_number": 1,
+            "output_index": 0,
+            "item": item,
+        },
+        {
+            "type": "response.content_part.added",
+            "sequence_number": 2,
+            "item_id": "msg_1",
+            "output_index": 0,
+            "content_index": 0,
+            "part": {"type": "output_text", "text": "", "annotations": []},
+        },
+        {
+            "type": "response.output_text.delta",
+            "sequence_number": 3,
+            "item_id": "msg_1",
+            "output_index": 0,
+            "content_index": 0,
+            "delta": piece,
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    ("backend", "body"),
+    [(ApiBackend.MESSAGES, _messages_text), (ApiBackend.RESPONSES, _responses_text)],
+)
+async def test_failed_partial_is_kept_after_a_retry_on_every_backend(
+    backend: ApiBackend,
+    body: Callable[[str], list[bytes | float]],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    first = Reply(chunks=body("Hello"), then="drop")
+    transport = ScriptedTransport([first, error_reply(500)])
+    config = make_config(backend=backend, retry=RetryPolicy(max_retries=1, base_delay=0.01))
+    async with open_sampler(config, transport=transport) as sampler:
+        stream = await sampler.submit(ConversationRequest(items=[User("hi")]))
+        events = [event async for event in stream]
+    assert any(isinstance(e, ChannelToken) for e in events)
+    end = events[-1]
+    assert isinstance(end, Failed)
+    assert end.partial is not None and end.partial.text == "Hello"
