@@ -26,18 +26,19 @@ from trio_sampler.actor._plan import (
     Step,
     StripImages,
     decide,
+    not_processed,
 )
 from trio_sampler.config import RetryPolicy
 from trio_sampler.routing import RouteAction, route_action
 from trio_sampler.types import SamplingErrorInfo, SamplingErrorKind
 
-_CODES = (None, "total_timeout", "insufficient_quota", "invalid_image", "doom_loop")
+_CODES = (None, "total_timeout", "insufficient_quota", "invalid_image", "doom_loop", "not_sent")
 
 errors = st.builds(
     SamplingErrorInfo,
     kind=st.sampled_from(list(SamplingErrorKind)),
     message=st.just("it failed"),
-    status_code=st.sampled_from([None, 400, 413, 429, 500, 503]),
+    status_code=st.sampled_from([None, 400, 413, 429, 500, 503, 529]),
     retryable=st.booleans(),
     retry_after=st.one_of(st.none(), st.floats(0.0, 120.0)),
     should_retry=st.sampled_from([None, True, False]),
@@ -73,6 +74,7 @@ facts = st.builds(
     started=st.integers(1, 10),
     context_window=st.sampled_from([None, 8_000, 128_000]),
     has_next=st.booleans(),
+    replay_safe=st.booleans(),
 )
 #: Facts of any attempt, a resumable cut or a refused resume among them.
 any_facts = st.builds(
@@ -99,6 +101,7 @@ def test_the_rules_are_tried_in_the_documented_order() -> None:
         "continuation refused",
         "doom resample",
         "mid-stream",
+        "replay safety",
         "image strip",
         "routing table",
         "fail",
@@ -123,7 +126,7 @@ _RULES_OF: dict[type, set[str]] = {
     Resample: {"doom resample"},
     StripImages: {"image strip"},
     FailOver: {"routing table"},
-    Finish: {"mid-stream", "fail"},
+    Finish: {"mid-stream", "replay safety", "fail"},
 }
 
 
@@ -151,7 +154,8 @@ def test_every_next_attempt_starts_over_rather_than_continuing(
 def test_a_refused_continuation_restarts_at_once_uncharged(
     f: Facts, h: History, p: Policies
 ) -> None:
-    f = attrs.evolve(f, error=attrs.evolve(f.error, kind=SamplingErrorKind.INVALID_REQUEST))
+    invalid = attrs.evolve(f.error, kind=SamplingErrorKind.INVALID_REQUEST)
+    f = attrs.evolve(f, error=invalid, replay_safe=True)
     step = _decide(f, attrs.evolve(h, continuing=True), p)
     assert step == Retry(
         0.0,
@@ -169,7 +173,7 @@ def test_a_doom_loop_on_an_armed_attempt_resamples(
     f: Facts, h: History, p: Policies, seed: int
 ) -> None:
     doom = attrs.evolve(f.error, kind=SamplingErrorKind.DOOM_LOOP_DETECTED)
-    f = attrs.evolve(f, error=doom, armed=True)
+    f = attrs.evolve(f, error=doom, armed=True, replay_safe=True)
     step = _decide(f, h, p, seed=seed)
     assert isinstance(step, Resample)
     assert step.attempt == h.resamples + 1
@@ -298,3 +302,56 @@ def test_a_refused_resume_starts_over_visibly_and_uncharged(
         assert step.rule == "resume refused"
         assert (step.delay, step.charged) == (0.0, False)
         assert step.discard == (f.emitted or h.continuing)
+
+
+@settings(max_examples=600)
+@given(facts, histories, policies, st.booleans())
+def test_a_request_that_is_not_replay_safe_is_sent_again_only_when_never_processed(
+    f: Facts, h: History, p: Policies, circuit_open: bool
+) -> None:
+    """A stored or chained request is retried, resampled, stripped of its images or
+    failed over only after a failure that proves the server did not process it."""
+    step = _decide(attrs.evolve(f, replay_safe=False), h, p, circuit_open=circuit_open)
+    if isinstance(step, Retry | Resample | StripImages | FailOver):
+        assert not_processed(f.error)
+
+
+_DROPPED = SamplingErrorInfo(
+    SamplingErrorKind.TRANSPORT, "the connection failed while reading", retryable=True
+)
+_PROOFS = {
+    "no connection": attrs.evolve(_DROPPED, error_code="not_sent"),
+    "a 429": SamplingErrorInfo(
+        SamplingErrorKind.RATE_LIMITED, "slow down", status_code=429, retryable=True
+    ),
+    "a 529": SamplingErrorInfo(
+        SamplingErrorKind.OVERLOADED, "overloaded", status_code=529, retryable=True
+    ),
+}
+
+
+def test_a_stored_request_the_server_may_have_processed_ends_saying_why() -> None:
+    f = Facts(_DROPPED, started=1, replay_safe=False)
+    step = _decide(f, History(), Policies(RetryPolicy()))
+    assert isinstance(step, Finish) and step.rule == "replay safety"
+    assert "not retried" in step.error.message and "store" in step.error.message
+    assert not step.error.retryable
+    # The same failure of a stateless request is retried.
+    assert isinstance(
+        _decide(attrs.evolve(f, replay_safe=True), History(), Policies(RetryPolicy())), Retry
+    )
+
+
+def test_a_stored_request_is_retried_after_a_failure_proving_it_was_never_processed() -> None:
+    for error in _PROOFS.values():
+        step = _decide(
+            Facts(error, started=1, replay_safe=False), History(), Policies(RetryPolicy())
+        )
+        assert isinstance(step, Retry), error
+
+
+def test_the_not_sent_code_is_the_one_the_http_layer_gives() -> None:
+    from trio_sampler._http._httpx import NOT_SENT as GIVEN
+    from trio_sampler.actor._plan import NOT_SENT as READ
+
+    assert GIVEN == READ

@@ -337,6 +337,13 @@ _PERMANENT_DNS_ERRORS = frozenset(
 )
 
 
+#: ``SamplingErrorInfo.error_code`` of a failure before any connection was made.
+NOT_SENT = "not_sent"
+#: The failures that happen before a connection exists (connect, TLS handshake, name
+#: resolution, no free connection in the pool).
+_NOT_SENT = frozenset({"ConnectError", "ConnectTimeout", "PoolTimeout"})
+
+
 def classify_transport_error(exc: BaseException) -> SamplingErrorInfo:
     """Classify a failure that produced no HTTP response (connect, TLS, read, timeout).
 
@@ -365,4 +372,13 @@ def classify_transport_error(exc: BaseException) -> SamplingErrorInfo:
         what = "the server's host name does not resolve (check the base URL)"
     detail = next((d for d in (_safe_detail(e) for e in chain) if d), "")
     message = f"{what}: {detail}" if detail else what
-    return SamplingErrorInfo(kind=kind, message=message, status_code=None, retryable=retryable)
+    # No connection, so no byte of the request was written: the one transport failure
+    # that proves the server never saw the request (a stateful request may be retried).
+    not_sent = any(klass.__name__ in _NOT_SENT for klass in type(exc).__mro__)
+    return SamplingErrorInfo(
+        kind=kind,
+        message=message,
+        status_code=None,
+        retryable=retryable,
+        error_code=NOT_SENT if not_sent else None,
+    )

@@ -123,6 +123,7 @@ class _SamplerActor:
             redactor=self._redactor(config, chain, request.extra_headers),
             chain=chain,
         )
+        state.metrics.catalog = self.runner.catalog
         try:
             self.nursery.start_soon(
                 self.runner.serve, state, name=f"trio_sampler request {request_id}"

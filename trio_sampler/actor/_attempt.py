@@ -441,7 +441,8 @@ class Attempts:
         holding = self._memory.hold(transform) if self._memory is not None else None
         if holding is not None:  # the events waiting for the consumer hold its text too
             holding.count(sink)
-        sink.transform = transform
+        sink.transform = metrics.transform = transform
+        metrics.prompt_estimate = math.ceil(len(wire.body) / 4)
         if observer is not None:
             observer.sending()
         metrics.sent = True

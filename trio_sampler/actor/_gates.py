@@ -25,7 +25,7 @@ import trio
 
 from ..admission import AdmissionBusyError, AdmissionRefusedError, Ticket
 from ..config import SamplerConfig
-from ..types import RateLimitSnapshot, SamplingErrorInfo, SamplingErrorKind, Usage
+from ..types import RateLimitSnapshot, SamplingErrorInfo, SamplingErrorKind
 from ..wire import WireRequest
 from ._attempt import AttemptResult, AttemptSink
 from ._chain import Leg, Skipped
@@ -130,11 +130,9 @@ class Hold:
             return
         result = self.result
         output = None if result is None else result.output
-        if output is not None:
-            usage: Usage | None = output.usage
-        else:
-            transform = self._sink.transform
-            usage = None if transform is None else transform.usage
+        # What the request's ledger bills the attempt: a cancel has already taken the
+        # request's transform away, not the attempt's.
+        usage = self._metrics.usage if output is None else output.usage
         with trio.CancelScope(shield=True):  # the admission bounds its own time
             await ticket.settle(usage)
 

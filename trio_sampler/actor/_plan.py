@@ -22,6 +22,7 @@ from ..routing import RouteAction, route_action
 from ..types import ConversationResponse, SamplingErrorInfo, SamplingErrorKind
 
 __all__ = [
+    "NOT_SENT",
     "RULES",
     "Facts",
     "FailOver",
@@ -36,6 +37,7 @@ __all__ = [
     "Step",
     "StripImages",
     "decide",
+    "not_processed",
 ]
 
 
@@ -102,6 +104,9 @@ class Facts:
     #: The attempt was a resumed read the server refused (the response expired, or was
     #: never kept): the request starts over.
     resume_refused: bool = False
+    #: Sending the request again leaves the server as sending it once would
+    #: (``ConversationRequest.replay_safe``: not stored, not chained).
+    replay_safe: bool = True
 
 
 @attrs.frozen
@@ -223,6 +228,8 @@ def _continuation_refused(
 ) -> Step | None:
     if not history.continuing or facts.error.kind is not SamplingErrorKind.INVALID_REQUEST:
         return None
+    if not facts.replay_safe and not not_processed(facts.error):
+        return None  # "replay safety" ends it
     return Retry(
         0.0,
         True,
@@ -242,6 +249,8 @@ def _doom_resample(
     *_: object,
 ) -> Step | None:
     if facts.error.kind is not SamplingErrorKind.DOOM_LOOP_DETECTED or not facts.armed:
+        return None
+    if not facts.replay_safe:  # the server processed it: "replay safety" ends it
         return None
     resamples = history.resamples + 1
     return Resample(
@@ -299,6 +308,50 @@ def _routing(
     if decision.delay > policies.max_retry_wait_s or circuit_open():
         return fail_over
     return None
+
+
+#: The failures that prove the server did not process the request: no connection was
+#: made (``_http``'s ``not_sent``), the sampler's own admission refused it, or the server
+#: answered with a refusal before processing (a 429, an Anthropic 529 overload, an
+#: authentication, size or validity refusal). An in-stream error is no proof: the server
+#: was processing the request when it sent it.
+NOT_SENT: Final = "not_sent"
+_REFUSED_STATUSES: Final = frozenset({429, 529})
+_REFUSALS: Final = frozenset(
+    {
+        SamplingErrorKind.AUTH,
+        SamplingErrorKind.RATE_LIMITED,
+        SamplingErrorKind.CONTEXT_LENGTH_EXCEEDED,
+        SamplingErrorKind.INVALID_REQUEST,
+        SamplingErrorKind.PAYLOAD_TOO_LARGE,
+    }
+)
+
+
+def not_processed(error: SamplingErrorInfo) -> bool:
+    """Whether ``error`` proves the server did not process the request."""
+    if error.error_code == NOT_SENT or error.kind is SamplingErrorKind.FLEET_UNAVAILABLE:
+        return True
+    if error.status_code is None:  # in-stream, or the connection failed after it was made
+        return False
+    return error.status_code in _REFUSED_STATUSES or error.kind in _REFUSALS
+
+
+def _replay_unsafe(
+    facts: Facts, _history: History, _policies: Policies, decision: Decision | None, *_: object
+) -> Step | None:
+    if facts.replay_safe or not_processed(facts.error):
+        return None
+    assert decision is not None
+    error = facts.error
+    if decision.action is RetryAction.FAIL:  # it would not be retried: no fail-over either
+        return Finish(error)
+    message = (
+        f"{error.message} (not retried: the request keeps state on the server "
+        "(store, previous_response_id or conversation) and the server may have "
+        "processed it; a second send could apply it twice)"
+    )
+    return Finish(attrs.evolve(error, message=message, retryable=False))
 
 
 def _fail(
@@ -367,6 +420,16 @@ RULES: Final[tuple[Rule, ...]] = (
         "output reached the consumer and RetryPolicy.retry_mid_stream is off: a retry "
         "would repeat what was seen",
         _mid_stream,
+    ),
+    Rule(
+        "replay safety",
+        "a request that is not replay-safe (stored or chained: "
+        "ConversationRequest.replay_safe; none of the three APIs takes an idempotency "
+        "key) is sent again only when the failure proves the server did not process "
+        "it: no connection was made, or a 429, a 529 or an invalid-request refusal. "
+        "Anything else that would retry, resample, strip images or fail over ends it, "
+        "saying why",
+        _replay_unsafe,
     ),
     Rule(
         "image strip",

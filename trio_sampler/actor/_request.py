@@ -44,7 +44,7 @@ from ._attempt import AttemptResult, Attempts, AttemptSink, ConnectionDrains, er
 from ._chain import Leg, RouteState, Skipped, continuation, continued, unsuitable
 from ._gates import Gates, Prepared
 from ._memory import ResponseMemory
-from ._metrics import AttemptMetrics
+from ._metrics import AttemptMetrics, priced_response
 from ._pacing import Pacers
 from ._plan import (
     Facts,
@@ -102,6 +102,11 @@ class RequestRunner:
         self.drains = ConnectionDrains()
         self.gates = Gates()
         self.attempts = Attempts(client, doom_policy, memory, self.drains)
+
+    @property
+    def catalog(self) -> ModelCatalog | None:
+        """What prices the usage the server reported no cost for."""
+        return self._catalog
 
     @property
     def routes(self) -> dict[str, RouteState]:
@@ -178,13 +183,9 @@ class RequestRunner:
         self, response: ConversationResponse | None, config: SamplerConfig | None
     ) -> ConversationResponse | None:
         """``response`` with its cost from the model catalog when the server reported none."""
-        if response is None or config is None or self._catalog is None:
+        if config is None:
             return response
-        if response.cost_usd_ticks is not None or response.usage is None:
-            return response
-        model = response.model or config.model
-        cost = self._catalog.cost_ticks(model, response.usage) if model else None
-        return response if cost is None else attrs.evolve(response, cost_usd_ticks=cost)
+        return priced_response(response, self._catalog, config.model)
 
     def _budget(self, policy: RetryPolicy) -> RetryBudget | None:
         if policy.retry_budget_ratio is None:
@@ -370,8 +371,9 @@ class RequestRunner:
                 assert priced is not None
                 return self._completed(state, served, metrics, priced, prefix)
             assert result.error is not None
-            state.last_partial = priced  # a partial is billed too: priced like a response
-            facts = _facts(result, priced, armed, state, context_window, has_next)
+            if priced is not None:  # kept for the terminal, whatever the next attempt shows
+                state.last_partial = priced
+            facts = _facts(result, priced, armed, state, context_window, has_next, request)
             step = self._decide(leg, facts, history, policies)
             resume = step.point if isinstance(step, Resume) else None
             if prefix is not None:  # a failed continuation is not tried again
@@ -541,7 +543,7 @@ class RequestRunner:
         """End the attempt in the metrics and tell its route; its output, priced."""
         priced = self._priced(result.output, served.config)
         ended_at = trio.current_time()
-        state.metrics.end_attempt(
+        cost = state.metrics.end_attempt(
             metrics,
             ended_at,
             result.error,
@@ -549,6 +551,8 @@ class RequestRunner:
             cost_usd_ticks=None if priced is None else priced.cost_usd_ticks,
         )
         served.record(result.error, ended_at, metrics)
+        if priced is not None and cost != priced.cost_usd_ticks:  # billed per model
+            priced = attrs.evolve(priced, cost_usd_ticks=cost)
         return priced
 
     async def _emit_retry(
@@ -679,6 +683,7 @@ def _facts(
     state: RequestState,
     context_window: int | None,
     has_next: bool,
+    request: ConversationRequest,
 ) -> Facts:
     """The failed attempt ``result``, as the plan sees it."""
     assert result.error is not None
@@ -693,4 +698,5 @@ def _facts(
         has_next,
         result.resume,
         result.resume_refused,
+        replay_safe=request.replay_safe,
     )

@@ -236,7 +236,7 @@ class RequestState:
             return
         self.cancel_reason = reason
         self.scope.cancel(reason=reason)
-        partial = self.partial()
+        partial = self.metrics.price(self.partial())
         self.finish(Cancelled(self.request_id, reason, partial, self.metrics.build(partial)))
 
     def partial(self) -> ConversationResponse | None:
@@ -305,6 +305,14 @@ class RequestState:
         Synchronous: never awaits, so it works from a cancelled context."""
         if self.terminal is not None:
             return
+        kept = self.last_partial
+        if (
+            isinstance(terminal, Failed | Cancelled)
+            and terminal.partial is None
+            and kept is not None
+        ):
+            # Content was shown (an attempt a retry discarded): the partial keeps it.
+            terminal = attrs.evolve(terminal, partial=kept)
         if self.partials is not None:
             terminal = self.partials.finish(terminal)
         terminal = self.redactor.event(terminal)

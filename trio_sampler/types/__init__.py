@@ -48,6 +48,7 @@ from ._events import ContextEdited as ContextEdited
 from ._events import Failed as Failed
 from ._events import FirstToken as FirstToken
 from ._events import ImagesStripped as ImagesStripped
+from ._events import LedgerEntry as LedgerEntry
 from ._events import ModelMetadata as ModelMetadata
 from ._events import OpaqueItemReceived as OpaqueItemReceived
 from ._events import OutputDelta as OutputDelta
@@ -110,6 +111,7 @@ __all__ = [
     "JSONChange",
     "JSONChangeKind",
     "JSONPath",
+    "LedgerEntry",
     "MCPServer",
     "ModelMetadata",
     "NamedToolChoice",

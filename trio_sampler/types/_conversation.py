@@ -840,6 +840,29 @@ class ConversationRequest:
     background: bool = attrs.field(
         default=False, validator=_checks.optional_bool("background"), kw_only=True
     )
+    #: Server-side state (``docs/stateful-requests.md``). ``store``: keep the response on
+    #: the server (Responses; stored completions on Chat Completions); ``None``: not sent,
+    #: the API's default. ``previous_response_id``: continue a stored Responses response.
+    #: ``conversation``: the id of a Responses conversation the turn is appended to. A
+    #: request with ``store=True``, a ``previous_response_id`` or a ``conversation`` is
+    #: not replay-safe: it is retried only when the failure proves the server did not
+    #: process it (:attr:`replay_safe`).
+    store: bool | None = attrs.field(
+        default=None, kw_only=True, validator=_checks.optional_bool("store")
+    )
+    previous_response_id: str | None = attrs.field(
+        default=None, kw_only=True, validator=_checks.optional_text("previous_response_id")
+    )
+    conversation: str | None = attrs.field(
+        default=None, kw_only=True, validator=_checks.optional_text("conversation")
+    )
+
+    @property
+    def replay_safe(self) -> bool:
+        """Whether sending the request twice leaves the server as sending it once would:
+        a stateless request is; a stored or chained one is not (a second send stores a
+        second response, or appends the turn to the conversation twice)."""
+        return not (self.store or self.previous_response_id or self.conversation)
 
     def __attrs_post_init__(self) -> None:
         if self.output is not None and self.response_schema is None:

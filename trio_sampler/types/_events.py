@@ -62,6 +62,7 @@ __all__ = [
     "Failed",
     "FirstToken",
     "ImagesStripped",
+    "LedgerEntry",
     "ModelMetadata",
     "OpaqueItemReceived",
     "OutputDelta",
@@ -219,6 +220,33 @@ class AttemptRecord:
 
 
 @attrs.frozen
+class LedgerEntry:
+    """One line of a request's usage ledger: what one attempt was billed, or, after a
+    provider's server-side fallback (:class:`ServedModelChanged`), what one model of it
+    was billed. Every attempt that was sent has its lines, whatever ended it (completed,
+    failed, cancelled, a lost hedge); the request's ``total_usage`` and
+    ``total_cost_usd_ticks`` are the ledger's sum (``docs/accounting.md``)."""
+
+    attempt: int
+    outcome: AttemptOutcome
+    #: The model billed (the one that served; the one asked for when the server did not say).
+    model: str | None
+    #: What the server reported (``None``: nothing before the end, and no content came).
+    usage: Usage | None
+    #: The server's cost, else the model catalog's price of ``usage`` (``None``: unknown).
+    cost_usd_ticks: int | None
+    #: The share of a fallback hop: the part of the attempt's usage the model it was
+    #: handed to served (a part of the attempt's usage, never more of it).
+    hop: bool = False
+    #: ``usage`` is the library's estimate, not the server's report: content arrived (so
+    #: the server processed the request) but no usage was reported before the end. The
+    #: prompt as the pacer estimates it (body bytes / 4), the output as the count of the
+    #: attempt's content events (text pieces, tool-call deltas, the first-token mark): a
+    #: rough count, there to keep a processed attempt from being billed nothing.
+    estimated: bool = False
+
+
+@attrs.frozen
 class RequestMetrics:
     """Latency and accounting of one request, attached to every terminal event.
 
@@ -242,11 +270,14 @@ class RequestMetrics:
     itl_max_ms: float | None = None
     chunk_count: int = 0
     attempts: tuple[AttemptRecord, ...] = ()
+    #: Every attempt's bill, line by line (:class:`LedgerEntry`), in attempt order.
+    ledger: tuple[LedgerEntry, ...] = ()
     #: The usage and cost of the response delivered (``Completed``), or of the partial.
     usage: Usage | None = None
     cost_usd_ticks: int | None = None
-    #: The sum over every attempt (retries, fail-overs and lost hedges included): what the
-    #: request was billed. ``None`` when no attempt reported usage (or cost).
+    #: The sum of the ledger (retries, fail-overs, cancelled attempts and lost hedges
+    #: included): what the request was billed. ``None`` when no attempt reported usage
+    #: (or cost).
     total_usage: Usage | None = None
     total_cost_usd_ticks: int | None = None
     #: The route that served the response (``None`` without routing or without one).

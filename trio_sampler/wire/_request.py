@@ -11,7 +11,7 @@ import attrs
 
 from .._redact import check_credential, is_credential_name
 from ..providers import ProviderProfile, get_profile, profile_for
-from ..types import TrioSamplerError
+from ..types import ConversationRequest, TrioSamplerError
 
 __all__ = [
     "BuildOptions",
@@ -20,6 +20,7 @@ __all__ = [
     "ConversionNote",
     "ConversionReport",
     "WireRequest",
+    "refuse_chained",
     "validate_headers",
 ]
 
@@ -167,3 +168,16 @@ class WireRequest:
     #: Query parameters of this request, after the configuration's own
     #: (``SamplerConfig.query_params``): a retrieval's ``stream`` and ``starting_after``.
     query: tuple[tuple[str, str], ...] = ()
+
+
+def refuse_chained(request: ConversationRequest, api: str) -> None:
+    """Refuse the Responses-only server-side state on ``api``: a chain dropped in
+    conversion would silently lose the conversation it points to
+    (``docs/stateful-requests.md``)."""
+    for name in ("previous_response_id", "conversation"):
+        if getattr(request, name) is not None:
+            raise ValueError(
+                f"{name} continues server-side state that only Responses keeps; {api} "
+                "takes the whole conversation: send its items instead (or use the "
+                "Responses backend)"
+            )

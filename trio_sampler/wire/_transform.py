@@ -37,6 +37,7 @@ from ..types import (
     SamplingErrorInfo,
     SamplingErrorKind,
     SamplingEvent,
+    ServedModelChanged,
     StreamStarted,
     TrioSamplerError,
     Usage,
@@ -147,6 +148,9 @@ class StreamTransform(abc.ABC):
         self.unknown_events = 0
         #: ``data: [DONE]`` was seen.
         self.done_marker = False
+        #: The provider's server-side fallback hops delivered so far, with their usage
+        #: when the server said (a request's ledger bills each model its share).
+        self.served_hops: list[ServedModelChanged] = []
         self._started = False
 
     @property

@@ -58,7 +58,7 @@ from .._render import (
     string_metadata,
     unmodeled_fields,
 )
-from .._request import BuildOptions, ConversionAction, WireRequest
+from .._request import BuildOptions, ConversionAction, WireRequest, refuse_chained
 from .._structured import lower_structured_output
 
 __all__ = ["KNOWN_FIELDS", "PATH", "build_request", "parse_request", "unmodeled_request_fields"]
@@ -87,6 +87,7 @@ KNOWN_FIELDS = (
     "metadata",
     "stream",
     "stream_options",
+    "store",
 )
 
 
@@ -371,14 +372,19 @@ def _render_sampling(
         )
     if request.user_id is not None:
         data["user"] = request.user_id
-    if request.metadata:
+    if request.store is not None:
+        data["store"] = request.store
+    if request.metadata and request.store:
+        data["metadata"] = dict(request.metadata)
+    elif request.metadata:
         report.note(
             None,
             "metadata",
             ConversionAction.DROPPED,
             "Chat Completions accepts metadata only for stored completions; "
-            "pass it in extra_body together with store",
+            "set store=True to keep it",
         )
+    refuse_chained(request, "Chat Completions")
     if options.stream:
         data["stream"] = True
         if options.profile.supports_stream_usage:
@@ -435,6 +441,7 @@ def parse_request(body: bytes | Mapping[str, Any]) -> ConversationRequest:
         prompt_cache_key=opt_str(data, "prompt_cache_key", "body"),
         user_id=user,
         metadata=string_metadata(data.get("metadata") or {}, "metadata"),
+        store=opt_bool(data, "store", "body"),
     )
 
 

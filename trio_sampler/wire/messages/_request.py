@@ -45,7 +45,7 @@ from .._render import (
     sanitize_id,
     split_data_uri,
 )
-from .._request import BuildOptions, ConversionAction, WireRequest
+from .._request import BuildOptions, ConversionAction, WireRequest, refuse_chained
 from .._structured import lower_structured_output
 from ._fields import BACKEND, KNOWN_FIELDS
 from ._parse import parse_request as parse_request
@@ -98,6 +98,12 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
     markers: the last system block, the tip of the conversation, and the end of the
     previous request; these markers move as the conversation grows.
     """
+    refuse_chained(request, "Messages")
+    if request.store:
+        raise ValueError(
+            "store=True keeps the response on the server, which Messages never does; "
+            "leave store unset (or False) on the Messages backend"
+        )
     report = ReportCollector(options.strict)
     request = lower_structured_output(request, options, report)
     items = list(enumerate(request.items))

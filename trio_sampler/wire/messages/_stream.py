@@ -455,7 +455,9 @@ class MessagesTransform(StreamTransform):
         ]
         for n, hop in enumerate(self._hops):
             usage = _iteration_usage(served[n]) if n < len(served) else None
-            out.append(attrs.evolve(hop, usage=usage))
+            served_hop = attrs.evolve(hop, usage=usage)
+            out.append(served_hop)
+            self.served_hops.append(served_hop)
         self._hops.clear()
 
     # -- hosted (server-executed) tools ----------------------------------------------

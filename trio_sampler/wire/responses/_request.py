@@ -92,6 +92,9 @@ KNOWN_FIELDS = (
     "metadata",
     "stream",
     "background",
+    "store",
+    "previous_response_id",
+    "conversation",
 )
 
 # Input item types that may follow a reasoning item in the original output.
@@ -384,8 +387,28 @@ def _render_sampling(
         data["safety_identifier"] = request.user_id
     if request.metadata:
         data["metadata"] = dict(request.metadata)
+    _render_state(data, request)
     if options.stream:
         data["stream"] = True
+
+
+def _render_state(data: JsonObject, request: ConversationRequest) -> None:
+    """The server-side state fields (``docs/stateful-requests.md``)."""
+    if request.store is not None:
+        data["store"] = request.store
+    if request.previous_response_id is not None:
+        data["previous_response_id"] = request.previous_response_id
+    if request.conversation is not None:
+        data["conversation"] = request.conversation
+
+
+def _parse_conversation(value: Any) -> str | None:
+    """``conversation``: an id, or an object with one."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("id"), str):
+        return str(value["id"])
+    raise ValueError('conversation must be an id string or {"id": "conv_..."}')
 
 
 def _text_format(schema: ResponseSchema) -> JsonObject:
@@ -442,6 +465,9 @@ def parse_request(body: bytes | Mapping[str, Any]) -> ConversationRequest:
         user_id=opt_str(data, "safety_identifier", "body") or opt_str(data, "user", "body"),
         metadata=string_metadata(data.get("metadata") or {}, "metadata"),
         background=opt_bool(data, "background", "body") or False,
+        store=opt_bool(data, "store", "body"),
+        previous_response_id=opt_str(data, "previous_response_id", "body"),
+        conversation=_parse_conversation(data.get("conversation")),
     )
 
 
