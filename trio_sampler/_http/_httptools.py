@@ -204,6 +204,7 @@ class _HttptoolsBody:
         "_message",
         "_parser",
         "_release",
+        "_reusable",
         "_stamped",
         "header_fields",
         "http_version",
@@ -232,6 +233,11 @@ class _HttptoolsBody:
         self.http_version = f"HTTP/{parser.get_http_version()}"
         self.raw_headers: Sequence[tuple[bytes, bytes]] = message.raw_headers
         self.header_fields: Mapping[str, str] = header_fields(message.raw_headers)
+        # Whether the connection outlives the message, from the head (llhttp's own
+        # answer is reset once the message completes).
+        self._reusable = self.http_version == "HTTP/1.1" and "close" not in (
+            self.header_fields.get("connection", "").lower()
+        )
         self.request_sent_at = sent_at
         self._ended_at: float | None = None
         self._closed = False
@@ -262,7 +268,7 @@ class _HttptoolsBody:
                 pieces.clear()
                 yield chunk
             if message.complete:
-                self._end(reusable=parser.should_keep_alive())
+                self._end(reusable=self._reusable)
                 return
             try:
                 data = await receive(_RECEIVE_BYTES)
@@ -276,9 +282,14 @@ class _HttptoolsBody:
             try:
                 parser.feed_data(data)
             except httptools.HttpParserError as exc:
-                if not message.complete:
-                    raise _failure("the server broke the HTTP protocol", exc) from None
-                self._end(reusable=False)  # bytes after the message: not reused
+                self._parse_error(exc)
+
+    def _parse_error(self, exc: httptools.HttpParserError) -> None:
+        """A body llhttp cannot parse fails; bytes after a whole message (nobody asked
+        for them) only keep its connection from being reused."""
+        if not self._message.complete:
+            raise _failure("the server broke the HTTP protocol", exc) from None
+        self._end(reusable=False)
 
     def _end_at_eof(self) -> None:
         """The server closed the connection: the end of a body delimited by the close,
@@ -313,7 +324,7 @@ class _HttptoolsBody:
             await chunks.aclose()
         if self._release is not _keep:  # not given back yet: reused only if it ended
             complete = self._message.complete
-            self._end(reusable=complete and self._parser.should_keep_alive(), ended=complete)
+            self._end(reusable=complete and self._reusable, ended=complete)
         await trio.lowlevel.checkpoint()
 
 
@@ -461,7 +472,8 @@ class HttptoolsTransport:
         except BaseException as exc:
             await connection.aclose()
             if isinstance(exc, trio.TooSlowError):
-                raise timeout_error("read", "no response headers", _limit(seconds)) from None
+                waited = _limit(seconds)
+                raise timeout_error("response headers", "no response headers", waited) from None
             if isinstance(exc, httptools.HttpParserError):
                 raise _failure("the server broke the HTTP protocol", exc) from None
             if isinstance(exc, _BROKEN):
