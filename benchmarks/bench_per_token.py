@@ -22,7 +22,7 @@ CPU and collector microseconds per token. Contenders:
 ``httptools``      ``open_sampler`` with ``http_transport="httptools"`` (llhttp)
 =================  ====================================================================
 
-    python benchmarks/bench_per_token.py [--cells 100:20,1000:200] [--tokens 100]
+    python benchmarks/bench_per_token.py [--cells 100:20:100,1000:200:25] [--tokens 100]
         [--warmup 3] [--window 10] [--impls raw,httpx2,direct,httpx,httptools]
         [--json benchmarks/results/bench_per_token.json]
 
@@ -275,6 +275,7 @@ async def _measure(
                 cpu_us_per_token=cpu / tokens * 1e6 if tokens else None,
                 gc_us_per_token=(counter.gc_s - gc_s) / tokens * 1e6 if tokens else None,
                 gc_collections=counter.collections - collections,
+                total_tokens=counter.tokens,
             )
             nursery.cancel_scope.cancel()
 
@@ -354,6 +355,54 @@ def run_cell(
         server.wait()
 
 
+def count_instructions(
+    impl: str, concurrency: int, interval_ms: float, args: argparse.Namespace, folder: Path
+) -> dict[str, Any]:
+    """User-space instructions per token under ``valgrind --tool=callgrind``: two runs of
+    ``impl`` (windows ``W`` and ``3 W``), the difference of their totals over the
+    difference of their tokens (start-up, imports and warm-up cancel out). The load must
+    be light enough for the slowed client to keep up (one token per read still)."""
+    from benchmarks.instructions_per_request import read_total
+
+    server, port = _start_server(args.tokens, interval_ms / 1000.0, folder)
+    try:
+        script = str(Path(__file__).resolve())
+        runs = []
+        for window in (args.window, 3 * args.window):
+            out = folder / f"callgrind.{impl}.{window}"
+            command = [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={out}",
+                sys.executable,
+                script,
+                "--client",
+                impl,
+                str(port),
+                str(concurrency),
+                str(args.warmup),
+                str(window),
+            ]
+            env = {**os.environ, "PYTHONHASHSEED": "0"}
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=1800, check=False, env=env
+            )
+            if done.returncode != 0:
+                return {"error": done.stderr[-1500:]}
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+            runs.append((read_total(out.read_text()), result["total_tokens"], result))
+    finally:
+        server.kill()
+        server.wait()
+    (short, short_tokens, _), (long, long_tokens, last) = runs
+    return {
+        "instructions_per_token": (long - short) / (long_tokens - short_tokens),
+        "tokens": [short_tokens, long_tokens],
+        "tokens_per_s_offered": concurrency * 1000.0 / interval_ms,
+        "tokens_per_s_received": last["tokens_per_s"],
+    }
+
+
 def _fmt(value: float | None, spec: str = ".1f") -> str:
     return "-" if value is None else format(value, spec)
 
@@ -383,31 +432,50 @@ def render(cells: dict[str, dict[str, Any]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cells", default="100:20", help="C:interval_ms, comma-separated")
+    parser.add_argument(
+        "--cells",
+        default="100:20:100,1000:200:25",
+        help="C:interval_ms[:tokens per stream], comma-separated",
+    )
     parser.add_argument("--tokens", type=int, default=100, help="text deltas per stream")
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--window", type=float, default=10.0)
     parser.add_argument("--impls", default=",".join(IMPLS))
     parser.add_argument("--json", default="benchmarks/results/bench_per_token.json")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions per token under callgrind instead (light cells: 2:50)",
+    )
     args = parser.parse_args(argv)
     folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_per_token.{os.getpid()}"
     folder.mkdir(exist_ok=True)
     cells: dict[str, dict[str, Any]] = {}
+    default_tokens = args.tokens
     for cell in args.cells.split(","):
-        concurrency, interval = cell.split(":")
+        concurrency, interval, *tokens = cell.split(":")
+        args.tokens = int(tokens[0]) if tokens else default_tokens
         for impl in args.impls.split(","):
             key = f"{impl} C={concurrency},{interval}ms"
+            if args.instructions:
+                cells[key] = count_instructions(
+                    impl, int(concurrency), float(interval), args, folder
+                )
+                print(key, json.dumps(cells[key]), flush=True)
+                continue
             cells[key] = run_cell(impl, int(concurrency), float(interval), args, folder)
+            cells[key]["tokens_per_stream"] = args.tokens
             print(render({key: cells[key]}).splitlines()[-1], flush=True)
-    print()
-    print(render(cells))
+    if not args.instructions:
+        print()
+        print(render(cells))
     out = {
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "platform": platform.platform(),
         },
-        "tokens_per_stream": args.tokens,
+        "default_tokens_per_stream": default_tokens,
         "warmup_s": args.warmup,
         "window_s": args.window,
         "cells": cells,
