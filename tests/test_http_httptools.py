@@ -36,6 +36,7 @@ from test_http_resend_rule import (
     unaccepting_port,
 )
 
+from trio_sampler._http import DirectTransport, HttpxTransport
 from trio_sampler._http._httptools import HttptoolsTransport, _Connection
 from trio_sampler.actor import open_sampler
 from trio_sampler.client import SamplingClient, SamplingClientError
@@ -86,6 +87,18 @@ async def answering(response: bytes, *, close: bool = False) -> AsyncIterator[Or
 def test_the_option_names_what_it_takes() -> None:
     with pytest.raises(ValueError, match="http_transport must be one of 'direct', 'httptools'"):
         SamplerConfig(base_url="http://x.test/v1", http_transport="h11")
+
+
+@pytest.mark.parametrize(
+    ("name", "transport"),
+    [("direct", DirectTransport), ("httptools", HttptoolsTransport), ("httpx", HttpxTransport)],
+)
+async def test_the_option_selects_the_transport_a_sampler_opens(
+    name: str, transport: type[object]
+) -> None:
+    config = SamplerConfig(base_url="http://x.test/v1", http_transport=name)
+    async with SamplingClient(config) as client:
+        assert type(client.transport) is transport
 
 
 @pytest.mark.parametrize(
