@@ -207,7 +207,7 @@ async def test_the_head_and_connect_timeouts_say_which_and_how_long() -> None:
     assert caught.value.info.message == "connect timeout: no connection within 0.3 s"
 
 
-async def test_tls_with_the_system_ca_store_and_receive_stamps(
+async def test_tls_with_the_system_ca_store_keep_alive_and_receive_stamps(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     authority = trustme.CA()
@@ -217,7 +217,11 @@ async def test_tls_with_the_system_ca_store_and_receive_stamps(
     served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     authority.issue_cert("127.0.0.1").configure_cert(served)
 
+    connections = 0
+
     async def over_tls(stream: trio.SocketStream) -> None:
+        nonlocal connections
+        connections += 1
         tls = trio.SSLStream(stream, served, server_side=True)
         while await read_request(tls) is not None:  # type: ignore[arg-type]
             await tls.send_all(http11_sse_response(SSE))
@@ -242,3 +246,4 @@ async def test_tls_with_the_system_ca_store_and_receive_stamps(
                         assert stream.end_received()
             await transport.aclose()
     assert body == SSE
+    assert connections == 1  # the second request went on the kept connection
