@@ -10,6 +10,8 @@ exchange is its ``carrier``:
   end-of-body probe) whose connections are in-memory streams to an HTTP/1.1 server in
   this process that serves the script byte by byte (:func:`serve_script`).
 * ``loopback``: ``DirectTransport`` over real TCP to that server on ``127.0.0.1``.
+* ``httptools``: ``HttptoolsTransport`` (llhttp over trio sockets) over real TCP to that
+  server on ``127.0.0.1``.
 
 Everything above the seam (the client, the actor) is the same code on every carrier; the
 mock clock still drives the script's pauses (the servers sleep with ``trio.sleep``).
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CARRIERS", "MemoryNetworkBackend", "current", "listen_for", "serve_script"]
 
-CARRIERS = ("memory", "httpx", "direct", "loopback")
+CARRIERS = ("memory", "httpx", "direct", "loopback", "httptools")
 #: The carrier of scripted transports made without one (the ``carrier`` fixture sets it).
 current = "memory"
 

@@ -31,6 +31,7 @@ from trio_sampler._http import (
     SamplingClientError,
     Transport,
 )
+from trio_sampler._http._httptools import HttptoolsTransport
 from trio_sampler.config import SamplerConfig
 from trio_sampler.types import ApiBackend
 
@@ -173,7 +174,7 @@ class ScriptedTransport(httpx2.AsyncBaseTransport):
             return _Counted(await MemoryTransport(self._respond).open(request), self, True)
         if self._carried is None:
             self._carried = await self._carrier()
-        if self.carrier == "loopback":
+        if self.carrier in ("loopback", "httptools"):
             request = attrs.evolve(request, base_url=f"http://127.0.0.1:{self._loopback_port}/v1")
         body = await self._carried.open(request)
         # Over httpx2 the script's own body counts its close; else it is counted here.
@@ -186,9 +187,11 @@ class ScriptedTransport(httpx2.AsyncBaseTransport):
         serve = functools.partial(carriers.serve_script, self)
         if self.carrier == "direct":
             return DirectTransport(config, network_backend=carriers.MemoryNetworkBackend(serve))
-        assert self.carrier == "loopback", self.carrier
+        assert self.carrier in ("loopback", "httptools"), self.carrier
         serve = functools.partial(carriers.serve_script, self, keep_alive=False)
         self._loopback_port = await carriers.listen_for(serve)
+        if self.carrier == "httptools":
+            return HttptoolsTransport(config)
         return DirectTransport(config)
 
     async def _respond(self, request: HttpRequest) -> MemoryResponse:

@@ -306,7 +306,7 @@ def _transport_for(
     transport by default, the caller's own as it is, an ``httpx2`` transport of the
     caller's run through ``httpx2.AsyncClient`` (the transport stays the caller's)."""
     if transport is None:
-        return DirectTransport(config), True
+        return _network_transport(config), True
     if isinstance(transport, Transport):
         return transport, False
     if isinstance(transport, httpx2.AsyncBaseTransport):
@@ -315,6 +315,22 @@ def _transport_for(
         f"transport must be a trio_sampler transport or an httpx2.AsyncBaseTransport, "
         f"not {type(transport).__name__}"
     )
+
+
+def _network_transport(config: SamplerConfig) -> Transport:
+    """The transport ``config.http_transport`` names."""
+    if config.http_transport == "httptools":
+        try:
+            from ._http._httptools import HttptoolsTransport
+        except ImportError:
+            raise ValueError(
+                "http_transport='httptools' needs the httptools package: "
+                "pip install 'trio-sampler[fast]' (or http_transport='direct')"
+            ) from None
+        return HttptoolsTransport(config)
+    if config.http_transport == "httpx":
+        return HttpxTransport.for_config(config)
+    return DirectTransport(config)
 
 
 class _Exchange:

@@ -254,6 +254,9 @@ def _redacted_pairs(pairs: tuple[tuple[str, str], ...]) -> str:
     return repr(tuple(shown))
 
 
+#: The values of ``SamplerConfig.http_transport``.
+HTTP_TRANSPORTS = ("direct", "httptools", "httpx")
+
 #: SamplerConfig's fields of an object type: (name, type, what to write). ``None`` is
 #: allowed where the field's default is ``None``.
 _FIELD_KINDS: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
@@ -311,6 +314,11 @@ class SamplerConfig:
     #: client got to its reads. About a microsecond per read; the load generator turns it
     #: on. Read when the sampler starts, like ``connection_pools``.
     receive_timestamps: bool = False
+    #: What carries the bytes when no ``transport`` is given to the sampler:
+    #: ``"direct"`` (httpcore2's pools; HTTP/2 when asked), ``"httptools"`` (HTTP/1.1 over
+    #: trio sockets parsed by llhttp, the least CPU per token; needs the ``fast`` extra)
+    #: or ``"httpx"`` (``httpx2.AsyncClient``'s public API). See docs/configuration.md.
+    http_transport: str = "direct"
     retry: RetryPolicy = attrs.field(factory=RetryPolicy)
     #: Provider profile name: selects wire quirks (see :mod:`trio_sampler.providers`).
     provider: str | None = None
@@ -379,6 +387,11 @@ class SamplerConfig:
         if not isinstance(self.receive_timestamps, bool):
             raise ValueError(
                 f"receive_timestamps must be True or False; got {self.receive_timestamps!r}"
+            )
+        if self.http_transport not in HTTP_TRANSPORTS:
+            raise ValueError(
+                f"http_transport must be one of {', '.join(map(repr, HTTP_TRANSPORTS))}; "
+                f"got {self.http_transport!r}"
             )
         if not 1 <= self.connection_pools <= 1024:
             raise ValueError("connection_pools must be between 1 and 1024 (16 is the default)")

@@ -1,0 +1,495 @@
+"""Client CPU per token when every token arrives in its own read: ours on each transport
+against the raw Trio socket floor and the httpx2 floor, the collector's time apart.
+
+The server is paced and independent (standard-library ``asyncio`` in a process of its
+own, sharing no code with the library): each ``POST`` gets a chunked Chat Completions
+stream whose events go out one per write, ``--interval-ms`` apart per stream (a role
+chunk, ``--tokens`` one-word text deltas, the finish chunk and ``[DONE]``), as a model
+server sends them. Each contender runs in a fresh process of its own: ``C`` streams at
+once in a closed loop (a stream's end starts the next), and over a window after a
+warm-up the process's CPU time (user + system), the time in the garbage collector
+(``gc.callbacks``, start to stop) and the text deltas received are read; the table gives
+CPU and collector microseconds per token. Contenders:
+
+=================  ====================================================================
+``raw``            a ``trio.SocketStream`` per stream (kept alive): the request in one
+                   write, ``receive_some``, split on blank lines, ``orjson`` per event
+                   (the chunked framing is skipped, not checked: the floor of floors)
+``httpx2``         ``httpx2.AsyncClient.stream``, ``aiter_raw``, the same split and
+                   ``orjson``
+``direct``         ``open_sampler`` on the default transport (httpcore2's pools)
+``httpx``          ``open_sampler`` with ``http_transport="httpx"``
+``httptools``      ``open_sampler`` with ``http_transport="httptools"`` (llhttp)
+=================  ====================================================================
+
+    python benchmarks/bench_per_token.py [--cells 100:20:100,1000:200:25] [--tokens 100]
+        [--warmup 3] [--window 10] [--impls raw,httpx2,direct,httpx,httptools]
+        [--json benchmarks/results/bench_per_token.json]
+
+The machine's load average is recorded beside every cell: on a shared machine the CPU a
+process is charged for moves with its neighbours (caches, frequency), so compare
+contenders of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: the checkout's packages first
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+IMPLS = ("raw", "httpx2", "direct", "httpx", "httptools")
+#: ``open_sampler``'s contenders, by the ``http_transport`` they run on.
+OURS = {"direct": "direct", "httpx": "httpx", "httptools": "httptools"}
+_HEAD_END = b"\r\n\r\n"
+
+
+# -- the paced server (standard library only) ----------------------------------------
+
+
+def _frame(choices: list[object]) -> bytes:
+    payload = {
+        "id": "chatcmpl-paced",
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000,
+        "model": "paced",
+        "choices": choices,
+    }
+    data = b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _delta(content: str) -> bytes:
+    return _frame([{"index": 0, "delta": {"content": content}, "finish_reason": None}])
+
+
+_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+_ROLE = _frame([{"index": 0, "delta": {"role": "assistant", "content": ""}}])
+_END = (
+    _frame([{"index": 0, "delta": {}, "finish_reason": "stop"}])
+    + b"e\r\ndata: [DONE]\n\n\r\n"
+    + b"0\r\n\r\n"
+)
+_WORDS = [_delta(word) for word in ("The ", "weather ", "is ", "mild ", "today, ")]
+
+
+class _PacedConnection(asyncio.Protocol):
+    """Answers each request with a stream paced one event per write."""
+
+    def __init__(self, tokens: int, interval: float) -> None:
+        self.tokens = tokens
+        self.interval = interval
+        self.buffer = b""
+        self.streaming = False
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        self._next()
+
+    def _next(self) -> None:
+        """Start answering the next request read whole, if not streaming."""
+        if self.streaming or self.transport is None:
+            return
+        end = self.buffer.find(_HEAD_END)
+        if end < 0:
+            return
+        length = 0
+        for line in self.buffer[:end].split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        if len(self.buffer) < end + 4 + length:
+            return
+        self.buffer = self.buffer[end + 4 + length :]
+        self.streaming = True
+        self.transport.write(_HEAD + _ROLE)
+        asyncio.get_running_loop().call_later(self.interval, self._send, 0)
+
+    def _send(self, sent: int) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if sent == self.tokens:
+            transport.write(_END)
+            self.streaming = False
+            self._next()
+            return
+        transport.write(_WORDS[sent % len(_WORDS)])
+        asyncio.get_running_loop().call_later(self.interval, self._send, sent + 1)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+
+
+def serve_main(port_file: str, tokens: int, interval: float) -> None:
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: _PacedConnection(tokens, interval), "127.0.0.1", 0, backlog=4096
+        )
+        port = server.sockets[0].getsockname()[1]
+        Path(port_file).write_text(str(port))  # noqa: ASYNC240 (once, at start)
+        await asyncio.Event().wait()
+
+    asyncio.run(serve())
+
+
+# -- the contenders (each in a process of its own) --------------------------------------
+
+
+class Counter:
+    """Text deltas received, and the collector's time (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.tokens = 0
+        self.gc_s = 0.0
+        self.collections = 0
+        self._started = 0.0
+        gc.callbacks.append(self._gc)
+
+    def _gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.gc_s += time.perf_counter() - self._started
+            self.collections += 1
+
+
+def _parse(pending: bytes, data: bytes, counter: Counter) -> bytes:
+    """The floors' SSE handling: split on blank lines, ``orjson`` per event; what is left
+    of the last event."""
+    import orjson
+
+    frames = (pending + data).split(b"\n\n")
+    for frame in frames[:-1]:
+        at = frame.find(b"data: ")
+        if at < 0 or frame.endswith(b"[DONE]"):
+            continue
+        choices = orjson.loads(frame[at + 6 :])["choices"]
+        if choices and choices[0]["delta"].get("content"):
+            counter.tokens += 1
+    return frames[-1]
+
+
+_BODY = b'{"model":"paced","messages":[{"role":"user","content":"hi"}],"stream":true}'
+
+
+async def _raw_loop(port: int, counter: Counter) -> None:
+    import trio
+
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(_BODY), _BODY)
+    )
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    while True:
+        await stream.send_all(request)
+        pending = b""
+        while not pending.endswith(b"0\r\n\r\n"):
+            data = await stream.receive_some(65536)
+            if not data:
+                raise RuntimeError("the server closed the connection")
+            pending = _parse(pending, data, counter)
+
+
+async def _httpx2_loop(client: Any, port: int, counter: Counter) -> None:
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    headers = {"content-type": "application/json"}
+    while True:
+        async with client.stream("POST", url, content=_BODY, headers=headers) as response:
+            pending = b""
+            async for data in response.aiter_raw():
+                pending = _parse(pending, data, counter)
+
+
+async def _ours_loop(sampler: Any, counter: Counter) -> None:
+    from trio_sampler.types import ChannelToken, Completed, ConversationRequest, User
+
+    request = ConversationRequest(items=[User("hi")])
+    while True:
+        async for event in await sampler.submit(request):
+            kind = type(event)
+            if kind is ChannelToken:
+                counter.tokens += 1
+            elif kind is not Completed and getattr(event, "error", None) is not None:
+                raise RuntimeError(f"a stream failed: {event}")
+
+
+def _ours_config(impl: str, port: int) -> Any:
+    from trio_sampler.config import RetryPolicy, SamplerConfig, Timeouts
+    from trio_sampler.types import ApiBackend
+
+    return SamplerConfig(
+        base_url=f"http://127.0.0.1:{port}/v1",
+        backend=ApiBackend.CHAT_COMPLETIONS,
+        model="paced",
+        api_key="bench-key",
+        timeouts=Timeouts(connect=60.0, response_headers=120.0),
+        retry=RetryPolicy(max_retries=0),
+        http_transport=OURS[impl],
+    )
+
+
+async def _measure(
+    impl: str, port: int, concurrency: int, warmup: float, window: float
+) -> dict[str, Any]:
+    import trio
+
+    counter = Counter()
+    result: dict[str, Any] = {}
+
+    async def loops(start: Any) -> None:
+        async with trio.open_nursery() as nursery:
+            for _ in range(concurrency):
+                nursery.start_soon(start)
+            await trio.sleep(warmup)
+            cpu, tokens, gc_s, collections = (
+                time.process_time(),
+                counter.tokens,
+                counter.gc_s,
+                counter.collections,
+            )
+            await trio.sleep(window)
+            cpu = time.process_time() - cpu
+            tokens = counter.tokens - tokens
+            result.update(
+                tokens=tokens,
+                tokens_per_s=tokens / window,
+                cpu_share=cpu / window,
+                cpu_us_per_token=cpu / tokens * 1e6 if tokens else None,
+                gc_us_per_token=(counter.gc_s - gc_s) / tokens * 1e6 if tokens else None,
+                gc_collections=counter.collections - collections,
+                total_tokens=counter.tokens,
+            )
+            nursery.cancel_scope.cancel()
+
+    if impl == "raw":
+        await loops(lambda: _raw_loop(port, counter))
+    elif impl == "httpx2":
+        import httpx2
+
+        limits = httpx2.Limits(max_connections=None, max_keepalive_connections=concurrency)
+        async with httpx2.AsyncClient(limits=limits, timeout=120.0) as client:
+            await loops(lambda: _httpx2_loop(client, port, counter))
+    else:
+        from trio_sampler.actor import open_sampler
+
+        async with open_sampler(_ours_config(impl, port)) as sampler:
+            await loops(lambda: _ours_loop(sampler, counter))
+    return result
+
+
+def client_main(impl: str, port: int, concurrency: int, warmup: float, window: float) -> None:
+    import resource
+
+    import trio
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
+    print(json.dumps(trio.run(_measure, impl, port, concurrency, warmup, window)))
+
+
+# -- the driver ----------------------------------------------------------------------------
+
+
+def _start_server(
+    tokens: int, interval: float, folder: Path
+) -> tuple[subprocess.Popen[bytes], int]:
+    port_file = folder / "port"
+    port_file.unlink(missing_ok=True)
+    script = str(Path(__file__).resolve())
+    command = [sys.executable, script, "--serve", str(port_file), str(tokens), str(interval)]
+    server = subprocess.Popen(command)
+    for _ in range(200):
+        if port_file.exists() and port_file.read_text():
+            return server, int(port_file.read_text())
+        time.sleep(0.05)
+    server.kill()
+    raise RuntimeError("the paced server did not start")
+
+
+def run_cell(
+    impl: str, concurrency: int, interval_ms: float, args: argparse.Namespace, folder: Path
+) -> dict[str, Any]:
+    """One contender at one load, against a fresh paced server."""
+    server, port = _start_server(args.tokens, interval_ms / 1000.0, folder)
+    try:
+        script = str(Path(__file__).resolve())
+        command = [
+            sys.executable,
+            script,
+            "--client",
+            impl,
+            str(port),
+            str(concurrency),
+            str(args.warmup),
+            str(args.window),
+        ]
+        load_before = os.getloadavg()[0]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+        if done.returncode != 0:
+            return {"error": done.stderr[-1500:]}
+        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        result["load_1min"] = [load_before, os.getloadavg()[0]]
+        offered = concurrency * 1000.0 / interval_ms
+        result["offered_tokens_per_s"] = offered
+        return result
+    finally:
+        server.kill()
+        server.wait()
+
+
+def count_instructions(
+    impl: str, concurrency: int, interval_ms: float, args: argparse.Namespace, folder: Path
+) -> dict[str, Any]:
+    """User-space instructions per token under ``valgrind --tool=callgrind``: two runs of
+    ``impl`` (windows ``W`` and ``3 W``), the difference of their totals over the
+    difference of their tokens (start-up, imports and warm-up cancel out). The load must
+    be light enough for the slowed client to keep up (one token per read still)."""
+    from benchmarks.instructions_per_request import read_total
+
+    server, port = _start_server(args.tokens, interval_ms / 1000.0, folder)
+    try:
+        script = str(Path(__file__).resolve())
+        runs = []
+        for window in (args.window, 3 * args.window):
+            out = folder / f"callgrind.{impl}.{window}"
+            command = [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={out}",
+                sys.executable,
+                script,
+                "--client",
+                impl,
+                str(port),
+                str(concurrency),
+                str(args.warmup),
+                str(window),
+            ]
+            env = {**os.environ, "PYTHONHASHSEED": "0"}
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=1800, check=False, env=env
+            )
+            if done.returncode != 0:
+                return {"error": done.stderr[-1500:]}
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+            runs.append((read_total(out.read_text()), result["total_tokens"], result))
+    finally:
+        server.kill()
+        server.wait()
+    (short, short_tokens, _), (long, long_tokens, last) = runs
+    return {
+        "instructions_per_token": (long - short) / (long_tokens - short_tokens),
+        "tokens": [short_tokens, long_tokens],
+        "tokens_per_s_offered": concurrency * 1000.0 / interval_ms,
+        "tokens_per_s_received": last["tokens_per_s"],
+    }
+
+
+def _fmt(value: float | None, spec: str = ".1f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def render(cells: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        f"{'cell':<22}{'tokens/s':>10}{'CPU share':>10}{'CPU µs/tok':>11}{'GC µs/tok':>10}"
+        f"{'× raw':>7}{'× httpx2':>9}  load"
+    ]
+    for key, row in cells.items():
+        load_key = key.split(" ", 1)[1]
+        raw = cells.get(f"raw {load_key}", {}).get("cpu_us_per_token")
+        floor = cells.get(f"httpx2 {load_key}", {}).get("cpu_us_per_token")
+        cpu = row.get("cpu_us_per_token")
+        if "error" in row:
+            lines.append(f"{key:<22}  failed: {row['error'][-200:]!r}")
+            continue
+        lines.append(
+            f"{key:<22}{_fmt(row['tokens_per_s'], ',.0f'):>10}{_fmt(row['cpu_share'], '.2f'):>10}"
+            f"{_fmt(cpu):>11}{_fmt(row['gc_us_per_token']):>10}"
+            f"{_fmt(cpu / raw if cpu and raw else None, '.2f'):>7}"
+            f"{_fmt(cpu / floor if cpu and floor else None, '.2f'):>9}"
+            f"  {row['load_1min'][0]:.1f}→{row['load_1min'][1]:.1f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--cells",
+        default="100:20:100,1000:200:25",
+        help="C:interval_ms[:tokens per stream], comma-separated",
+    )
+    parser.add_argument("--tokens", type=int, default=100, help="text deltas per stream")
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--window", type=float, default=10.0)
+    parser.add_argument("--impls", default=",".join(IMPLS))
+    parser.add_argument("--json", default="benchmarks/results/bench_per_token.json")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions per token under callgrind instead (light cells: 2:50)",
+    )
+    args = parser.parse_args(argv)
+    folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_per_token.{os.getpid()}"
+    folder.mkdir(exist_ok=True)
+    cells: dict[str, dict[str, Any]] = {}
+    default_tokens = args.tokens
+    for cell in args.cells.split(","):
+        concurrency, interval, *tokens = cell.split(":")
+        args.tokens = int(tokens[0]) if tokens else default_tokens
+        for impl in args.impls.split(","):
+            key = f"{impl} C={concurrency},{interval}ms"
+            if args.instructions:
+                cells[key] = count_instructions(
+                    impl, int(concurrency), float(interval), args, folder
+                )
+                print(key, json.dumps(cells[key]), flush=True)
+                continue
+            cells[key] = run_cell(impl, int(concurrency), float(interval), args, folder)
+            cells[key]["tokens_per_stream"] = args.tokens
+            print(render({key: cells[key]}).splitlines()[-1], flush=True)
+    if not args.instructions:
+        print()
+        print(render(cells))
+    out = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "default_tokens_per_stream": default_tokens,
+        "warmup_s": args.warmup,
+        "window_s": args.window,
+        "cells": cells,
+    }
+    Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--serve":
+        serve_main(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
+    elif len(sys.argv) > 1 and sys.argv[1] == "--client":
+        client_main(
+            sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
+        )
+    else:
+        sys.exit(main())
