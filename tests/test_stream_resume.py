@@ -25,6 +25,7 @@ from trio_sampler import (
     ChannelToken,
     Completed,
     ConversationRequest,
+    Failed,
     Retrying,
     SamplerConfig,
     SamplingEvent,
@@ -208,11 +209,14 @@ async def test_a_stalled_background_stream_resumes_at_its_idle_timeout(
     assert not any(isinstance(e, Retrying) for e in events)
 
 
-async def test_a_cut_before_any_event_is_retried_there_is_nothing_to_resume() -> None:
+async def test_a_cut_before_any_event_is_not_sent_again_there_is_nothing_to_resume() -> None:
+    # No response id has arrived, so there is nothing to resume; and the server may be
+    # running the background response already, so a second send could start (and bill)
+    # a second one. The request ends, saying why it was not retried.
     app = EmulatorApp(cache=PromptCache())
     events = await _run(app, _request("nothing-yet", drop_after=0))
-    assert isinstance(events[-1], Completed)
-    assert not any(isinstance(e, Resumed) for e in events)
-    (retry,) = [e for e in events if isinstance(e, Retrying)]
-    assert retry.kind is SamplingErrorKind.TRANSPORT
-    assert len(app.requests("nothing-yet")) == 2
+    end = events[-1]
+    assert isinstance(end, Failed) and end.error.kind is SamplingErrorKind.TRANSPORT
+    assert "not retried: the request keeps state on the server" in end.error.message
+    assert not any(isinstance(e, Resumed | Retrying) for e in events)
+    assert len(app.requests("nothing-yet")) == 1

@@ -348,8 +348,8 @@ def _replay_unsafe(
         return Finish(error)
     message = (
         f"{error.message} (not retried: the request keeps state on the server "
-        "(store, previous_response_id or conversation) and the server may have "
-        "processed it; a second send could apply it twice)"
+        "(store, background, previous_response_id or conversation) and the server may "
+        "have processed it; a second send could apply it twice)"
     )
     return Finish(attrs.evolve(error, message=message, retryable=False))
 

@@ -860,9 +860,10 @@ class ConversationRequest:
     @property
     def replay_safe(self) -> bool:
         """Whether sending the request twice leaves the server as sending it once would:
-        a stateless request is; a stored or chained one is not (a second send stores a
-        second response, or appends the turn to the conversation twice)."""
-        return not (self.store or self.previous_response_id or self.conversation)
+        a stateless request is; a stored, chained or background one is not (a second send
+        stores a second response, appends the turn to the conversation twice, or starts a
+        second background response the server runs and bills)."""
+        return not (self.store or self.background or self.previous_response_id or self.conversation)
 
     def __attrs_post_init__(self) -> None:
         if self.output is not None and self.response_schema is None:
