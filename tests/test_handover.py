@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx2
 import orjson
+import pytest
 
 from trio_sampler.testing import EmulatorFixture
 from trio_sampler.types import (
@@ -300,12 +301,12 @@ def test_messages_hand_over_state_left_out_of_chat_completions_with_notes() -> N
 
 
 def test_opaque_item_needs_the_providers_object() -> None:
-    try:
+    # A mapping without its "type" string is a bad value (a parsed body's ValueError);
+    # something that is not a mapping at all, a value of the wrong kind.
+    with pytest.raises(ValueError, match=r'OpaqueItem\.raw .*"type"'):
         OpaqueItem(raw={"no_type": 1}, origin="messages")
-    except TypeError as exc:
-        assert "OpaqueItem.raw" in str(exc) and '"type"' in str(exc)
-    else:
-        raise AssertionError("an object without a type was accepted")
+    with pytest.raises(TypeError, match=r"OpaqueItem\.raw .*got list"):
+        OpaqueItem(raw=["compaction"], origin="messages")  # type: ignore[arg-type]
 
 
 def test_shell_and_compaction_events_are_known() -> None:

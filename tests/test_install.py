@@ -37,6 +37,7 @@ EXTRA_MODULES = {
     "trio_sampler.testing": "test",
     "trio_sampler.fleet": "fleet",
     "trio_sampler.loadtest": "loadtest",
+    "trio_sampler._http._httptools": "fast",
 }
 _LEAKY = frozenset({"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP"})
 EXTRA_PACKAGES = {

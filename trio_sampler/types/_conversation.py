@@ -195,12 +195,16 @@ def _required_origin(value: ApiBackend | str) -> ApiBackend:
 
 
 def _raw_object(value: Mapping[str, Any]) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping) or not isinstance(value.get("type"), str):
-        raise TypeError(
-            "OpaqueItem.raw / OpaquePart.raw must be the provider's object as received, a "
-            'mapping with a "type" string (e.g. {"type": "compaction", ...}); '
-            f"got {type(value).__name__}"
-        )
+    # A value of the wrong kind is a TypeError; a mapping without its "type" string is a
+    # bad value (what a request body's parser reports as the body's ValueError).
+    hint = (
+        "OpaqueItem.raw / OpaquePart.raw must be the provider's object as received, a "
+        'mapping with a "type" string (e.g. {"type": "compaction", ...})'
+    )
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{hint}; got {type(value).__name__}")
+    if not isinstance(value.get("type"), str):
+        raise ValueError(f'{hint}; its "type" is a {type(value.get("type")).__name__}')
     return value
 
 

@@ -422,6 +422,10 @@ class MessagesTransform(StreamTransform):
         elif kind == _HOSTED:
             self._finish_hosted_input(block)
         elif kind == _OPAQUE:
+            if not isinstance(block.raw.get("type"), str):  # the provider's object is typed
+                raise ProviderDataError(
+                    f"a content block's type is {type(block.raw.get('type')).__name__}"
+                )
             self.acc.opaque(block.raw, out)
             if block.raw.get("type") == "fallback":
                 self._fallback(block.raw, out)

@@ -37,6 +37,7 @@ from ...types import (
 )
 from .._citations import citation_from_wire
 from .._transform import (
+    ProviderDataError,
     StreamTransform,
     reported_cost,
     str_field,
@@ -423,6 +424,8 @@ class ResponsesTransform(StreamTransform):
             self.acc.backend_tool_completed(backend_tool_call(item, item_type), out)
         else:
             # compaction, shell and apply_patch calls, newer item types: kept verbatim.
+            if not isinstance(item_type, str):  # kept as the provider's object: it is typed
+                raise ProviderDataError(f"an output item's type is {type(item_type).__name__}")
             self.unknown_items += 1
             self.acc.opaque(item, out)
 
