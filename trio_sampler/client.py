@@ -491,13 +491,14 @@ class SamplingClient:
                     "base_url, wire.path and header values (ASCII only)",
                 )
             ) from None
+        params = (*config.query_params, *wire.query) if wire.query else config.query_params
         if config.auth_scheme is AuthScheme.AWS_SIGV4:  # signed per request, over its bytes
-            prepared = _signed(wire, config, prepared)
+            prepared = _signed(wire, config.base_url, params, prepared)
         return HttpRequest(
             wire.method,
             config.base_url,
             wire.path,
-            (*config.query_params, *wire.query) if wire.query else config.query_params,
+            params,
             prepared,
             wire.body,
         )
@@ -610,14 +611,20 @@ class SamplingClient:
             return (stream.status, stream.headers, bytes(body))
 
 
-def _signed(wire: WireRequest, config: SamplerConfig, prepared: PreparedHeaders) -> PreparedHeaders:
+def _signed(
+    wire: WireRequest,
+    base_url: str,
+    params: tuple[tuple[str, str], ...],
+    prepared: PreparedHeaders,
+) -> PreparedHeaders:
     """``prepared`` with the AWS SigV4 headers of this request added (the ``bedrock``
-    extra; ``trio_sampler._sigv4``): the one place a request is signed."""
+    extra; ``trio_sampler._sigv4``): the one place a request is signed, over the query
+    the transport sends (the configuration's and the request's own)."""
     from . import _sigv4
 
-    url = config.base_url.rstrip("/") + wire.path
-    if config.query_params:
-        url += "?" + urllib.parse.urlencode(config.query_params)
+    url = base_url.rstrip("/") + wire.path
+    if params:
+        url += "?" + urllib.parse.urlencode(params)
     headers = [(name.decode("ascii"), value.decode("ascii")) for name, value in prepared.fields]
     try:
         added = _sigv4.sign(wire.method, url, headers, wire.body)
