@@ -569,7 +569,9 @@ class Attempts:
                 metrics.tokens(at, content)
                 first_content_at_end = not body.emitted
                 body.emitted = True
-            if watch is not None:
+            # Per read only where there is something to judge: reasoning text, or a
+            # server's doom signal (the usual read has neither).
+            if watch is not None and (reasoning or transform.acc.doom_loop_signals):
                 abort = watch.abort_for(reasoning, transform, done)
                 if abort is not None:
                     extra, done, _, _ = _split(transform.abort(abort), transform)
