@@ -184,46 +184,6 @@ def _conversation_and_tool_leaves(body: dict[str, Any]) -> set[tuple[tuple[Any, 
     }
 
 
-_INTERLEAVED = (
-    "hosted and function tools interleave (tool_search first); the neutral model keeps "
-    "tools and hosted tools apart, so the rebuilt list has the function tools first"
-)
-_GATEWAY_CACHE = (
-    "a gateway's Anthropic cache_control inside Chat Completions messages; the neutral "
-    "breakpoint is sent as OpenAI's prompt_cache_breakpoint, a gateway's own spelling is "
-    "not modelled"
-)
-
-#: Bodies whose conversation or tools do not survive, and why (corpus/backend/file).
-LEAF_EXCEPTIONS: dict[str, str] = {
-    "real-streams-2/chat_completions/openrouter-anthropic-claude-4.6-sonnet-text.request.json": (
-        _GATEWAY_CACHE
-    ),
-    "real-streams-2/chat_completions/"
-    "vercel-ai-gateway-anthropic-claude-sonnet-4-parallel-tool-calls.request.json": (
-        _GATEWAY_CACHE
-    ),
-    "real-streams-2/chat_completions/vercel-ai-gateway-google-gemini-3-pro-preview-"
-    "encrypted-reasoning-reasoning-details-thinking-streaming.request.json": (
-        "a gateway's reasoning_details on an assistant message is not in the neutral model"
-    ),
-    "real-streams-3/chat_completions/openai-gpt-audio-1.5-audio.request.json": (
-        "an assistant turn's reference to an earlier audio answer (audio.id) is not in the "
-        "neutral model"
-    ),
-    "real-streams-2/messages/anthropic-claude-sonnet-4-6-tool-search-tool-regex-tool-call"
-    ".request.json": _INTERLEAVED,
-    "real-streams-2/responses/openai-gpt-5.4-phase.request.json": _INTERLEAVED
-    + "; a function_call's namespace is not kept",
-    "real-streams-2/responses/openai-gpt-5.4-tool-call.request.json": _INTERLEAVED,
-    "real-streams-2/responses/openai-gpt-5.4-tool-search.request.json": _INTERLEAVED,
-    "real-streams-2/responses/"
-    "openai-gpt-5.4-tool-search-tool-call-openai-native-tool-search-st.request.json": (
-        _INTERLEAVED
-    ),
-}
-
-
 def _sends_reasoning_back(body: dict[str, Any]) -> bool | None:
     messages = body.get("messages")
     if not isinstance(messages, list):
@@ -236,19 +196,15 @@ def _leaf_case_id(path: Path) -> str:
     return f"{path.parent.parent.name}/{path.parent.name}/{path.name}"
 
 
-def test_leaf_exceptions_name_real_bodies() -> None:
-    present = {_leaf_case_id(p) for p in ALL_CASES}
-    if len(corpus.missing()) == 0:
-        assert set(LEAF_EXCEPTIONS) <= present
-
-
 @pytest.mark.parametrize(
     "path",
-    [p for p in ALL_CASES if _leaf_case_id(p) not in LEAF_EXCEPTIONS],
+    ALL_CASES,
     ids=_leaf_case_id,
 )
 def test_request_keeps_its_conversation_and_tools(path: Path) -> None:
-    """The neutral model alone carries every message and every tool of a real body.
+    """The neutral model alone carries every message and every tool of a real body,
+    with no exception: the order of interleaved function and hosted tools, a gateway's
+    own fields on messages and parts, an assistant turn's audio reference.
 
     Only fields outside the conversation and its tools may go through ``extra_body``;
     every leaf of the conversation, the tools (hosted and provider tools included) and

@@ -17,6 +17,7 @@ from ._conversation import MCPServer as MCPServer
 from ._conversation import NamedToolChoice as NamedToolChoice
 from ._conversation import OpaqueItem as OpaqueItem
 from ._conversation import OpaquePart as OpaquePart
+from ._conversation import ProviderFields as ProviderFields
 from ._conversation import ProviderTool as ProviderTool
 from ._conversation import Reasoning as Reasoning
 from ._conversation import ReasoningEffort as ReasoningEffort
@@ -122,6 +123,7 @@ __all__ = [
     "OutputError",
     "OutputErrorKind",
     "Paced",
+    "ProviderFields",
     "ProviderTool",
     "RateLimitBudget",
     "RateLimitSnapshot",

@@ -161,6 +161,42 @@ def _tuple(value: Sequence[Any] | None) -> tuple[Any, ...]:
 # ---------------------------------------------------------------------------
 
 
+def _fields_backend(value: ApiBackend | str) -> ApiBackend:
+    return coerce_enum(ApiBackend, value, "ProviderFields.backend")
+
+
+def _field_map(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping) or not value:
+        raise TypeError(
+            "ProviderFields.fields is the wire fields as read, a non-empty mapping "
+            '(e.g. {"cache_control": {"type": "ephemeral"}})'
+        )
+    return value
+
+
+@attrs.frozen
+class ProviderFields:
+    """Wire fields of one message or content part that the neutral model does not type,
+    kept verbatim: a gateway's own on Chat Completions (OpenRouter's and Vercel's
+    ``cache_control``, ``reasoning_details`` on an assistant message), a message's
+    ``name``. They go back, merged into the object they came on, to the backend they
+    came from (``backend``); another backend does not get them, and the conversion
+    report says so.
+    """
+
+    backend: ApiBackend = attrs.field(converter=_fields_backend)
+    fields: Mapping[str, Any] = attrs.field(converter=_field_map)
+
+
+def _provider_fields(value: ProviderFields | None) -> ProviderFields | None:
+    if value is not None and not isinstance(value, ProviderFields):
+        raise TypeError(
+            "provider_fields is a ProviderFields(backend, {...}) or None; got a "
+            f"{type(value).__name__}"
+        )
+    return value
+
+
 @attrs.frozen
 class TextPart:
     """A run of text inside a user message or tool result.
@@ -173,6 +209,10 @@ class TextPart:
 
     text: str = attrs.field(validator=_checks.text("TextPart.text"))
     cache_breakpoint: bool | str = attrs.field(default=False, validator=_checks.cache_breakpoint)
+    #: The part's wire fields the neutral model does not type (see :class:`ProviderFields`).
+    provider_fields: ProviderFields | None = attrs.field(
+        default=None, converter=_provider_fields, kw_only=True
+    )
 
 
 @attrs.frozen
@@ -263,6 +303,15 @@ class System:
     developer: bool = False
     #: End a cached prompt prefix after these instructions (as on :class:`TextPart`).
     cache_breakpoint: bool | str = attrs.field(default=False, validator=_checks.cache_breakpoint)
+    #: The message's wire fields the neutral model does not type (:class:`ProviderFields`).
+    provider_fields: ProviderFields | None = attrs.field(
+        default=None, converter=_provider_fields, kw_only=True
+    )
+    #: The wire fields of its one text part, when the content came as a part list whose
+    #: part carried fields of its own (a gateway's ``cache_control``).
+    part_fields: ProviderFields | None = attrs.field(
+        default=None, converter=_provider_fields, kw_only=True
+    )
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.content, str):
@@ -279,6 +328,10 @@ class User:
 
     content: tuple[ContentPart, ...] = attrs.field(converter=_parts)
     synthetic_reason: SyntheticReason | None = None
+    #: The message's wire fields the neutral model does not type (:class:`ProviderFields`).
+    provider_fields: ProviderFields | None = attrs.field(
+        default=None, converter=_provider_fields, kw_only=True
+    )
 
     @property
     def text(self) -> str:
@@ -307,6 +360,11 @@ class ToolCall:
     #: Who made the call, as the server said (Anthropic ``caller``: ``{"type": "direct"}``,
     #: or a code-execution tool for programmatic calls): sent back as received.
     caller: Mapping[str, Any] | None = None
+    #: The namespace of a tool loaded by tool search, as the server said (Responses
+    #: ``function_call.namespace``): sent back as received.
+    namespace: str | None = attrs.field(
+        default=None, validator=_checks.optional_text("ToolCall.namespace"), kw_only=True
+    )
 
     def parsed_arguments(self) -> Any:
         """The arguments decoded as JSON (raises ``ValueError`` if the model sent invalid JSON)."""
@@ -394,6 +452,17 @@ class Assistant:
             "citations", Citation, '[Citation(source="https://example.com/page")]'
         ),
     )
+    #: Chat Completions: the id of an earlier audio answer this turn stands for (the
+    #: assistant message's ``audio: {"id": ...}``), sent back so the model hears it
+    #: again; other backends have no such reference.
+    audio_id: str | None = attrs.field(
+        default=None, validator=_checks.optional_text("Assistant.audio_id"), kw_only=True
+    )
+    #: The message's wire fields the neutral model does not type (:class:`ProviderFields`),
+    #: such as a gateway's ``reasoning_details``.
+    provider_fields: ProviderFields | None = attrs.field(
+        default=None, converter=_provider_fields, kw_only=True
+    )
 
 
 @attrs.frozen
@@ -410,6 +479,10 @@ class ToolResult:
     is_error: bool = False
     #: End a cached prompt prefix after this result (as on :class:`TextPart`; Messages).
     cache_breakpoint: bool | str = attrs.field(default=False, validator=_checks.cache_breakpoint)
+    #: The message's wire fields the neutral model does not type (:class:`ProviderFields`).
+    provider_fields: ProviderFields | None = attrs.field(
+        default=None, converter=_provider_fields, kw_only=True
+    )
 
 
 @attrs.frozen
@@ -753,6 +826,21 @@ def _hosted_tools(value: Sequence[Any] | None) -> tuple[HostedTool, ...]:
     return tools
 
 
+#: The two kinds of entry of :attr:`ConversationRequest.tool_order`.
+TOOL_ORDER_KINDS = ("function", "hosted")
+
+
+def _tool_order(value: Sequence[str] | None) -> tuple[str, ...]:
+    order = _checked_tuple("tool_order", value, (str,), '["hosted", "function"]')
+    for index, kind in enumerate(order):
+        if kind not in TOOL_ORDER_KINDS:
+            raise ValueError(
+                f'tool_order[{index}] is {kind!r}; each entry is "function" (the next of '
+                'tools) or "hosted" (the next of hosted_tools)'
+            )
+    return order
+
+
 def _tool_choice(value: ToolChoiceSpec | str | None) -> ToolChoiceSpec | None:
     if value is None or isinstance(value, NamedToolChoice):
         return value
@@ -786,6 +874,13 @@ class ConversationRequest:
     )
     tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=_tools)
     hosted_tools: tuple[HostedTool, ...] = attrs.field(default=(), converter=_hosted_tools)
+    #: The order of the wire ``tools`` list where function and hosted tools interleave
+    #: (a tool search tool first, say): one entry per tool, ``"function"`` for the next
+    #: of :attr:`tools`, ``"hosted"`` for the next of :attr:`hosted_tools`.
+    #: ``parse_request`` records it when the order is not the default; empty (the
+    #: default): function tools first, then hosted tools. Tools the record does not
+    #: reach follow in the default order; entries past the end of a list are skipped.
+    tool_order: tuple[str, ...] = attrs.field(default=(), converter=_tool_order, kw_only=True)
     #: A :class:`ToolChoice` (or its name: ``"auto"``, ``"none"``, ``"required"``) or a
     #: :class:`NamedToolChoice`.
     tool_choice: ToolChoiceSpec | None = attrs.field(default=None, converter=_tool_choice)

@@ -1,23 +1,56 @@
-"""What the three builders share about hosted tools: the passthrough and the parse rule.
+"""What the three builders share about hosted tools: the passthrough, the parse rule and
+the order of the ``tools`` list.
 
 A builder renders each :data:`~trio_sampler.types.HostedTool` its backend supports and
 reports the others as dropped. A parser turns each non-function tool it reads into the
 modeled class only when rendering that class gives the same JSON back (nulls aside);
 anything else becomes a :class:`~trio_sampler.types.ProviderTool` holding the raw object,
-so no tool is ever lost on ``parse_request`` → ``build_request``.
+so no tool is ever lost on ``parse_request`` → ``build_request``. Where function and
+hosted tools interleave on the wire, the parser records the order
+(:attr:`~trio_sampler.types.ConversationRequest.tool_order`) and :func:`in_order` gives
+the builders the tools back in it.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ..types._conversation import ApiBackend, HostedTool, ProviderTool
+from ..types._conversation import (
+    ApiBackend,
+    ConversationRequest,
+    HostedTool,
+    ProviderTool,
+    ToolSpec,
+)
 from ._render import JsonObject, ReportCollector
 from ._request import ConversionAction
 
-__all__ = ["drop", "keep_or_passthrough", "passthrough"]
+__all__ = ["drop", "in_order", "keep_or_passthrough", "order_record", "passthrough"]
+
+
+def order_record(kinds: Sequence[str]) -> tuple[str, ...]:
+    """The ``tool_order`` a parser keeps for the wire order ``kinds`` ("function" /
+    "hosted", one per tool): empty when it is the default (function tools first)."""
+    default = sorted(kinds, key=lambda kind: kind != "function")  # a stable sort
+    return () if list(kinds) == default else tuple(kinds)
+
+
+def in_order(request: ConversationRequest) -> list[ToolSpec | HostedTool]:
+    """The request's function and hosted tools in the order its ``tool_order`` records."""
+    sources: dict[str, Iterator[ToolSpec | HostedTool]] = {
+        "function": iter(request.tools),
+        "hosted": iter(request.hosted_tools),
+    }
+    tools: list[ToolSpec | HostedTool] = []
+    for kind in request.tool_order:
+        tool = next(sources[kind], None)
+        if tool is not None:
+            tools.append(tool)
+    tools.extend(sources["function"])
+    tools.extend(sources["hosted"])
+    return tools
 
 
 def drop(report: ReportCollector, tool: HostedTool, detail: str) -> None:

@@ -8,7 +8,7 @@ normalizations and every conversion note are listed in ``docs/backends/request-m
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from ...types._conversation import (
     ApiBackend,
@@ -22,6 +22,7 @@ from ...types._conversation import (
     NamedToolChoice,
     OpaqueItem,
     OpaquePart,
+    ProviderFields,
     ProviderTool,
     Reasoning,
     ResponseSchema,
@@ -35,7 +36,8 @@ from ...types._conversation import (
     User,
 )
 from .._cache import OPENAI_MARKS, render_openai_cache
-from .._hosted import drop, passthrough
+from .._fields import merge_own, note_foreign, unknown_fields
+from .._hosted import drop, in_order, order_record, passthrough
 from .._render import (
     JsonObject,
     ReportCollector,
@@ -111,6 +113,7 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
         "model": resolve_model(request, options),
         "messages": _messages(request.items, options, report),
     }
+    note_foreign(request, BACKEND, report)
     _render_tools(data, request, report)
     _render_sampling(data, request, options, report)
     render_openai_cache(data, data["messages"], options, report, text_type="text")
@@ -176,13 +179,18 @@ def _messages(
             drop_reasoning("no assistant turn follows it before the next message")
             if isinstance(item, System):
                 role = "developer" if item.developer and developer_role else "system"
-                content = _user_content([TextPart(item.content, item.cache_breakpoint)])
-                messages.append({"role": role, "content": content})
+                part = TextPart(
+                    item.content, item.cache_breakpoint, provider_fields=item.part_fields
+                )
+                message = {"role": role, "content": _user_content([part])}
+                messages.append(merge_own(message, item.provider_fields, BACKEND))
             elif isinstance(item, User):
                 parts = own_parts(index, item.content, BACKEND, report)
-                messages.append({"role": "user", "content": _user_content(parts)})
+                message = {"role": "user", "content": _user_content(parts)}
+                messages.append(merge_own(message, item.provider_fields, BACKEND))
             else:
-                messages.append(_tool_message(index, item, report))
+                message = _tool_message(index, item, report)
+                messages.append(merge_own(message, item.provider_fields, BACKEND))
                 if item.images:
                     pending_images.append((index, item))
     if pending_images:
@@ -194,9 +202,15 @@ def _messages(
 def _user_content(parts: Sequence[ContentPart]) -> str | list[JsonObject]:
     # A lone text part is sent as a plain string: what every client sends, and what
     # servers without content-part support accept.
-    if len(parts) == 1 and isinstance(parts[0], TextPart) and not parts[0].cache_breakpoint:
+    if len(parts) == 1 and _plain_text(parts[0]):
         return parts[0].text
     return [_content_part(p) for p in parts]
+
+
+def _plain_text(part: ContentPart) -> TypeGuard[TextPart]:
+    if not isinstance(part, TextPart) or part.cache_breakpoint:
+        return False
+    return part.provider_fields is None or part.provider_fields.backend is not BACKEND
 
 
 def _content_part(part: ContentPart) -> JsonObject:
@@ -212,6 +226,8 @@ def _content_part(part: ContentPart) -> JsonObject:
         wire = {"type": "image_url", "image_url": image}
     if part.cache_breakpoint:
         wire[OPENAI_MARKS.key] = dict(OPENAI_MARKS.value)
+    if isinstance(part, TextPart):
+        merge_own(wire, part.provider_fields, BACKEND)
     return wire
 
 
@@ -256,7 +272,9 @@ def _assistant(
     reasoning_field: str = "reasoning_content",
 ) -> JsonObject:
     # ``content: null`` with tool calls is what the official clients send.
-    content = item.content if item.content or not (item.tool_calls or item.refusal) else None
+    # (or with an audio reference: the audio is the content).
+    stands_in = item.tool_calls or item.refusal or item.audio_id is not None
+    content = item.content if item.content or not stands_in else None
     message: JsonObject = {"role": "assistant", "content": content}
     texts: list[str] = []
     for index, r in reasoning:
@@ -284,7 +302,9 @@ def _assistant(
         message["refusal"] = item.refusal
     if item.tool_calls:
         message["tool_calls"] = [_tool_call(call) for call in item.tool_calls]
-    return message
+    if item.audio_id is not None:
+        message["audio"] = {"id": item.audio_id}
+    return merge_own(message, item.provider_fields, BACKEND)
 
 
 def _tool_call(call: ToolCall) -> JsonObject:
@@ -298,15 +318,17 @@ def _tool_call(call: ToolCall) -> JsonObject:
 
 
 def _render_tools(data: JsonObject, request: ConversationRequest, report: ReportCollector) -> None:
-    tools = [_function_tool(spec, report) for spec in request.tools]
-    for hosted in request.hosted_tools:
-        if isinstance(hosted, ProviderTool):
-            if (wire := passthrough(hosted, BACKEND, report)) is not None:
+    tools: list[JsonObject] = []
+    for tool in in_order(request):
+        if isinstance(tool, ToolSpec):
+            tools.append(_function_tool(tool, report))
+        elif isinstance(tool, ProviderTool):
+            if (wire := passthrough(tool, BACKEND, report)) is not None:
                 tools.append(wire)
         else:
             drop(
                 report,
-                hosted,
+                tool,
                 "Chat Completions has no hosted tools (a server's own, such as OpenRouter's "
                 "openrouter:web_search, goes in a ProviderTool)",
             )
@@ -420,7 +442,8 @@ def parse_request(body: bytes | Mapping[str, Any]) -> ConversationRequest:
     items: list[ConversationItem] = []
     for n, raw in enumerate(as_list(data["messages"], "messages")):
         items.extend(_parse_message(as_object(raw, f"messages[{n}]"), f"messages[{n}]"))
-    tools, hosted, tool_choice = _parse_tools(data)
+    tools, hosted, tool_order = _parse_tools(data)
+    tool_choice = _parse_tool_choice(data.get("tool_choice"))
     max_tokens = opt_int(data, "max_completion_tokens", "body")
     if max_tokens is None:
         max_tokens = opt_int(data, "max_tokens", "body")
@@ -429,6 +452,7 @@ def parse_request(body: bytes | Mapping[str, Any]) -> ConversationRequest:
         items=items,
         tools=tools,
         hosted_tools=hosted,
+        tool_order=tool_order,
         tool_choice=tool_choice,
         parallel_tool_calls=opt_bool(data, "parallel_tool_calls", "body"),
         model=opt_str(data, "model", "body"),
@@ -492,8 +516,30 @@ def _text_content(value: Any, where: str) -> str:
     return "".join(texts)
 
 
+#: The message fields each role's item types; any other is kept verbatim
+#: (:class:`ProviderFields`: a gateway's ``cache_control``, ``reasoning_details``, ...).
+_MESSAGE_FIELDS = {
+    "system": ("role", "content"),
+    "developer": ("role", "content"),
+    "user": ("role", "content"),
+    "assistant": (
+        "role",
+        "content",
+        "refusal",
+        "tool_calls",
+        "reasoning_content",
+        "reasoning",
+        "audio",
+    ),
+    "tool": ("role", "tool_call_id", "content"),
+}
+#: The fields of a text part the neutral model types; any other is kept verbatim.
+_TEXT_PART_FIELDS = ("type", "text", OPENAI_MARKS.key)
+
+
 def _parse_message(msg: Mapping[str, Any], where: str) -> list[ConversationItem]:
     role = msg.get("role")
+    fields = unknown_fields(msg, _MESSAGE_FIELDS.get(str(role), ()), BACKEND)
     if role in ("system", "developer"):
         content = msg.get("content")
         return [
@@ -501,17 +547,20 @@ def _parse_message(msg: Mapping[str, Any], where: str) -> list[ConversationItem]
                 _text_content(content, where),
                 developer=role == "developer",
                 cache_breakpoint=_any_marked(content),
+                provider_fields=fields,
+                part_fields=_lone_part_fields(content),
             )
         ]
     if role == "user":
-        return [User(_parse_user_content(msg.get("content"), where))]
+        return [User(_parse_user_content(msg.get("content"), where), provider_fields=fields)]
     if role == "assistant":
-        return _parse_assistant(msg, where)
+        return _parse_assistant(msg, where, fields)
     if role == "tool":
         return [
             ToolResult(
                 call_id=req_str(msg, "tool_call_id", where),
                 content=_text_content(msg.get("content"), where),
+                provider_fields=fields,
             )
         ]
     raise ValueError(f"{where}.role must be one of system, developer, user, assistant, tool")
@@ -526,7 +575,8 @@ def _parse_user_content(value: Any, where: str) -> list[ContentPart]:
         part = as_object(raw, w)
         kind = part.get("type")
         if kind == "text":
-            parts.append(TextPart(req_str(part, "text", w), _marked(part)))
+            extra = unknown_fields(part, _TEXT_PART_FIELDS, BACKEND)
+            parts.append(TextPart(req_str(part, "text", w), _marked(part), provider_fields=extra))
         elif kind == "image_url":
             image = part.get("image_url")
             if isinstance(image, str):
@@ -546,6 +596,13 @@ def _parse_user_content(value: Any, where: str) -> list[ContentPart]:
     return parts
 
 
+def _lone_part_fields(content: Any) -> ProviderFields | None:
+    """The kept fields of a system message's one text part (a list of several: none)."""
+    if isinstance(content, list) and len(content) == 1 and isinstance(content[0], Mapping):
+        return unknown_fields(content[0], _TEXT_PART_FIELDS, BACKEND)
+    return None
+
+
 def _marked(part: Mapping[str, Any]) -> bool:
     return part.get(OPENAI_MARKS.key) is not None
 
@@ -556,7 +613,9 @@ def _any_marked(content: Any) -> bool:
     )
 
 
-def _parse_assistant(msg: Mapping[str, Any], where: str) -> list[ConversationItem]:
+def _parse_assistant(
+    msg: Mapping[str, Any], where: str, fields: ProviderFields | None
+) -> list[ConversationItem]:
     out: list[ConversationItem] = []
     # DeepSeek, xAI and old vLLM say reasoning_content; Ollama and new vLLM say reasoning.
     reasoning = opt_str(msg, "reasoning_content", where) or opt_str(msg, "reasoning", where)
@@ -589,22 +648,40 @@ def _parse_assistant(msg: Mapping[str, Any], where: str) -> list[ConversationIte
                 arguments=arguments,
             )
         )
-    out.append(Assistant(content=text, tool_calls=calls, refusal=refusal))
+    audio = msg.get("audio")
+    audio_id = (
+        None
+        if audio is None
+        else req_str(as_object(audio, f"{where}.audio"), "id", f"{where}.audio")
+    )
+    out.append(
+        Assistant(
+            content=text,
+            tool_calls=calls,
+            refusal=refusal,
+            audio_id=audio_id,
+            provider_fields=fields,
+        )
+    )
     return out
 
 
 def _parse_tools(
     data: Mapping[str, Any],
-) -> tuple[list[ToolSpec], list[HostedTool], ToolChoiceSpec | None]:
+) -> tuple[list[ToolSpec], list[HostedTool], tuple[str, ...]]:
     """Function tools as :class:`ToolSpec` s; any other (a server's own, such as
-    ``openrouter:web_search``) kept verbatim as a :class:`ProviderTool`."""
+    ``openrouter:web_search``) kept verbatim as a :class:`ProviderTool`; the order record
+    of the two."""
     tools: list[ToolSpec] = []
     hosted: list[HostedTool] = []
+    kinds: list[str] = []
     for n, raw in enumerate(as_list(data.get("tools") or [], "tools")):
         tool = as_object(raw, f"tools[{n}]")
         if tool.get("type") != "function":
             hosted.append(ProviderTool(BACKEND, dict(tool)))
+            kinds.append("hosted")
             continue
+        kinds.append("function")
         function = as_object(tool.get("function"), f"tools[{n}].function")
         w = f"tools[{n}].function"
         tools.append(
@@ -618,7 +695,7 @@ def _parse_tools(
                 strict=opt_bool(function, "strict", w),
             )
         )
-    return tools, hosted, _parse_tool_choice(data.get("tool_choice"))
+    return tools, hosted, order_record(kinds)
 
 
 def _parse_tool_choice(value: Any) -> ToolChoiceSpec | None:

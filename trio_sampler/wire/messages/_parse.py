@@ -32,6 +32,7 @@ from ...types._conversation import (
     User,
 )
 from .._citations import citation_from_wire
+from .._hosted import order_record
 from .._render import (
     JsonObject,
     as_list,
@@ -84,7 +85,7 @@ def parse_request(body: bytes | Mapping[str, Any]) -> ConversationRequest:
             items.extend(_parse_assistant_turn(blocks, where))
         else:
             raise ValueError(f"{where}.role must be user or assistant")
-    tools, hosted = _parse_tools(data.get("tools"))
+    tools, hosted, tool_order = _parse_tools(data.get("tools"))
     hosted.extend(_parse_mcp_servers(data.get("mcp_servers")))
     choice, parallel = _parse_tool_choice(data.get("tool_choice"))
     thinking = as_object(data.get("thinking") or {}, "thinking")
@@ -94,6 +95,7 @@ def parse_request(body: bytes | Mapping[str, Any]) -> ConversationRequest:
         items=items,
         tools=tools,
         hosted_tools=hosted,
+        tool_order=tool_order,
         tool_choice=choice,
         parallel_tool_calls=parallel,
         model=opt_str(data, "model", "body"),
@@ -321,16 +323,20 @@ def _parse_other_assistant_block(
     raise ValueError(f"{where}.type must be a string naming the content block type")
 
 
-def _parse_tools(value: Any) -> tuple[list[ToolSpec], list[HostedTool]]:
-    """Custom tools as :class:`ToolSpec` s; every server tool kept (see ``_hosted``)."""
+def _parse_tools(value: Any) -> tuple[list[ToolSpec], list[HostedTool], tuple[str, ...]]:
+    """Custom tools as :class:`ToolSpec` s; every server tool kept (see ``_hosted``); the
+    order record of the two."""
     tools: list[ToolSpec] = []
     hosted: list[HostedTool] = []
+    kinds: list[str] = []
     for n, raw in enumerate(as_list(value or [], "tools")):
         w = f"tools[{n}]"
         tool = as_object(raw, w)
         if tool.get("type", "custom") != "custom":
             hosted.append(parse_hosted_tool(tool, w))
+            kinds.append("hosted")
             continue
+        kinds.append("function")
         tools.append(
             ToolSpec(
                 name=req_str(tool, "name", w),
@@ -341,7 +347,7 @@ def _parse_tools(value: Any) -> tuple[list[ToolSpec], list[HostedTool]]:
                 cache_breakpoint=_marked(tool),
             )
         )
-    return tools, hosted
+    return tools, hosted, order_record(kinds)
 
 
 def _parse_mcp_servers(value: Any) -> list[MCPServer]:

@@ -31,6 +31,8 @@ from ...types._conversation import (
     User,
 )
 from .._cache import ANTHROPIC_MARKS, place_breakpoints
+from .._fields import note_foreign
+from .._hosted import in_order
 from .._render import (
     JsonObject,
     ReportCollector,
@@ -140,6 +142,7 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
         data["system"] = system
     data["messages"] = messages
     _render_tools(data, request, report, thinking=budget is not None)
+    note_foreign(request, BACKEND, report)
     if budget is not None:
         data["thinking"] = {"type": "enabled", "budget_tokens": budget}
     _render_sampling(data, request, options, report, thinking=budget is not None)
@@ -355,12 +358,14 @@ def _thinking_budget(request: ConversationRequest) -> int | None:
 def _render_tools(
     data: JsonObject, request: ConversationRequest, report: ReportCollector, *, thinking: bool
 ) -> None:
-    tools: list[JsonObject] = [_custom_tool(spec) for spec in request.tools]
+    tools: list[JsonObject] = []
     servers: list[JsonObject] = []
-    for hosted in request.hosted_tools:
-        if isinstance(hosted, MCPServer):
-            servers.append(render_mcp_server(hosted, report))
-        elif (wire := render_hosted_tool(hosted, report)) is not None:
+    for tool in in_order(request):
+        if isinstance(tool, ToolSpec):
+            tools.append(_custom_tool(tool))
+        elif isinstance(tool, MCPServer):
+            servers.append(render_mcp_server(tool, report))
+        elif (wire := render_hosted_tool(tool, report)) is not None:
             tools.append(wire)
     if tools:
         data["tools"] = tools

@@ -40,6 +40,8 @@ from ...types._conversation import (
 )
 from .._cache import OPENAI_MARKS, render_openai_cache
 from .._citations import citation_from_wire
+from .._fields import note_foreign
+from .._hosted import in_order, order_record
 from .._render import (
     JsonObject,
     ReportCollector,
@@ -127,6 +129,7 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
     input_items = _input(items, report)
     data["input"] = input_items
     _render_tools(data, request, report)
+    note_foreign(request, BACKEND, report)
     _render_sampling(data, request, options, report, any_reasoning=_has_reasoning(input_items))
     # Instructions take no breakpoint: the strategy's system slot is not used here.
     render_openai_cache(data, input_items, options, report, text_type="input_text")
@@ -279,12 +282,15 @@ def _assistant(index: int, item: Assistant, report: ReportCollector) -> list[Jso
 
 def _function_call(call: ToolCall) -> JsonObject:
     # Paired by call_id; the fc_… item id is not kept (it is optional on input).
-    return {
+    wire: JsonObject = {
         "type": "function_call",
         "call_id": call.id,
         "name": call.name,
         "arguments": call.arguments,
     }
+    if call.namespace is not None:
+        wire["namespace"] = call.namespace
+    return wire
 
 
 def _tool_output(index: int, item: ToolResult, report: ReportCollector) -> JsonObject:
@@ -315,9 +321,11 @@ def _reasoning(item: Reasoning) -> JsonObject:
 
 
 def _render_tools(data: JsonObject, request: ConversationRequest, report: ReportCollector) -> None:
-    tools: list[JsonObject] = [_function_tool(spec) for spec in request.tools]
-    for hosted in request.hosted_tools:
-        wire = render_hosted_tool(hosted, report)
+    tools: list[JsonObject] = []
+    for tool in in_order(request):
+        wire = (
+            _function_tool(tool) if isinstance(tool, ToolSpec) else render_hosted_tool(tool, report)
+        )
         if wire is not None:
             tools.append(wire)
     if tools:
@@ -448,11 +456,12 @@ def parse_request(body: bytes | Mapping[str, Any]) -> ConversationRequest:
         items.extend(_parse_input(as_list(raw_input, "input")))
     reasoning = as_object(data.get("reasoning") or {}, "reasoning")
     text = as_object(data.get("text") or {}, "text")
-    tools, hosted = _parse_tools(data)
+    tools, hosted, tool_order = _parse_tools(data)
     return ConversationRequest(
         items=items,
         tools=tools,
         hosted_tools=hosted,
+        tool_order=tool_order,
         tool_choice=_parse_tool_choice(data.get("tool_choice")),
         parallel_tool_calls=opt_bool(data, "parallel_tool_calls", "body"),
         model=opt_str(data, "model", "body"),
@@ -518,6 +527,7 @@ def _parse_input(raw_items: list[Any]) -> list[ConversationItem]:
                 id=req_str(item, "call_id", where),
                 name=req_str(item, "name", where),
                 arguments=req_str(item, "arguments", where),
+                namespace=opt_str(item, "namespace", where),
             )
             last = out[-1] if out else None
             if open_assistant and isinstance(last, Assistant):
@@ -666,16 +676,22 @@ def _parse_hosted_call(kind: str, item: Mapping[str, Any]) -> BackendToolCall:
     )
 
 
-def _parse_tools(data: Mapping[str, Any]) -> tuple[list[ToolSpec], list[HostedTool]]:
-    """Function tools as :class:`ToolSpec` s; every other tool kept (see ``_hosted``)."""
+def _parse_tools(
+    data: Mapping[str, Any],
+) -> tuple[list[ToolSpec], list[HostedTool], tuple[str, ...]]:
+    """Function tools as :class:`ToolSpec` s; every other tool kept (see ``_hosted``);
+    the order record of the two."""
     tools: list[ToolSpec] = []
     hosted: list[HostedTool] = []
+    kinds: list[str] = []
     for n, raw in enumerate(as_list(data.get("tools") or [], "tools")):
         w = f"tools[{n}]"
         tool = as_object(raw, w)
         if tool.get("type") != "function":
             hosted.append(parse_hosted_tool(tool, w))
+            kinds.append("hosted")
             continue
+        kinds.append("function")
         tools.append(
             ToolSpec(
                 name=req_str(tool, "name", w),
@@ -688,7 +704,7 @@ def _parse_tools(data: Mapping[str, Any]) -> tuple[list[ToolSpec], list[HostedTo
                 defer_loading=bool(opt_bool(tool, "defer_loading", w)),
             )
         )
-    return tools, hosted
+    return tools, hosted, order_record(kinds)
 
 
 def _parse_tool_choice(value: Any) -> ToolChoiceSpec | None:
