@@ -288,3 +288,17 @@ def test_a_client_never_closed_takes_its_filter_with_it() -> None:
     del client
     gc.collect()
     assert len(_filters("httpx2")) == before
+
+
+def test_a_shape_split_between_format_and_argument_is_scrubbed_whole() -> None:
+    """botocore's SigV4 signer logs ``"Signature:\\n%s"``: neither half is a credential
+    alone, the formatted line is."""
+    signature = "12f24214d02a9c1e7b3a4f6e8d9c0b1a2f3e4d5c6b7a89012f3e4d5c6b7a8901"
+    record = logging.LogRecord(
+        "botocore.auth", logging.DEBUG, "", 0, "Signature:\n%s", (signature,), None
+    )
+    log_filter = RedactingFilter()
+    assert log_filter.filter(record)
+    assert record.getMessage() == "Signature:\n[REDACTED]"
+    plain = logging.LogRecord("x", logging.DEBUG, "", 0, "%d tokens of %s", (3, "text"), None)
+    assert log_filter.filter(plain) and plain.args == (3, "text")

@@ -88,7 +88,9 @@ PASSES = {
     "BackendToolCall.raw",
     # Hand-over state the next turn sends back byte-exactly.
     "Assistant.phase",
+    "Assistant.audio_id",
     "ToolCall.caller",
+    "ToolCall.namespace",
     # The structured answer and why it could not be read: the model's output.
     "ConversationResponse.output_parsed",
     "OutputError.message",
@@ -134,12 +136,14 @@ def _response(where: str) -> ConversationResponse:
                         p("call.name"),
                         p("call.arguments"),
                         caller={p("call.caller.key"): p("call.caller")},
+                        namespace=p("call.namespace"),
                     )
                 ],
                 refusal=p("refusal"),
                 model=p("item.model"),
                 id=p("item.id"),
                 phase=p("phase"),
+                audio_id=p("audio_id"),
             ),
         ],
         stop_reason=StopReason.STOP,

@@ -5,16 +5,26 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 from collections.abc import Iterator, Mapping
 from urllib.parse import urlsplit
 
 import httpx2
+import orjson
 import pytest
+from log_capture import capture_root_logs
 
 from trio_sampler import _sigv4
+from trio_sampler.actor import open_sampler
 from trio_sampler.client import SamplingClient, SamplingClientError
 from trio_sampler.config import AuthScheme, SamplerConfig
-from trio_sampler.types import SamplingErrorKind
+from trio_sampler.types import (
+    ConversationRequest,
+    Failed,
+    SamplingErrorKind,
+    SamplingEvent,
+    User,
+)
 from trio_sampler.wire._request import WireRequest
 
 ACCESS_KEY = "AKIDEXAMPLE"
@@ -128,3 +138,56 @@ async def test_missing_credentials_are_an_auth_error_naming_what_to_set(
                 pass
     assert caught.value.info.kind is SamplingErrorKind.AUTH
     assert "AWS_ACCESS_KEY_ID" in caught.value.info.message
+
+
+async def test_the_session_token_and_the_signature_never_leave_the_library(
+    aws_env: None,
+) -> None:
+    """A server that echoes the signed headers back: neither the session token nor the
+    signature shows in the events, the error, the reprs or any log record."""
+    seen: dict[str, str] = {}
+
+    async def handler(request: httpx2.Request) -> httpx2.Response:
+        seen.update({k.lower(): v for k, v in request.headers.items()})
+        echo = (
+            f"The security token included in the request is invalid: "
+            f"{request.headers['x-amz-security-token']} "
+            f"(Authorization: {request.headers['authorization']})"
+        )
+        logging.getLogger("httpx2").debug("request headers %r", list(request.headers.items()))
+        return httpx2.Response(
+            403,
+            headers={"content-type": "application/json", "x-echo": TOKEN},
+            content=orjson.dumps({"message": echo}),
+        )
+
+    config = SamplerConfig.for_provider("bedrock_sigv4", base_url=BASE, env={})
+    events: list[SamplingEvent] = []
+    with capture_root_logs() as logs:
+        async with open_sampler(config, transport=httpx2.MockTransport(handler)) as sampler:
+            stream = await sampler.submit(
+                ConversationRequest([User("hi")], model="openai.gpt-oss-120b-1:0")
+            )
+            async with stream:
+                events.extend([event async for event in stream])
+    signature = seen["authorization"].split("Signature=")[1]
+    assert seen["x-amz-security-token"] == TOKEN  # it was sent...
+    failed = events[-1]
+    assert isinstance(failed, Failed) and failed.error.kind is SamplingErrorKind.AUTH
+    texts = [
+        *(repr(event) for event in events),
+        str(failed.error.message),
+        repr(config),
+        *logs.texts,
+    ]
+    for text in texts:  # ...and nowhere else
+        assert TOKEN not in text
+        assert signature not in text
+    assert any("[REDACTED x-amz-security-token" in text for text in texts)
+
+
+def test_the_session_token_is_among_the_configs_credentials(aws_env: None) -> None:
+    config = SamplerConfig.for_provider("bedrock_sigv4", base_url=BASE, env={})
+    assert ("x-amz-security-token", TOKEN) in config.credentials()
+    assert ("aws_secret_access_key", SECRET_KEY) in config.credentials()
+    assert config.credentials_change

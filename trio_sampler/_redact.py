@@ -602,8 +602,9 @@ def redactor_for(credentials: tuple[tuple[str, str], ...]) -> Redactor:
 
 #: The loggers whose records may carry request data: ours and the HTTP stack's
 #: (``hpack``, under HTTP/2, logs each header it encodes at DEBUG, with its value unless
-#: the header is marked sensitive, which ``x-api-key`` is not).
-LOGGER_NAMES: Final = ("trio_sampler", "httpx2", "httpcore2", "hpack")
+#: the header is marked sensitive, which ``x-api-key`` is not), and ``botocore``'s (its
+#: SigV4 signer logs the canonical request, ``x-amz-security-token`` included, at DEBUG).
+LOGGER_NAMES: Final = ("trio_sampler", "httpx2", "httpcore2", "hpack", "botocore")
 # The HTTP stack logs on these children (a filter on a logger does not see its children's
 # records, so each gets the filter itself); listed because they may not exist yet when
 # a client is built (hpack is imported with the first HTTP/2 connection).
@@ -615,6 +616,7 @@ _KNOWN_CHILDREN = (
     "httpcore2.socks",
     "hpack.hpack",
     "hpack.table",
+    "botocore.auth",
 )
 _MAX_REDACTORS = 64
 
@@ -640,7 +642,8 @@ class RedactingFilter(logging.Filter):
     """A logging filter that scrubs records with every redactor it was given.
 
     It rewrites the message, each argument (keeping numbers as they are, so ``%d`` still
-    formats), the formatted traceback (``exc_info`` becomes ``exc_text``) and the stack
+    formats), the formatted message when a credential shows only once formatted, the
+    formatted traceback (``exc_info`` becomes ``exc_text``) and the stack
     text; it never drops a record. It holds the last 64 distinct redactors added.
     """
 
@@ -677,6 +680,17 @@ class RedactingFilter(logging.Filter):
             return value
         return _Scrubbed(scrubbed_str, scrubbed_repr)
 
+    def _whole(self, record: logging.LogRecord) -> None:
+        """Scrub the formatted message as a whole when a shape spans the format and an
+        argument (``"Signature:\n%s"``, ``"key=%s"``): each alone shows nothing."""
+        try:
+            whole = record.getMessage()
+        except (TypeError, ValueError, KeyError):
+            return  # a record that does not format: logging reports it as it is
+        scrubbed = self._text(whole)
+        if scrubbed != whole:
+            record.msg, record.args = scrubbed, None
+
     def filter(self, record: logging.LogRecord) -> bool:
         record.msg = self._arg(record.msg)
         args = record.args
@@ -684,6 +698,8 @@ class RedactingFilter(logging.Filter):
             record.args = tuple(self._arg(a) for a in args)
         elif isinstance(args, Mapping):
             record.args = {k: self._arg(v) for k, v in args.items()}
+        if args:
+            self._whole(record)
         if record.exc_info and record.exc_info[1] is not None:
             text = record.exc_text or logging.Formatter().formatException(record.exc_info)
             record.exc_text = self._text(text)

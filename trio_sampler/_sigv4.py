@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["SERVICE", "require_botocore", "sign"]
+__all__ = ["SERVICE", "require_botocore", "secrets", "sign"]
 
 #: The SigV4 service name of Bedrock's runtime endpoints.
 SERVICE = "bedrock"
@@ -56,6 +56,22 @@ def sign(
     SigV4Auth(credentials.get_frozen_credentials(), SERVICE, _region(url)).add_auth(request)
     added = ("Authorization", "X-Amz-Date", "X-Amz-Security-Token")
     return [(name, request.headers[name]) for name in added if name in request.headers]
+
+
+def secrets() -> list[tuple[str, str]]:
+    """``(label, value)`` of the credentials a signed request depends on that must never
+    be shown: the session token (sent as ``X-Amz-Security-Token``) and the secret key
+    (never sent, but no string should hold it). Empty without botocore or credentials;
+    the current values, so a refreshed token is scrubbed too."""
+    try:
+        credentials = _credentials()
+    except ImportError:
+        return []
+    if credentials is None:
+        return []
+    frozen = credentials.get_frozen_credentials()
+    found = [("x-amz-security-token", frozen.token), ("aws_secret_access_key", frozen.secret_key)]
+    return [(label, value) for label, value in found if value]
 
 
 @functools.lru_cache(maxsize=1)

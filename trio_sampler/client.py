@@ -474,7 +474,10 @@ class SamplingClient:
         self, config: SamplerConfig, headers: tuple[tuple[str, str], ...]
     ) -> Redactor:
         """The redactor of a request of ``config`` with ``headers``, found once per config
-        and header set (the same few come again with every request; bounded anyway)."""
+        and header set (the same few come again with every request; bounded anyway), or
+        each time when the config's credentials change (SigV4: a refreshed session token)."""
+        if config.credentials_change:
+            return self._redactor(config, headers)
         redactor = self._redactors.get(config, headers)
         if redactor is None:
             redactor = self._redactors.put(config, self._redactor(config, headers), headers)

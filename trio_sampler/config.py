@@ -476,7 +476,8 @@ class SamplerConfig:
         """``(label, value)`` for every credential a request with this config carries:
         the API key (label ``api_key``), then the values of credential-named headers (the
         config's, then ``extra_headers``, such as a request's own) and query parameters,
-        labelled by name. These exact values are what redaction scrubs from every string
+        labelled by name; with SigV4, the AWS session token and secret key of the
+        credentials it signs with. These exact values are what redaction scrubs from every string
         that leaves the library (``docs/contract.md`` §7). Never log the result.
         """
         found: list[tuple[str, str]] = []
@@ -486,7 +487,18 @@ class SamplerConfig:
             if is_credential_name(name):
                 found.append((name.lower(), value))
         found += [(name, value) for name, value in self.query_params if is_credential_name(name)]
+        if self.auth_scheme is AuthScheme.AWS_SIGV4:
+            from ._sigv4 import secrets
+
+            found += secrets()
         return tuple(found)
+
+    @property
+    def credentials_change(self) -> bool:
+        """Whether :meth:`credentials` may give other values later: with SigV4, the
+        temporary credentials botocore refreshes (a new session token). Whoever caches
+        a redactor per config asks again each time for such a config."""
+        return self.auth_scheme is AuthScheme.AWS_SIGV4
 
     def request_headers(self) -> list[tuple[str, str]]:
         """Headers on every request: auth, the backend's default headers (Messages:

@@ -144,8 +144,11 @@ class _SamplerActor:
         """The redactor of every credential the request may carry: its config's, each
         route's, and credential-named headers of its own. Without headers of its own, the
         same one for every request of a config and chain (both immutable), found by
-        identity (the sampler's config and its routing's chain come again each time)."""
-        if not extra_headers:
+        identity (the sampler's config and its routing's chain come again each time),
+        unless a config's credentials change (SigV4: a refreshed session token)."""
+        configs = (config, *(route.config for route in chain or ()))
+        cacheable = not extra_headers and not any(c.credentials_change for c in configs)
+        if cacheable:
             found = self._redactors.get(config, id(chain))
             if found is not None and found[0] is chain:
                 return found[1]
@@ -154,7 +157,7 @@ class _SamplerActor:
         for route in chain or ():
             credentials += route.config.credentials(headers)
         redactor = redactor_for(tuple(credentials))
-        if not extra_headers:
+        if cacheable:
             self._redactors.put(config, (chain, redactor), id(chain))
         return redactor
 
