@@ -272,6 +272,8 @@ def test_profiles_table() -> None:
         "azure",
         "bedrock",
         "bedrock_sigv4",
+        "bedrock_messages",
+        "bedrock_messages_sigv4",
         "vertex",
         "openai_compatible",
         "emulator",

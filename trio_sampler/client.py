@@ -519,7 +519,7 @@ class SamplingClient:
         for name, value in (
             ("user-agent", _USER_AGENT),
             ("content-type", "application/json"),
-            ("accept", "text/event-stream" if stream else "application/json"),
+            ("accept", config.stream_media_type if stream else "application/json"),
             *config.request_headers(),
             *extra,
         ):

@@ -403,6 +403,13 @@ class SamplerConfig:
         """The provider profile named by ``provider``, if any."""
         return get_profile(self.provider) if self.provider is not None else None
 
+    @property
+    def stream_media_type(self) -> str:
+        """What a streamed answer comes as: ``text/event-stream`` (SSE), or the profile's
+        own (Bedrock's ``application/vnd.amazon.eventstream``)."""
+        profile = self.profile
+        return "text/event-stream" if profile is None else profile.stream_media_type
+
     @classmethod
     def for_provider(
         cls,

@@ -122,8 +122,16 @@ class ProviderProfile:
     #: and ``{method}`` (``streamRawPredict`` when streaming, else ``rawPredict``); the
     #: model then goes in the path, not the body. ``None``: ``/messages``.
     messages_path: str | None = None
-    #: Messages served by a cloud (Vertex AI): the body's ``anthropic_version`` value.
+    #: The ``{method}`` of :attr:`messages_path`: (streaming, not streaming).
+    messages_methods: tuple[str, str] = ("streamRawPredict", "rawPredict")
+    #: Messages served by a cloud (Vertex AI, Bedrock): the body's ``anthropic_version``.
     anthropic_version_body: str | None = None
+    #: The body says ``"stream": true`` when streaming (Bedrock's path says it instead).
+    stream_in_body: bool = True
+    #: The media type of a streamed answer: ``text/event-stream`` (SSE), or
+    #: ``application/vnd.amazon.eventstream`` (Bedrock's ``InvokeModelWithResponseStream``,
+    #: read by :class:`~trio_sampler.wire.EventStreamDecoder`).
+    stream_media_type: str = "text/event-stream"
     #: The server takes OpenAI's explicit prompt-cache breakpoints
     #: (``prompt_cache_breakpoint`` on content parts, ``prompt_cache_options``) for the
     #: models that cache explicitly (GPT-5.6 and later).
@@ -261,6 +269,39 @@ PROFILES: dict[str, ProviderProfile] = {
             requires_api_key=False,
             max_tokens_field="max_tokens",
             developer_role=False,
+            otel_name="aws.bedrock",
+        ),
+        ProviderProfile(
+            name="bedrock_messages",
+            # Anthropic models on Amazon Bedrock, in their own Messages format
+            # (https://docs.aws.amazon.com/bedrock/latest/userguide/model-parameters-anthropic-claude-messages.html):
+            # https://bedrock-runtime.<region>.amazonaws.com, a Bedrock API key; the
+            # model (a model id or an inference profile) goes in the path, the stream
+            # comes in AWS event-stream framing.
+            base_url=None,
+            backend=ApiBackend.MESSAGES,
+            api_key_env="AWS_BEARER_TOKEN_BEDROCK",
+            developer_role=False,
+            messages_path="/model/{model}/{method}",
+            messages_methods=("invoke-with-response-stream", "invoke"),
+            anthropic_version_body="bedrock-2023-05-31",
+            stream_in_body=False,
+            stream_media_type="application/vnd.amazon.eventstream",
+            otel_name="aws.bedrock",
+        ),
+        ProviderProfile(
+            name="bedrock_messages_sigv4",
+            # The same, each request signed with AWS credentials (SigV4).
+            base_url=None,
+            backend=ApiBackend.MESSAGES,
+            auth_scheme=AuthScheme.AWS_SIGV4,
+            requires_api_key=False,
+            developer_role=False,
+            messages_path="/model/{model}/{method}",
+            messages_methods=("invoke-with-response-stream", "invoke"),
+            anthropic_version_body="bedrock-2023-05-31",
+            stream_in_body=False,
+            stream_media_type="application/vnd.amazon.eventstream",
             otel_name="aws.bedrock",
         ),
         ProviderProfile(

@@ -47,11 +47,12 @@ from ..types import (
 from ..wire import (
     BuildOptions,
     SSEDecodeError,
-    SSEDecoder,
+    StreamDecoder,
     StreamTransform,
     WireRequest,
     build_request,
     new_transform,
+    stream_decoder,
 )
 from ..wire._replay import decode_failure
 from ..wire.responses import ResponsesTransform
@@ -233,7 +234,7 @@ class _Body:
         self.stream = stream
         self._chunks: AsyncIterator[bytes] = stream.__aiter__()
         self.transform = transform
-        self._decoder = SSEDecoder(config.max_sse_event_bytes)
+        self._decoder = stream_decoder(config.stream_media_type, config.max_sse_event_bytes)
         self._timeouts = config.timeouts
         self._holding = holding
         self._reads = _Reads()
@@ -737,7 +738,7 @@ def _stall_close(error: SamplingErrorInfo, timer: float, deadline: float) -> Sam
     )
 
 
-def _feed(transform: StreamTransform, decoder: SSEDecoder, chunk: bytes) -> list[SamplingEvent]:
+def _feed(transform: StreamTransform, decoder: StreamDecoder, chunk: bytes) -> list[SamplingEvent]:
     try:
         return transform.feed_payloads(decoder.feed_payloads(chunk))
     except SSEDecodeError as exc:
@@ -745,7 +746,7 @@ def _feed(transform: StreamTransform, decoder: SSEDecoder, chunk: bytes) -> list
 
 
 def _feed_to_content(
-    transform: StreamTransform, decoder: SSEDecoder, chunk: bytes
+    transform: StreamTransform, decoder: StreamDecoder, chunk: bytes
 ) -> tuple[list[SamplingEvent], bytes]:
     """Feed ``chunk`` ``_FIRST_SLICE_BYTES`` at a time until an event is content (or
     the stream ends): the events so far, and the part of ``chunk`` not fed yet."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import math
+import re
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
@@ -18,6 +19,7 @@ from .._receive_time import LAST_SENT
 from ..wire import get_backend
 from ._arrival import request_answered, request_arrived
 from ._background import BackgroundStore
+from ._bedrock import BEDROCK_PATH, EventStreamSend, messages_body
 from ._budget import DEFAULT_MAX_REPLY_BYTES, ReplyBudget, frames_size
 from ._cache import SHARED_CACHE, PromptCache
 from ._faults import AttemptPlan, FaultBook, OutcomeFault
@@ -258,7 +260,8 @@ class EmulatorApp:
             value = raw_value.decode("latin-1")
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
         route = _ROUTES.get(path)
-        anthropic = "anthropic-version" in headers or path == "/v1/messages"
+        bedrock = BEDROCK_PATH.match(path)
+        anthropic = "anthropic-version" in headers or path == "/v1/messages" or bool(bedrock)
         renderer: Renderer = _ROUTES["/v1/messages" if anthropic else "/v1/chat/completions"][0]
         request_id = "req_" + uuid.uuid4().hex
         try:
@@ -285,6 +288,9 @@ class EmulatorApp:
             if path.startswith(_RESPONSE_PREFIX):
                 await self._background_call(scope, method, path, send, request_id)
                 return
+            if bedrock is not None and method == "POST":
+                await self._bedrock(bedrock, headers, receive, send, request_id)
+                return
             if route is None:
                 raise ApiError(f"Unknown request URL: {method} {path}.", status=404)
             if method != "POST":
@@ -304,6 +310,29 @@ class EmulatorApp:
         except ApiError as error:
             extra = [(renderer.request_id_header(), request_id.encode())]
             await _respond(send, error.status, renderer.error_body(error, request_id), extra)
+
+    async def _bedrock(
+        self,
+        route: re.Match[str],
+        headers: Mapping[str, str],
+        receive: Receive,
+        send: Send,
+        request_id: str,
+    ) -> None:
+        """Bedrock's Messages endpoints (``emulator/_bedrock.py``): the body checked and
+        turned into the Messages body it stands for, sampled as ``/v1/messages``; a
+        stream re-framed as an AWS event stream."""
+        streaming = route["method"] == "invoke-with-response-stream"
+        body = messages_body(await self._read_body(receive), route["model"], streaming)
+        if _stream_closed():
+            return
+        arrived = request_arrived()
+        renderer, view_of = _ROUTES["/v1/messages"]
+        out = EventStreamSend(send) if streaming else send
+        # Recorded under its own path, with the Messages body it stands for.
+        await self._sample(
+            renderer, view_of, route[0], headers, body, receive, out, request_id, arrived
+        )
 
     def _authorized(self, headers: Mapping[str, str]) -> bool:
         return self._require_key is None or _api_key(headers) == self._require_key

@@ -1,5 +1,5 @@
-"""The sans-I/O protocol core: SSE decoding, stream transforms, request builders,
-``collect`` and error classification. No awaits, no sockets, no clocks.
+"""The sans-I/O protocol core: SSE and AWS event-stream decoding, stream transforms,
+request builders, ``collect`` and error classification. No awaits, no sockets, no clocks.
 """
 
 from ..types import JSONChange as JSONChange
@@ -31,6 +31,10 @@ from ._request import ConversionReport as ConversionReport
 from ._request import WireRequest as WireRequest
 from ._transform import StreamTransform as StreamTransform
 from .errors import classify_stream_error as classify_stream_error
+from .eventstream import EventStreamDecodeError as EventStreamDecodeError
+from .eventstream import EventStreamDecoder as EventStreamDecoder
+from .eventstream import StreamDecoder as StreamDecoder
+from .eventstream import stream_decoder as stream_decoder
 from .sse import ServerSentEvent as ServerSentEvent
 from .sse import SSEDecodeError as SSEDecodeError
 from .sse import SSEDecoder as SSEDecoder
@@ -43,6 +47,8 @@ __all__ = [
     "ConversionError",
     "ConversionNote",
     "ConversionReport",
+    "EventStreamDecodeError",
+    "EventStreamDecoder",
     "JSONChange",
     "JSONChangeKind",
     "JSONPath",
@@ -54,6 +60,7 @@ __all__ = [
     "SSEDecoder",
     "SSEEventTooLarge",
     "ServerSentEvent",
+    "StreamDecoder",
     "StreamTransform",
     "WireBackend",
     "WireRequest",
@@ -70,4 +77,5 @@ __all__ = [
     "read_output",
     "register_backend",
     "replay",
+    "stream_decoder",
 ]

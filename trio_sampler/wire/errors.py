@@ -77,6 +77,21 @@ _KIND_BY_TYPE: dict[str, SamplingErrorKind] = {
     "invalid_image": SamplingErrorKind.INVALID_REQUEST,
     "not_found_error": SamplingErrorKind.INVALID_REQUEST,
     "insufficient_quota": SamplingErrorKind.RATE_LIMITED,
+    # Amazon Bedrock's exceptions (in an event stream's exception messages and in the
+    # x-amzn-errortype of an error response), per the InvokeModelWithResponseStream
+    # reference: a throttle waits, a server or stream fault is tried again, a bad
+    # request or a refused access is not.
+    "throttlingexception": SamplingErrorKind.RATE_LIMITED,
+    "servicequotaexceededexception": SamplingErrorKind.RATE_LIMITED,
+    "modelstreamerrorexception": SamplingErrorKind.API,
+    "internalserverexception": SamplingErrorKind.API,
+    "modeltimeoutexception": SamplingErrorKind.API,
+    "modelerrorexception": SamplingErrorKind.API,
+    "serviceunavailableexception": SamplingErrorKind.OVERLOADED,
+    "modelnotreadyexception": SamplingErrorKind.OVERLOADED,
+    "validationexception": SamplingErrorKind.INVALID_REQUEST,
+    "resourcenotfoundexception": SamplingErrorKind.INVALID_REQUEST,
+    "accessdeniedexception": SamplingErrorKind.AUTH,
 }
 
 # Codes that override the type: the model (not the request) produced something bad.

@@ -9,6 +9,7 @@ are listed in ``docs/backends/request-mapping.md``.
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Mapping, Sequence
 
 from ...types._conversation import (
@@ -152,15 +153,19 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
 
 def _path(data: JsonObject, options: BuildOptions) -> str:
     """``/messages``, or the model's own path on a cloud that serves Messages under it
-    (Vertex AI: the model leaves the body, ``anthropic_version`` joins it)."""
+    (Vertex AI, Bedrock: the model leaves the body, ``anthropic_version`` joins it, and
+    on Bedrock ``stream`` leaves it too: the path says it)."""
     profile = options.profile
     if profile.messages_path is None:
         return PATH
-    model = data.pop("model")
+    # A model id with a slash (an inference profile's ARN) is one path segment.
+    model = urllib.parse.quote(str(data.pop("model")), safe=":@")
     if profile.anthropic_version_body is not None:
         data["anthropic_version"] = profile.anthropic_version_body
-    method = "streamRawPredict" if options.stream else "rawPredict"
-    return profile.messages_path.format(model=model, method=method)
+    if not profile.stream_in_body:
+        data.pop("stream", None)
+    streaming, plain = profile.messages_methods
+    return profile.messages_path.format(model=model, method=streaming if options.stream else plain)
 
 
 def _messages(
