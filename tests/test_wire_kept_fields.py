@@ -24,6 +24,7 @@ from trio_sampler.types import (
     TextPart,
     WebSearch,
 )
+from trio_sampler.wire import collect, replay
 from trio_sampler.wire._request import BuildOptions, ConversionAction
 from trio_sampler.wire.chat_completions import _request as chat
 from trio_sampler.wire.messages import _request as messages
@@ -275,3 +276,40 @@ def test_audio_without_its_id_names_the_field() -> None:
     body = {"model": "m", "messages": [{"role": "assistant", "audio": {}}]}
     with pytest.raises(ValueError, match=r"messages\[0\]\.audio"):
         chat.parse_request(body)
+
+
+def test_a_streamed_function_call_keeps_its_namespace_for_the_next_turn() -> None:
+    call = {
+        "type": "function_call",
+        "id": "fc_1",
+        "call_id": "call_1",
+        "name": "get_rate",
+        "namespace": "get_rate",
+        "arguments": "{}",
+        "status": "completed",
+    }
+    response = {"id": "resp_1", "object": "response", "status": "in_progress", "output": []}
+    usage = {"input_tokens": 5, "output_tokens": 3, "total_tokens": 8}
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "sequence_number": 0, "response": response},
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {**call, "arguments": ""},
+        },
+        {"type": "response.output_item.done", "output_index": 0, "item": call},
+        {
+            "type": "response.completed",
+            "response": {**response, "status": "completed", "output": [call], "usage": usage},
+        },
+    ]
+    body = b"".join(
+        b"event: " + e["type"].encode() + b"\ndata: " + orjson.dumps(e) + b"\n\n" for e in events
+    )
+    turn = collect(replay("responses", body))
+    (assistant,) = turn.items
+    assert isinstance(assistant, Assistant)
+    assert assistant.tool_calls[0].namespace == "get_rate"
+    request = ConversationRequest([User("rate?"), assistant])
+    sent = responses.build_request(request, OPTIONS).data["input"][1]
+    assert sent["namespace"] == "get_rate"

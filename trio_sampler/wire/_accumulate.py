@@ -75,7 +75,7 @@ def held_too_much(limit: int) -> SamplingErrorInfo:
 
 
 class _ToolSlot:
-    __slots__ = ("caller", "final_arguments", "id", "index", "name")
+    __slots__ = ("caller", "final_arguments", "id", "index", "name", "namespace")
 
     def __init__(self, index: int, call_id: str | None, name: str | None) -> None:
         self.index = index
@@ -83,6 +83,7 @@ class _ToolSlot:
         self.name = name
         self.final_arguments: str | None = None
         self.caller: dict[str, Any] | None = None
+        self.namespace: str | None = None
 
 
 class StreamAccumulator:
@@ -370,6 +371,13 @@ class StreamAccumulator:
         if slot is not None:
             slot.caller = caller
 
+    def tool_namespace(self, key: Hashable, namespace: str) -> None:
+        """The namespace of call ``key``'s tool, as the server said (Responses, for a
+        tool loaded by tool search)."""
+        slot = self._tools.get(key)
+        if slot is not None:
+            slot.namespace = namespace
+
     def tool_finish(self, key: Hashable, arguments: str | None) -> None:
         """The server's complete arguments for ``key`` (authoritative over the fragments)."""
         slot = self._tools.get(key)
@@ -508,6 +516,7 @@ class StreamAccumulator:
                 arguments=arguments,
                 arguments_complete=arguments_complete(arguments),
                 caller=slot.caller,
+                namespace=slot.namespace,
             )
             self.fold.tool_completed(slot.index, call)
             out.append(ToolCallCompleted(self.request_id, slot.index, call))

@@ -375,6 +375,15 @@ class ResponsesTransform(StreamTransform):
 
     # -- output items -----------------------------------------------------------------
 
+    def _namespace(self, key: Hashable, item: dict[str, Any]) -> None:
+        namespace = item.get("namespace")
+        if namespace is not None:
+            if type(namespace) is not str:
+                raise ProviderDataError(
+                    f"function_call.namespace is {type(namespace).__name__}, not a string"
+                )
+            self.acc.tool_namespace(key, namespace)
+
     def _on_item_added(self, payload: dict[str, Any], out: list[SamplingEvent]) -> None:
         item = payload.get("item")
         if not isinstance(item, dict):
@@ -401,6 +410,7 @@ class ResponsesTransform(StreamTransform):
         if item_type == "function_call":
             self.acc.tool_start(key, _str(item.get("call_id")), _str(item.get("name")), out)
             self.acc.tool_finish(key, _str(item.get("arguments")))
+            self._namespace(key, item)
         elif item_type == "reasoning":
             # encrypted_content from .done: the one on .added differs and is not replayable.
             summary = _texts(item.get("summary"), "summary_text")
@@ -534,6 +544,7 @@ class ResponsesTransform(StreamTransform):
                 call_id = _str(item.get("call_id")) or _str(item.get("id"))
                 acc.tool_start(key, call_id, _str(item.get("name")), out)
                 acc.tool_finish(key, _str(item.get("arguments")))
+                self._namespace(key, item)
             elif item_type == "reasoning":
                 key = self._item_key(position, item)
                 summary = _texts(item.get("summary"), "summary_text")
