@@ -39,10 +39,12 @@ pytestmark = pytest.mark.real_streams
 
 
 def _content(response: ConversationResponse) -> tuple[Any, ...]:
-    """The items without the per-turn metadata (model, message id, Responses ``phase``)
-    only a terminal has."""
+    """The items without the per-turn metadata (model, message id, Responses ``phase``,
+    Chat Completions audio id) only a terminal has."""
     return tuple(
-        attrs.evolve(item, model=None, id=None, phase=None) if isinstance(item, Assistant) else item
+        attrs.evolve(item, model=None, id=None, phase=None, audio_id=None)
+        if isinstance(item, Assistant)
+        else item
         for item in response.items
     )
 

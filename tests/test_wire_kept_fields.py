@@ -313,3 +313,24 @@ def test_a_streamed_function_call_keeps_its_namespace_for_the_next_turn() -> Non
     request = ConversationRequest([User("rate?"), assistant])
     sent = responses.build_request(request, OPTIONS).data["input"][1]
     assert sent["namespace"] == "get_rate"
+
+
+def test_a_streamed_audio_answer_is_referred_to_on_the_next_turn() -> None:
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        body = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [choice]}
+        return b"data: " + orjson.dumps({**body, "model": "gpt-audio"}) + b"\n\n"
+
+    body = (
+        chunk({"role": "assistant", "audio": {"id": "audio_abc123", "transcript": "Hi"}})
+        + chunk({"audio": {"transcript": " there"}})
+        + chunk({}, "stop")
+        + b"data: [DONE]\n\n"
+    )
+    turn = collect(replay("chat_completions", body))
+    (assistant,) = turn.items
+    assert isinstance(assistant, Assistant)
+    assert (assistant.content, assistant.audio_id) == ("Hi there", "audio_abc123")
+    request = ConversationRequest([User("Say hi."), assistant, User("Again.")])
+    sent = chat.build_request(request, OPTIONS).data["messages"][1]
+    assert sent["audio"] == {"id": "audio_abc123"}

@@ -124,6 +124,9 @@ class StreamAccumulator:
         self.model: str | None = None
         self.response_id: str | None = None
         self.message_id: str | None = None
+        #: The id of the audio answer (Chat Completions ``delta.audio.id``): the next turn
+        #: refers to it (``Assistant.audio_id``).
+        self.audio_id: str | None = None
         #: Doom-loop trigger labels reported by the server (deduplicated, first-seen order).
         self.doom_loop_signals: list[str] = []
 
@@ -501,6 +504,7 @@ class StreamAccumulator:
             response_id=self.response_id,
             message_id=self.message_id,
             stop_sequence=self.stop_sequence,
+            audio_id=self.audio_id,
             doom_loop_signals=tuple(self.doom_loop_signals),
         )
 

@@ -557,6 +557,7 @@ class ResponseFold:
         message_id: str | None = None,
         stop_sequence: str | None = None,
         doom_loop_signals: tuple[str, ...] = (),
+        audio_id: str | None = None,
     ) -> ConversationResponse:
         """The response from what was folded so far, with the terminal's metadata."""
         items: list[ConversationItem] = []
@@ -602,9 +603,14 @@ class ResponseFold:
                 id=message_id,
                 phase=last.phase,
                 citations=last.citations,
+                audio_id=audio_id,
             )
         else:
-            items.append(Assistant(tool_calls=calls, refusal=refusal, model=model, id=message_id))
+            items.append(
+                Assistant(
+                    tool_calls=calls, refusal=refusal, model=model, id=message_id, audio_id=audio_id
+                )
+            )
         return ConversationResponse(
             items=items,
             stop_reason=stop_reason,

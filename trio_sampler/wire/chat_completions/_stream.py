@@ -386,8 +386,11 @@ class ChatCompletionsTransform(StreamTransform):
                     acc.citation(citation_from_wire(annotation, ApiBackend.CHAT_COMPLETIONS), out)
         audio = delta.get("audio")
         if audio and type(audio) is dict:
-            # An audio answer: its transcript is the answer's text (the audio bytes and
-            # their id are not kept).
+            # An audio answer: its transcript is the answer's text, its id what the next
+            # turn refers to (the audio bytes are not kept).
+            audio_id = audio.get("id")
+            if audio_id and type(audio_id) is str:
+                acc.audio_id = audio_id
             transcript = audio.get("transcript")
             if transcript and type(transcript) is str:
                 acc.text(transcript, out)
