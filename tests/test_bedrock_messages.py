@@ -28,6 +28,7 @@ from trio_sampler.types import (
     Completed,
     ConversationRequest,
     Failed,
+    MCPServer,
     SamplingErrorKind,
     SamplingEvent,
     User,
@@ -116,6 +117,15 @@ def test_the_request_puts_the_model_in_the_path_and_the_version_in_the_body() ->
         "messages", ConversationRequest([User("hi")]), attrs.evolve(options, stream=False)
     )
     assert plain.path == f"/model/{MODEL}/invoke"
+
+
+def test_beta_features_go_in_the_body() -> None:
+    server = MCPServer("docs", "https://mcp.example.com/mcp")
+    request = ConversationRequest([User("hi")], hosted_tools=[server])
+    options = BuildOptions(model=MODEL, provider="bedrock_messages")
+    wire = build_request("messages", request, options)
+    assert wire.data["anthropic_beta"] == ["mcp-client-2025-04-04"]
+    assert "anthropic-beta" not in dict(wire.headers)
 
 
 def test_an_inference_profile_arn_is_one_path_segment() -> None:

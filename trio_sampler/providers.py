@@ -128,6 +128,9 @@ class ProviderProfile:
     anthropic_version_body: str | None = None
     #: The body says ``"stream": true`` when streaming (Bedrock's path says it instead).
     stream_in_body: bool = True
+    #: Messages beta features go in the body (``anthropic_beta: [...]``, Bedrock) rather
+    #: than the ``anthropic-beta`` header.
+    beta_in_body: bool = False
     #: The media type of a streamed answer: ``text/event-stream`` (SSE), or
     #: ``application/vnd.amazon.eventstream`` (Bedrock's ``InvokeModelWithResponseStream``,
     #: read by :class:`~trio_sampler.wire.EventStreamDecoder`).
@@ -286,6 +289,7 @@ PROFILES: dict[str, ProviderProfile] = {
             messages_methods=("invoke-with-response-stream", "invoke"),
             anthropic_version_body="bedrock-2023-05-31",
             stream_in_body=False,
+            beta_in_body=True,
             stream_media_type="application/vnd.amazon.eventstream",
             otel_name="aws.bedrock",
         ),
@@ -301,6 +305,7 @@ PROFILES: dict[str, ProviderProfile] = {
             messages_methods=("invoke-with-response-stream", "invoke"),
             anthropic_version_body="bedrock-2023-05-31",
             stream_in_body=False,
+            beta_in_body=True,
             stream_media_type="application/vnd.amazon.eventstream",
             otel_name="aws.bedrock",
         ),

@@ -66,6 +66,7 @@ def messages_body(body: bytes, model: str, streaming: bool) -> bytes:
             param="anthropic_version",
         )
     del data["anthropic_version"]
+    data.pop("anthropic_beta", None)  # Bedrock's spelling of the anthropic-beta header
     return orjson.dumps({"model": model, **data, "stream": streaming})
 
 

@@ -148,6 +148,9 @@ def build_request(request: ConversationRequest, options: BuildOptions) -> WireRe
         data["thinking"] = {"type": "enabled", "budget_tokens": budget}
     _render_sampling(data, request, options, report, thinking=budget is not None)
     beta = (("anthropic-beta", MCP_BETA),) if "mcp_servers" in data else ()
+    if beta and options.profile.beta_in_body:
+        data["anthropic_beta"] = [value for _, value in beta]
+        beta = ()
     return finish_request(_path(data, options), data, options, report, beta)
 
 
