@@ -39,6 +39,7 @@ from trio_sampler.wire import (
     EventStreamDecoder,
     build_request,
     new_transform,
+    replay,
     stream_decoder,
 )
 from trio_sampler.wire.eventstream import (
@@ -180,6 +181,14 @@ def test_a_whole_stream_is_the_same_response_at_every_split() -> None:
     for split in range(0, len(body) + 1, 7):
         ended = _run(body, split=split)[-1]
         assert isinstance(ended, Completed) and ended.response == completed.response
+
+
+def test_replay_reads_an_event_stream_for_a_bedrock_provider_or_content_type() -> None:
+    body = _stream(_events())
+    by_provider = replay("messages", body, provider="bedrock_messages")[-1]
+    by_header = replay("messages", body, headers={"Content-Type": EVENT_STREAM_MEDIA_TYPE})[-1]
+    assert isinstance(by_provider, Completed) and isinstance(by_header, Completed)
+    assert by_provider.response.text == by_header.response.text == "Hello there"
 
 
 def test_other_event_types_and_headers_are_read_past() -> None:

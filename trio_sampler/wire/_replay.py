@@ -15,7 +15,8 @@ from ..types import (
 )
 from ._fold import ResponseFold
 from ._registry import new_transform
-from .sse import DEFAULT_MAX_EVENT_BYTES, SSEDecodeError, SSEDecoder
+from .eventstream import EVENT_STREAM_MEDIA_TYPE, stream_decoder
+from .sse import DEFAULT_MAX_EVENT_BYTES, SSEDecodeError
 
 __all__ = ["collect", "decode_failure", "replay"]
 
@@ -37,10 +38,16 @@ def replay(
     """Decode and transform a recorded body, then close it.
 
     Always ends with exactly one terminal event and never raises, whatever the bytes
-    (``chunks`` may be a single ``bytes`` object too).
+    (``chunks`` may be a single ``bytes`` object too). The body is SSE, or an AWS event
+    stream when the provider's profile streams one (``bedrock_messages``) or the
+    ``content-type`` header says so.
     """
     transform = new_transform(backend, request_id, provider=provider)
-    decoder = SSEDecoder(max_event_bytes)
+    lowered = {name.lower(): value for name, value in (headers or {}).items()}
+    media = transform.profile.stream_media_type
+    if lowered.get("content-type", "").startswith(EVENT_STREAM_MEDIA_TYPE):
+        media = EVENT_STREAM_MEDIA_TYPE
+    decoder = stream_decoder(media, max_event_bytes)
     events = transform.start(headers)
     if isinstance(chunks, bytes | bytearray | memoryview):
         chunks = [bytes(chunks)]
