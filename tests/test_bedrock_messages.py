@@ -50,6 +50,7 @@ from trio_sampler.wire.eventstream import (
 )
 
 MODEL = "anthropic.claude-sonnet-4-5-20250929-v1:0"
+USER = [{"role": "user", "content": "hi"}]
 KEY = "bedrock-api-key-0123456789abcdef"
 
 
@@ -225,9 +226,19 @@ def test_lengths_out_of_bounds_are_refused_before_anything_is_buffered() -> None
         decoder.feed_payloads(b"")
 
 
-def test_a_chunk_without_base64_bytes_is_malformed() -> None:
-    bad = encode_message({":message-type": "event", ":event-type": "chunk"}, b'{"bytes": 3}')
-    with pytest.raises(EventStreamDecodeError, match='no "bytes" string'):
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (b'{"bytes": 3}', 'no "bytes" string'),
+        (b"not json", "malformed"),
+        (b'{"bytes": "not base64!"}', "malformed"),
+        ('{"bytes": "é"}'.encode(), "malformed"),
+    ],
+    ids=["not-a-string", "not-json", "not-base64", "not-ascii"],
+)
+def test_a_chunk_without_base64_bytes_is_malformed(payload: bytes, message: str) -> None:
+    bad = encode_message({":message-type": "event", ":event-type": "chunk"}, payload)
+    with pytest.raises(EventStreamDecodeError, match=message):
         EventStreamDecoder().feed_payloads(bad)
 
 
@@ -313,6 +324,20 @@ async def test_the_emulator_refuses_a_body_bedrock_refuses() -> None:
         )
     assert response.status_code == 400
     assert "extraneous key [model]" in response.text
+
+
+async def test_an_error_status_on_the_stream_route_keeps_its_json_body() -> None:
+    app = EmulatorApp(cache=PromptCache())
+    script = orjson.dumps({"faults": [{"type": "status", "status": 429}]}).decode()
+    async with httpx2.AsyncClient(transport=EmulatorTransport(app)) as client:
+        response = await client.post(
+            f"http://emulator.test/model/{MODEL}/invoke-with-response-stream",
+            json={"max_tokens": 10, "messages": USER, "anthropic_version": "bedrock-2023-05-31"},
+            headers={"authorization": f"Bearer {KEY}", "x-emulator-script": script},
+        )
+    assert response.status_code == 429
+    assert response.headers["content-type"] == "application/json"
+    assert response.json()["type"] == "error"
 
 
 async def test_a_stream_error_from_the_emulator_arrives_as_a_typed_exception() -> None:

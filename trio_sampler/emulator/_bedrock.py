@@ -73,18 +73,21 @@ def messages_body(body: bytes, model: str, streaming: bool) -> bytes:
 class EventStreamSend:
     """An ASGI ``send`` that re-frames a streamed SSE body as an AWS event stream."""
 
-    __slots__ = ("_decoder", "_send")
+    __slots__ = ("_decoder", "_send", "_streaming")
 
     def __init__(self, send: Send) -> None:
         self._send = send
         self._decoder = SSEDecoder()
+        #: The answer is a 200 stream (an error answer's JSON body goes out as it is).
+        self._streaming = False
 
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start" and message["status"] == 200:
+            self._streaming = True
             headers = [(k, v) for k, v in message["headers"] if k.lower() != b"content-type"]
             headers.append((b"content-type", EVENT_STREAM_MEDIA_TYPE.encode()))
             message = {**message, "headers": headers}
-        elif message["type"] == "http.response.body":
+        elif message["type"] == "http.response.body" and self._streaming:
             frames = [self._frame(item) for item in self._decoder.feed_payloads(message["body"])]
             message = {**message, "body": b"".join(frames)}
         await self._send(message)

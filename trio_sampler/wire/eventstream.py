@@ -28,7 +28,6 @@ format (a bad CRC, a length out of bounds, a header of an unknown type) raises
 from __future__ import annotations
 
 import base64
-import binascii
 import struct
 import zlib
 from typing import Final, Protocol
@@ -150,7 +149,7 @@ def _chunk(payload: bytes) -> bytes:
         if not isinstance(inner, str):
             raise EventStreamDecodeError('a Bedrock chunk\'s payload has no "bytes" string')
         return base64.b64decode(inner, validate=True)
-    except (orjson.JSONDecodeError, binascii.Error) as exc:
+    except ValueError as exc:  # not JSON, not base64 (binascii.Error), not ASCII
         raise EventStreamDecodeError(f"a Bedrock chunk's payload is malformed: {exc}") from None
 
 
