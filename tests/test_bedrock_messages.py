@@ -18,6 +18,8 @@ import httpx2
 import orjson
 import pytest
 from botocore.eventstream import EventStreamBuffer
+from hypothesis import given
+from hypothesis import strategies as st
 
 from trio_sampler.actor import open_sampler
 from trio_sampler.config import RetryPolicy, SamplerConfig
@@ -356,3 +358,37 @@ async def test_a_stream_error_from_the_emulator_arrives_as_a_typed_exception() -
     assert isinstance(failed, Failed)
     assert failed.error.kind is SamplingErrorKind.RATE_LIMITED
     assert failed.error.error_type == "throttlingException"
+
+
+@given(st.binary(max_size=400), st.integers(min_value=0, max_value=400))
+def test_any_bytes_decode_or_raise_the_decode_error(noise: bytes, at: int) -> None:
+    """Never another exception, whatever the bytes: a valid stream with noise spliced in
+    (often past the CRCs, so the frames parse further than random bytes would)."""
+    body = _stream(_events())
+    at = min(at, len(body))
+    decoder = EventStreamDecoder()
+    try:
+        decoder.feed_payloads(body[:at] + noise + body[at:])
+    except EventStreamDecodeError:
+        pass
+    assert decoder.close_payloads() == []
+
+
+def _framed(headers: bytes, payload: bytes) -> bytes:
+    """A frame with valid CRCs around any header block and payload."""
+    total = 12 + len(headers) + len(payload) + 4
+    prelude = total.to_bytes(4, "big") + len(headers).to_bytes(4, "big")
+    head = prelude + zlib.crc32(prelude).to_bytes(4, "big") + headers + payload
+    return head + zlib.crc32(head).to_bytes(4, "big")
+
+
+@given(st.binary(max_size=200), st.binary(max_size=200))
+def test_any_headers_and_payload_with_valid_crcs_decode_or_raise_the_decode_error(
+    headers: bytes, payload: bytes
+) -> None:
+    chunk = bytes([11]) + b":event-type" + bytes([7, 0, 5]) + b"chunk"
+    for block in (headers, chunk + headers):
+        try:
+            EventStreamDecoder().feed_payloads(_framed(block, payload))
+        except EventStreamDecodeError:
+            pass
