@@ -11,8 +11,8 @@ import uuid
 import pytest
 import trio
 import trio.testing
-from redis_proxy import running_proxy
 
+from benchmarks.redis_proxy import running_proxy
 from benchmarks.redis_server import RedisServer
 from trio_sampler import ConversationRequest, SamplerConfig, User
 from trio_sampler.actor import open_sampler
@@ -384,3 +384,46 @@ async def test_a_batch_granted_after_its_call_timed_out_goes_back(
     without = LimiterSpec(spec.name, spec.limits, on_failure=FailurePolicy.FAIL_CLOSED)
     async with open_limiter(without, redis_server.url) as plain:
         assert await _drain(plain) == 100
+
+
+@pytest.mark.parametrize("lost", ["cut", "garbled"])
+@pytest.mark.parametrize("policy", [LeasePolicy(), None], ids=["leased", "per-request"])
+async def test_a_slot_granted_on_a_connection_lost_before_its_reply_is_released(
+    redis_server: RedisServer, policy: LeasePolicy | None, lost: str
+) -> None:
+    # Redis grants an in-flight slot this process never hears of: the admission times
+    # out (its reply is slow) and the connection is cut before the reply comes, or the
+    # reply comes garbled. The slot is released once Redis answers again, within about
+    # one admission timeout, not held until lease_ttl (30 s) where another process
+    # would wait for it.
+    limits = FleetLimits(requests_per_minute=100_000, max_in_flight=1)
+    timeout = 0.1
+    spec = LimiterSpec(
+        f"leases-{uuid.uuid4().hex[:12]}",
+        limits,
+        on_failure=FailurePolicy.FAIL_CLOSED,
+        admission_timeout=timeout,
+        probe_interval=0.05,
+        leases=policy,
+    )
+    other_spec = LimiterSpec(spec.name, limits, on_failure=FailurePolicy.FAIL_CLOSED)
+    async with (
+        running_proxy(str(redis_server.socket_path)) as proxy,
+        open_limiter(spec, proxy.url) as limiter,
+        open_limiter(other_spec, redis_server.url) as other,
+    ):
+        if lost == "cut":
+            proxy.delay = 0.5
+        else:
+            proxy.wrong = b"+OK\r\n"
+        with pytest.raises(AdmissionRefusedError):  # timed out, or not understood
+            await limiter.acquire(Cost())
+        if lost == "cut":
+            proxy.cut()  # the reply is lost with the connection
+            await trio.sleep(0.05)
+        proxy.delay, proxy.wrong = 0.0, None
+        proxy.heal()
+        permit = await other.acquire(Cost(), deadline=trio.current_time() + 3 * timeout)
+        assert permit.shared
+        await other.release(permit, None)
+        assert limiter.statistics().leases == 0

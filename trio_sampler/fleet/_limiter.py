@@ -222,8 +222,12 @@ _RETRY_AFTER = _Script(NOTE_RETRY_AFTER, _integer)
 _BREAKERS = _Script(BREAKERS, _per_key)
 _LEASE = _Script(LEASE, _lease_reply)
 _SCRIPTS = (_ADMIT, _SETTLE, _RENEW, _SPEND, _RETRY_AFTER, _BREAKERS, _LEASE)
-#: What to do with the reply of a call given up on (cancelled, or timed out on our side).
+#: What to do with the reply of a call given up on (cancelled, or timed out on our side):
+#: the reply, or :data:`LOST` when the connection was lost before it came.
 _OnLateReply = Callable[[Any], Awaitable[None]]
+#: The reply of a call given up on whose connection was lost first: Redis may or may not
+#: have run it, so what it may have granted is released (an idempotent release).
+LOST: Any = object()
 _NOTHING = Cost(0, 0, 0)
 
 
@@ -320,7 +324,8 @@ class FleetLimiter:
 
     def _set_up_give_backs(self) -> None:
         #: Calls that timed out on our side: their request (resolved when the late reply
-        #: comes) and what to do with that reply (a late grant is given back).
+        #: comes; None: the reply was lost) and what to do with that reply (a late grant
+        #: is given back).
         self._late: list[tuple[Any, _OnLateReply]] = []
         #: Settlements of leases that failed, by lease: sent again until Redis has them.
         self._unsettled: dict[str, list[Any]] = {}
@@ -428,9 +433,11 @@ class FleetLimiter:
                     await self._give_back(request, abandoned)
             raise
         except _UNAVAILABLE as exc:
-            if isinstance(exc, _SLOW) and abandoned is not None and request is not None:
-                # Timed out on our side; Redis may still run it: a late grant goes back.
-                self._late.append((request, abandoned))
+            if abandoned is not None and request is not None:
+                # Sent: Redis may have run it. Timed out on our side, its late reply is
+                # handed over when it comes; lost (the connection, a garbled reply), what
+                # it may have granted is released.
+                self._late.append((request if isinstance(exc, _SLOW) else None, abandoned))
                 self._wake_give_backs.set()
             self._failed(exc)
             return None
@@ -477,15 +484,38 @@ class FleetLimiter:
         """A call whose caller was cancelled mid-call: wait (within the admission
         timeout) for its reply and hand it over (what it reserved goes back)."""
         try:
-            with trio.move_on_after(self.spec.admission_timeout):
+            with trio.move_on_after(self.spec.admission_timeout) as waited:
                 await on_reply(await request)
         except _UNAVAILABLE_OR_REFUSED:
-            pass  # lost with the connection: the lease expires, the reservation refills
+            await on_reply(LOST)  # lost with the connection: released when Redis answers
+            return
+        if waited.cancelled_caught:  # the reply comes later: handed over then
+            self._late.append((request, on_reply))
+            self._wake_give_backs.set()
 
     async def _withdraw_granted(self, cost: Cost, lease: str, reply: Any) -> None:
-        """The reply of an admission nobody waits for: a grant is given back."""
-        if _admit_reply(reply, 0) and reply[0] == Status.ADMITTED:
-            await self.withdraw(Permit(cost, lease, shared=True))
+        """The reply of an admission nobody waits for: a grant is given back. Lost (or
+        garbled), its slot is released all the same when Redis answers (SETTLE refunds
+        only a lease Redis still holds: nothing if the admission never ran)."""
+        if reply is not LOST and _admit_reply(reply, 0):
+            if reply[0] == Status.ADMITTED:
+                await self.withdraw(Permit(cost, lease, shared=True))
+        elif lease:
+            self._release_when_back(lease, self._withdrawal(cost))
+
+    def _withdrawal(self, cost: Cost) -> list[Any]:
+        """SETTLE's changes that give back all of ``cost`` (no clamp)."""
+        changes: list[Any] = [
+            repr(-interval * amount) if interval else 0
+            for interval, amount in zip(self._intervals, cost.amounts(), strict=True)
+        ]
+        return [*changes, *(["x"] * len(DIMENSIONS))]
+
+    def _release_when_back(self, lease: str, changes: list[Any]) -> None:
+        """Settle ``lease`` with ``changes`` as soon as Redis answers (retried every
+        admission timeout by :meth:`run_give_backs`; idempotent)."""
+        self._unsettled[lease] = [lease, *changes]
+        self._wake_give_backs.set()
 
     def _failed(self, exc: BaseException) -> None:
         """A call failed: counted; degraded when Redis is down, or slow too many times in
@@ -800,8 +830,7 @@ class FleetLimiter:
         if reply is None and permit.lease:
             # Its lease must not hold a slot until lease_ttl: sent again (idempotent: the
             # script corrects only a lease it still holds) as soon as Redis answers.
-            self._unsettled[permit.lease] = changes
-            self._wake_give_backs.set()
+            self._release_when_back(permit.lease, changes[1:])
         elif reply is not None and reply[1]:
             self._stats["clamped"] += reply[1]
 
@@ -920,10 +949,14 @@ class FleetLimiter:
     async def _give_back_late(self) -> None:
         late, self._late = self._late, []
         for request, on_reply in late:
+            if request is None:  # its reply was lost
+                await on_reply(LOST)
+                continue
             if not request.complete:
                 self._late.append((request, on_reply))  # no reply yet
                 continue
-            await on_reply(late_reply(request))
+            reply = late_reply(request)
+            await on_reply(LOST if reply is None else reply)  # None: the connection failed
 
     async def _settle_again(self) -> None:
         for lease, changes in list(self._unsettled.items()):
@@ -954,6 +987,8 @@ class FleetLimiter:
                 on_wire = self._refill_on_wire
                 if on_wire is None:
                     status = await self._refill_once(cost)
+                elif self._degraded_since is not None:
+                    return None  # the refill on the wire probes Redis: the others decide now
                 else:  # everyone waits for the refill on the wire, and wakes at once
                     await on_wire.wait()
                     status = self._refill_status
@@ -990,8 +1025,8 @@ class FleetLimiter:
         assert book is not None
         now = trio.current_time()
         prefix = self._next_lease()
-        given_up = functools.partial(self._lease_late, prefix)
         wanted = (book.want(cost, now), book.need(cost), *book.slots_wanted())
+        given_up = functools.partial(self._lease_late, prefix, wanted[2])
         reply = await self._lease_call(*wanted, prefix=prefix, abandoned=given_up)
         if reply is None:
             return None
@@ -1051,11 +1086,19 @@ class FleetLimiter:
         self._book.granted([int(units) for units in reply[4:8]], slots, trio.current_time())
         self._stats["lease_refills"] += 1
 
-    async def _lease_late(self, prefix: str, reply: Any) -> None:
+    async def _lease_late(self, prefix: str, slots: int, reply: Any) -> None:
         """The reply of a lease call nobody waits for: a batch it granted joins the
-        lease (it is charged; unused, it goes back with the rest)."""
-        if _lease_reply(reply, 0) and reply[0] == Status.ADMITTED:
-            self._lease_granted(reply, prefix)
+        lease (it is charged; unused, it goes back with the rest). Lost with the
+        connection (or garbled), the ``slots`` it may have granted are released when
+        Redis answers (the units it may have charged are not known here: they refill
+        at the rate)."""
+        if reply is not LOST and _lease_reply(reply, 0):
+            if reply[0] == Status.ADMITTED:
+                self._lease_granted(reply, prefix)
+            return
+        unchanged = [0] * len(DIMENSIONS) + ["x"] * len(DIMENSIONS)
+        for index in range(1, slots + 1):
+            self._release_when_back(f"{prefix}:{index}", unchanged)
 
     async def _give_back_rest(self) -> None:
         """Give back what the lease holds idle (units, owed usage, slots), once."""
