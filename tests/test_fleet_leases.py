@@ -6,6 +6,8 @@ the refill during a test is under one unit, so the counts are exact)."""
 
 from __future__ import annotations
 
+import math
+import signal
 import uuid
 
 import pytest
@@ -130,6 +132,24 @@ async def test_settling_refunds_into_the_book_and_owes_overuse(
     back = book.give_back("id-1")
     assert back is not None and back.units == [0, 0, 0, -170]  # owed: charged on give-back
     assert book.give_back("id-2") is back  # pending until Redis confirms, same id
+
+
+async def test_what_is_granted_while_a_give_back_is_pending_stays_due(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A give-back Redis has not confirmed goes first; a batch granted meanwhile (a late
+    # reply) keeps its time to go back, rather than waiting for a request to settle
+    # (none may come: its slots would be renewed with the others, held for good).
+    book = _book(slots=True)
+    book.granted([1, 0, 0, 0], ["slot:1"], 0.0)
+    first = book.give_back("id-1")
+    assert first is not None and math.isinf(book.expires)  # nothing left in the book
+    book.granted([0, 0, 0, 0], ["slot:2"], 1.0)
+    assert book.give_back("id-2") is first  # the pending one is sent again first
+    assert book.expires == 1.0 + book.policy.hold and book.free_slots == ["slot:2"]
+    book.pending = None  # Redis confirmed it
+    second = book.give_back("id-3")
+    assert second is not None and second.slots == ["slot:2"] and math.isinf(book.expires)
 
 
 async def test_slots_asked_for_are_the_requests_waiting(
@@ -427,3 +447,36 @@ async def test_a_slot_granted_on_a_connection_lost_before_its_reply_is_released(
         assert permit.shared
         await other.release(permit, None)
         assert limiter.statistics().leases == 0
+
+
+async def test_a_refill_behind_a_give_back_decides_within_one_admission_timeout(
+    redis_server: RedisServer,
+) -> None:
+    # Redis hangs while the lease's rest is being given back; a request that needs a
+    # refill waits for that give-back, but the policy applies within one admission
+    # timeout of its asking, not the give-back's timeout and then its own.
+    timeout = 0.3
+    spec = _spec(
+        FleetLimits(requests_per_minute=100_000, window_s=HOUR),
+        LeasePolicy(horizon=60.0),
+        admission_timeout=timeout,
+    )
+    process = redis_server.process
+    assert process is not None
+    async with open_limiter(spec, redis_server.url) as limiter:
+        for _ in range(3):  # a rate: the last batch is large, and mostly held
+            await limiter.acquire(Cost())
+            await trio.sleep(0.01)
+        assert limiter._book is not None and limiter._book.balance[0] > 0
+        process.send_signal(signal.SIGSTOP)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(limiter.close_lease)  # the give-back, on the wire
+                await trio.sleep(0.05)
+                start = trio.current_time()
+                with pytest.raises(AdmissionRefusedError):
+                    await limiter.acquire(Cost())  # the lease is empty: a refill
+                took = trio.current_time() - start
+        finally:
+            process.send_signal(signal.SIGCONT)
+    assert took < timeout + 0.15  # not 0.25 s of the give-back, then 0.3 s

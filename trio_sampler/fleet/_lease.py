@@ -150,5 +150,8 @@ class LeaseBook:
         ):
             self.pending = GiveBack(ident, self.balance, self.free_slots)
             self.balance, self.free_slots = [0, 0, 0, 0], []
-        self.expires = math.inf
+        if not any(self.balance) and not self.free_slots:
+            self.expires = math.inf
+        # Else the pending one went first: what was granted since stays due (its time
+        # is kept), so it goes back once the pending one is confirmed.
         return self.pending

@@ -369,17 +369,19 @@ class FleetLimiter:
         keys: Sequence[str],
         args: Sequence[Any],
         abandoned: _OnLateReply | None = None,
+        until: float | None = None,
     ) -> Any:
         """Run one script, or return None when Redis is unavailable (the failure policy
         applies): degraded, one call at a time probes it (when ``probe_interval`` allows)
-        and the others return None at once."""
+        and the others return None at once. ``until``: the call's deadline on trio's
+        clock (by default one admission timeout from now)."""
         if self._degraded_since is None:
-            return await self._round_trip(script, keys, args, abandoned)
+            return await self._round_trip(script, keys, args, abandoned, until)
         if self._probing or trio.current_time() < self._probe_at:
             return None
         self._probing = True
         try:
-            return await self._round_trip(script, keys, args, abandoned)
+            return await self._round_trip(script, keys, args, abandoned, until)
         finally:
             self._probing = False
 
@@ -389,8 +391,10 @@ class FleetLimiter:
         keys: Sequence[str],
         args: Sequence[Any],
         abandoned: _OnLateReply | None,
+        until: float | None = None,
     ) -> Any:
-        """One script's round trip, within the admission timeout; None on a failure.
+        """One script's round trip, within the admission timeout (or by ``until``); None
+        on a failure.
 
         A call cancelled after its script was queued still runs it (coredis sends what is
         queued and reads its reply in order, so the connection stays in step). With
@@ -399,8 +403,9 @@ class FleetLimiter:
         call that timed out leaves its request to :meth:`run_give_backs`, which hands
         over its late reply when it comes.
         """
-        timeout = self.spec.admission_timeout
-        until = trio.current_time() + timeout
+        if until is None:
+            until = trio.current_time() + self.spec.admission_timeout
+        timeout = _left(until)
         request = None
         try:
             connection = self._link.connection
@@ -1010,24 +1015,34 @@ class FleetLimiter:
         assert book is not None
         self._refill_on_wire = done = trio.Event()
         self._refill_status = Status.ADMITTED
+        # Within one admission timeout, a give-back on the wire included.
+        until = trio.current_time() + self.spec.admission_timeout
         try:
-            async with self._refilling:  # not while the rest is being given back
-                if not book.covers(cost):
-                    self._refill_status = await self._refill(cost)
+            with trio.move_on_at(until) as waiting:
+                await self._refilling.acquire()  # not while the rest is being given back
+            if waiting.cancelled_caught:  # not acquired: a give-back took the timeout
+                self._refill_status = None
+            else:
+                try:
+                    if not book.covers(cost):
+                        self._refill_status = await self._refill(cost, until)
+                finally:
+                    self._refilling.release()
         finally:
             self._refill_on_wire = None
             done.set()
         return self._refill_status
 
-    async def _refill(self, cost: Cost) -> int | None:
-        """Take a batch: what this process's rate wants, at least what ``cost`` lacks."""
+    async def _refill(self, cost: Cost, until: float) -> int | None:
+        """Take a batch: what this process's rate wants, at least what ``cost`` lacks
+        (Redis asked by ``until``)."""
         book = self._book
         assert book is not None
         now = trio.current_time()
         prefix = self._next_lease()
         wanted = (book.want(cost, now), book.need(cost), *book.slots_wanted())
         given_up = functools.partial(self._lease_late, prefix, wanted[2])
-        reply = await self._lease_call(*wanted, prefix=prefix, abandoned=given_up)
+        reply = await self._lease_call(*wanted, prefix=prefix, abandoned=given_up, until=until)
         if reply is None:
             return None
         status = int(reply[0])
@@ -1048,6 +1063,7 @@ class FleetLimiter:
         *,
         prefix: str,
         abandoned: _OnLateReply | None,
+        until: float | None = None,
     ) -> Any:
         """One LEASE round trip: the pending give-back, the retry-budget deposits and the
         last header clamp go with the batch asked for."""
@@ -1071,7 +1087,8 @@ class FleetLimiter:
             given = back.units[index] if back else 0
             args += (interval, tau, want[index], need[index], given, clamps[index])
         keys = [*self._keys_admit, self._returned_prefix + (back.ident if back else "-")]
-        reply = await self._call(_LEASE, keys, [*args, *(back.slots if back else ())], abandoned)
+        slots_back = back.slots if back else ()
+        reply = await self._call(_LEASE, keys, [*args, *slots_back], abandoned, until)
         if reply is None:
             book.first_attempts += first_attempts
         elif back is not None and book.pending is back:
@@ -1111,8 +1128,7 @@ class FleetLimiter:
                 [0] * len(DIMENSIONS), [0] * len(DIMENSIONS), 0, 0, prefix="", abandoned=None
             )
             if reply is None:  # sent again (same id: applied once) after a timeout
-                now = trio.current_time()
-                book.expires = min(book.expires, now + self.spec.admission_timeout)
+                book.expires = trio.current_time() + self.spec.admission_timeout
 
     async def run_lease_returns(self) -> None:
         """Forever (run it in a nursery): give back the lease's rest ``hold`` seconds
