@@ -494,7 +494,7 @@ class FleetLimiter:
         except _UNAVAILABLE_OR_REFUSED:
             await on_reply(LOST)  # lost with the connection: released when Redis answers
             return
-        if waited.cancelled_caught:  # the reply comes later: handed over then
+        if waited.cancelled_caught and not request.complete:  # handed over when it comes
             self._late.append((request, on_reply))
             self._wake_give_backs.set()
 
