@@ -15,9 +15,11 @@ between admission and arrival). Reported per cell: what was admitted over the me
 windows against the fleet's limit (the target: at least 95 %), the emulator's 429s
 (the target: none) and failed requests.
 
-Run ``python benchmarks/fleet_limit_use.py`` (``--quick``: 4 processes, 5 s windows;
-``--leases``: every worker admits from leases, ``LimiterSpec.leases``); results go to
-``benchmarks/results/fleet_limit_use.json`` (``fleet_limit_use_leases.json`` with leases).
+The workers' limiters are as by default (leases on: each process spends a batch held
+locally, ``LimiterSpec.leases``). Run ``python benchmarks/fleet_limit_use.py``
+(``--quick``: 4 processes, 5 s windows; ``--per-request``: ``leases=None``, one round
+trip per admission); results go to ``benchmarks/results/fleet_limit_use.json``
+(``fleet_limit_use_per_request.json`` with ``--per-request``).
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ async def run_cell(
     processes: int,
     tasks: int,
     window: float,
-    leases: bool = False,
+    leases: bool = True,
 ) -> dict[str, Any]:
     """One cell: the fleet against the emulator, with ``binding`` the limit that binds."""
     requests, tokens = (60, 60 * 400) if binding == "requests" else (60 * 100, 6000)
@@ -116,7 +118,7 @@ async def run_cell(
             tpm=tokens * HEADROOM,
             burst=0.25,
             max_retries=0,
-            leases="on" if leases else None,
+            leases="on" if leases else "off",
         )
 
         async def worker() -> None:
@@ -165,7 +167,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     processes=args.processes,
                     tasks=args.tasks,
                     window=args.window,
-                    leases=args.leases,
+                    leases=not args.per_request,
                 )
             )
     return cells
@@ -177,12 +179,16 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=50)
     parser.add_argument("--window", type=float, default=10.0)
     parser.add_argument("--quick", action="store_true", help="4 processes, 5 s windows")
-    parser.add_argument("--leases", action="store_true", help="workers admit from leases")
+    parser.add_argument(
+        "--per-request", action="store_true", help="leases=None: one round trip per admission"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.json is None:
         args.json = (
-            DEFAULT_JSON.with_stem(DEFAULT_JSON.stem + "_leases") if args.leases else DEFAULT_JSON
+            DEFAULT_JSON.with_stem(DEFAULT_JSON.stem + "_per_request")
+            if args.per_request
+            else DEFAULT_JSON
         )
     if args.quick:
         args.processes, args.window = 4, 5.0

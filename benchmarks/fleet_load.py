@@ -65,7 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--script", help="x-emulator-script for every request")
     parser.add_argument("--max-requests", type=int, help="per task (default: until the end)")
     parser.add_argument(
-        "--leases", choices=("on", "off"), default="off", help="admit from leases (LeasePolicy())"
+        "--leases",
+        choices=("on", "off"),
+        default="on",
+        help="admit from leases (on: LeasePolicy(), the default) or one round trip each",
     )
     return parser
 

@@ -180,7 +180,8 @@ async def test_unused_output_tokens_are_refunded(redis_server: RedisServer) -> N
 
 
 async def test_usage_above_the_reservation_is_charged(redis_server: RedisServer) -> None:
-    spec = _spec(FleetLimits(input_tokens_per_minute=1000, window_s=60.0))
+    # Charged by this release's own round trip (a lease charges it with its next call).
+    spec = _spec(FleetLimits(input_tokens_per_minute=1000, window_s=60.0), leases=None)
     async with open_limiter(spec, redis_server.url) as limiter:
         permit = await limiter.acquire(Cost(1, 100, 0))
         await limiter.release(permit, Cost(1, 800, 0))  # the estimate was low
@@ -271,7 +272,9 @@ async def test_live_leases_are_renewed(redis_server: RedisServer) -> None:
 
 async def test_fleet_retry_budget_is_shared(redis_server: RedisServer) -> None:
     budget = RetryBudgetSpec(ratio=0.5, max_tokens=2)
-    spec = _spec(FleetLimits(requests_per_minute=1000), retry_budget=budget)
+    # Each admission deposits on its own round trip (a lease's deposits go with its next
+    # call, see tests/test_fleet_leases.py).
+    spec = _spec(FleetLimits(requests_per_minute=1000), retry_budget=budget, leases=None)
     async with (
         open_limiter(spec, redis_server.url) as first,
         open_limiter(spec, redis_server.url) as second,
@@ -418,7 +421,8 @@ async def test_cancelled_mid_call_gives_its_reservation_back(redis_server: Redis
     # One request at once and one in-flight slot: a reservation or a lease left behind by
     # the cancelled call would hold the next admission back (0.5 s, or the 30 s lease).
     limits = FleetLimits(requests_per_minute=2, window_s=1.0, burst=0.5, max_in_flight=1)
-    spec = _spec(limits)
+    # The per-request slot (a lease keeps an idle slot for ``hold``: the lease tests).
+    spec = _spec(limits, leases=None)
     async with open_limiter(spec, redis_server.url) as limiter:
         process = redis_server.process
         assert process is not None
@@ -450,6 +454,7 @@ async def test_a_late_reply_is_not_taken_for_the_next_ones(redis_server: RedisSe
         admission_timeout=0.1,
         probe_interval=0.05,
         retry_budget=RetryBudgetSpec(ratio=0.5, max_tokens=3),
+        leases=None,  # each script's own reply (a lease call's: the lease tests)
     )
     async with open_limiter(spec, redis_server.url) as limiter:
         process = redis_server.process

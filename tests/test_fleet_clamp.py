@@ -30,9 +30,11 @@ from trio_sampler.types import Completed, RateLimitBudget, RateLimitSnapshot
 SOON = 0.2  # a deadline that admits at once or not at all (intervals here are >= 1 s)
 
 
-def _spec(limits: FleetLimits) -> LimiterSpec:
+def _spec(limits: FleetLimits, **kw: object) -> LimiterSpec:
     name = f"clamp-{uuid.uuid4().hex[:12]}"
-    return LimiterSpec(name, limits, on_failure=FailurePolicy.FAIL_CLOSED, admission_timeout=2.0)
+    kw.setdefault("on_failure", FailurePolicy.FAIL_CLOSED)
+    kw.setdefault("admission_timeout", 2.0)
+    return LimiterSpec(name, limits, **kw)  # type: ignore[arg-type]
 
 
 def _requests_left(remaining: int, limit: int = 60) -> RateLimitSnapshot:
@@ -50,7 +52,9 @@ async def _admits_at_once(
 
 
 async def test_a_report_of_less_room_tightens_every_process(redis_server: RedisServer) -> None:
-    spec = _spec(FleetLimits(requests_per_minute=60, window_s=60.0))  # 1 a second, 60 at once
+    # Per-request settlements: the clamp goes with this release (a lease sends it with
+    # its next call or give-back), counted in ``clamped``.
+    spec = _spec(FleetLimits(requests_per_minute=60, window_s=60.0), leases=None)
     async with (
         open_limiter(spec, redis_server.url) as first,
         open_limiter(spec, redis_server.url) as second,
@@ -78,7 +82,7 @@ async def test_a_report_of_more_room_never_loosens(redis_server: RedisServer) ->
 
 
 async def test_the_token_dimensions_are_clamped_too(redis_server: RedisServer) -> None:
-    spec = _spec(FleetLimits(tokens_per_minute=6000, input_tokens_per_minute=3000))
+    spec = _spec(FleetLimits(tokens_per_minute=6000, input_tokens_per_minute=3000), leases=None)
     async with open_limiter(spec, redis_server.url) as limiter:
         cost = Cost(1, 100, 100)
         permit = await limiter.acquire(cost)

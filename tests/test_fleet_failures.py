@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 import trio
-from redis_proxy import running_proxy
 
+from benchmarks.redis_proxy import running_proxy
 from benchmarks.redis_server import RedisServer
 from trio_sampler.fleet import (
     AdmissionRefusedError,
@@ -94,6 +94,7 @@ async def test_wrong_replies_to_the_other_scripts_apply_the_policy(
     spec = _spec(
         FleetLimits(requests_per_minute=1000, max_in_flight=4),
         retry_budget=RetryBudgetSpec(ratio=0.5, max_tokens=3),
+        leases=None,  # the release is a script of its own (a lease's: at its give-back)
     )
     async with (
         running_proxy(str(redis_server.socket_path)) as proxy,
@@ -289,7 +290,8 @@ async def test_a_release_that_failed_is_sent_again_when_redis_is_back(
     # Once Redis is reachable, the releases go again: the slots are back within one
     # admission timeout (not lease_ttl, 30 s).
     limits = FleetLimits(requests_per_minute=100_000, max_in_flight=2)
-    spec = _spec(limits, admission_timeout=0.1, probe_interval=0.05)
+    # Per-request releases (a lease gives its slots back together: the lease tests).
+    spec = _spec(limits, admission_timeout=0.1, probe_interval=0.05, leases=None)
     async with (
         running_proxy(str(redis_server.socket_path)) as proxy,
         open_limiter(spec, proxy.url) as limiter,
@@ -313,7 +315,7 @@ async def test_a_settlement_sent_twice_refunds_once(redis_server: RedisServer) -
     from trio_sampler.fleet._limiter import _SETTLE
 
     limits = FleetLimits(output_tokens_per_minute=1000, window_s=60.0, max_in_flight=4)
-    spec = _spec(limits)
+    spec = _spec(limits, leases=None)  # SETTLE's own idempotence
     async with open_limiter(spec, redis_server.url) as limiter:
         permit = await limiter.acquire(Cost(1, 0, 600))
         await limiter.release(permit, Cost(1, 0, 0))  # 600 refunded
@@ -358,7 +360,9 @@ async def test_after_slow_replies_capacity_is_back_within_one_admission_timeout(
     # is refused (fail closed) within the timeout, and the grants Redis made for them
     # come back; then all four slots are free within one admission timeout.
     limits = FleetLimits(requests_per_minute=100_000, max_in_flight=4)
-    spec = _spec(limits, admission_timeout=0.1, probe_interval=0.05)
+    # Each admission its own round trip: every one meets the slow reply (a late lease
+    # grant joins the lease and is spent: tests/test_fleet_leases.py).
+    spec = _spec(limits, admission_timeout=0.1, probe_interval=0.05, leases=None)
     async with (
         running_proxy(str(redis_server.socket_path)) as proxy,
         open_limiter(spec, proxy.url) as limiter,

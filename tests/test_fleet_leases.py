@@ -6,13 +6,15 @@ the refill during a test is under one unit, so the counts are exact)."""
 
 from __future__ import annotations
 
+import math
+import signal
 import uuid
 
 import pytest
 import trio
 import trio.testing
-from redis_proxy import running_proxy
 
+from benchmarks.redis_proxy import running_proxy
 from benchmarks.redis_server import RedisServer
 from trio_sampler import ConversationRequest, SamplerConfig, User
 from trio_sampler.actor import open_sampler
@@ -130,6 +132,24 @@ async def test_settling_refunds_into_the_book_and_owes_overuse(
     back = book.give_back("id-1")
     assert back is not None and back.units == [0, 0, 0, -170]  # owed: charged on give-back
     assert book.give_back("id-2") is back  # pending until Redis confirms, same id
+
+
+async def test_what_is_granted_while_a_give_back_is_pending_stays_due(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A give-back Redis has not confirmed goes first; a batch granted meanwhile (a late
+    # reply) keeps its time to go back, rather than waiting for a request to settle
+    # (none may come: its slots would be renewed with the others, held for good).
+    book = _book(slots=True)
+    book.granted([1, 0, 0, 0], ["slot:1"], 0.0)
+    first = book.give_back("id-1")
+    assert first is not None and math.isinf(book.expires)  # nothing left in the book
+    book.granted([0, 0, 0, 0], ["slot:2"], 1.0)
+    assert book.give_back("id-2") is first  # the pending one is sent again first
+    assert book.expires == 1.0 + book.policy.hold and book.free_slots == ["slot:2"]
+    book.pending = None  # Redis confirmed it
+    second = book.give_back("id-3")
+    assert second is not None and second.slots == ["slot:2"] and math.isinf(book.expires)
 
 
 async def test_slots_asked_for_are_the_requests_waiting(
@@ -384,3 +404,79 @@ async def test_a_batch_granted_after_its_call_timed_out_goes_back(
     without = LimiterSpec(spec.name, spec.limits, on_failure=FailurePolicy.FAIL_CLOSED)
     async with open_limiter(without, redis_server.url) as plain:
         assert await _drain(plain) == 100
+
+
+@pytest.mark.parametrize("lost", ["cut", "garbled"])
+@pytest.mark.parametrize("policy", [LeasePolicy(), None], ids=["leased", "per-request"])
+async def test_a_slot_granted_on_a_connection_lost_before_its_reply_is_released(
+    redis_server: RedisServer, policy: LeasePolicy | None, lost: str
+) -> None:
+    # Redis grants an in-flight slot this process never hears of: the admission times
+    # out (its reply is slow) and the connection is cut before the reply comes, or the
+    # reply comes garbled. The slot is released once Redis answers again, within about
+    # one admission timeout, not held until lease_ttl (30 s) where another process
+    # would wait for it.
+    limits = FleetLimits(requests_per_minute=100_000, max_in_flight=1)
+    timeout = 0.1
+    spec = LimiterSpec(
+        f"leases-{uuid.uuid4().hex[:12]}",
+        limits,
+        on_failure=FailurePolicy.FAIL_CLOSED,
+        admission_timeout=timeout,
+        probe_interval=0.05,
+        leases=policy,
+    )
+    other_spec = LimiterSpec(spec.name, limits, on_failure=FailurePolicy.FAIL_CLOSED)
+    async with (
+        running_proxy(str(redis_server.socket_path)) as proxy,
+        open_limiter(spec, proxy.url) as limiter,
+        open_limiter(other_spec, redis_server.url) as other,
+    ):
+        if lost == "cut":
+            proxy.delay = 0.5
+        else:
+            proxy.wrong = b"+OK\r\n"
+        with pytest.raises(AdmissionRefusedError):  # timed out, or not understood
+            await limiter.acquire(Cost())
+        if lost == "cut":
+            proxy.cut()  # the reply is lost with the connection
+            await trio.sleep(0.05)
+        proxy.delay, proxy.wrong = 0.0, None
+        proxy.heal()
+        permit = await other.acquire(Cost(), deadline=trio.current_time() + 3 * timeout)
+        assert permit.shared
+        await other.release(permit, None)
+        assert limiter.statistics().leases == 0
+
+
+async def test_a_refill_behind_a_give_back_decides_within_one_admission_timeout(
+    redis_server: RedisServer,
+) -> None:
+    # Redis hangs while the lease's rest is being given back; a request that needs a
+    # refill waits for that give-back, but the policy applies within one admission
+    # timeout of its asking, not the give-back's timeout and then its own.
+    timeout = 0.3
+    spec = _spec(
+        FleetLimits(requests_per_minute=100_000, window_s=HOUR),
+        LeasePolicy(horizon=60.0),
+        admission_timeout=timeout,
+    )
+    process = redis_server.process
+    assert process is not None
+    async with open_limiter(spec, redis_server.url) as limiter:
+        for _ in range(3):  # a rate: the last batch is large, and mostly held
+            await limiter.acquire(Cost())
+            await trio.sleep(0.01)
+        assert limiter._book is not None and limiter._book.balance[0] > 0
+        process.send_signal(signal.SIGSTOP)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(limiter.close_lease)  # the give-back, on the wire
+                await trio.sleep(0.05)
+                start = trio.current_time()
+                with pytest.raises(AdmissionRefusedError):
+                    await limiter.acquire(Cost())  # the lease is empty: a refill
+                took = trio.current_time() - start
+        finally:
+            process.send_signal(signal.SIGCONT)
+    assert took < timeout + 0.15  # not 0.25 s of the give-back, then 0.3 s

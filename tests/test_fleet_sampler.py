@@ -140,7 +140,9 @@ async def test_cancel_while_waiting_for_admission(redis_server: RedisServer) -> 
 async def test_fail_closed_ends_each_request_with_fleet_unavailable() -> None:
     events: list[FleetEvent] = []
     with running_redis() as server:
-        spec = _spec(FleetLimits(requests_per_minute=1000), admission_timeout=0.5)
+        # Every admission asks Redis (a lease's units, charged before the outage, are
+        # spent first: test_redis_down_applies_the_policy_when_the_lease_runs_out).
+        spec = _spec(FleetLimits(requests_per_minute=1000), admission_timeout=0.5, leases=None)
         async with _sampler(
             _config(),
             EmulatorApp(cache=PromptCache()),

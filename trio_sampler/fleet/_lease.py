@@ -143,9 +143,15 @@ class LeaseBook:
 
     def give_back(self, ident: str) -> GiveBack | None:
         """The rest to give back (moved out of the book into :attr:`pending`): the
-        pending one when there is one, else every unit held or owed and every idle slot."""
-        if self.pending is None and (any(self.balance) or self.free_slots):
+        pending one when there is one, else every unit held or owed and every idle slot
+        (and, with nothing held, a header clamp not sent yet)."""
+        if self.pending is None and (
+            any(self.balance) or self.free_slots or self.clamps is not None
+        ):
             self.pending = GiveBack(ident, self.balance, self.free_slots)
             self.balance, self.free_slots = [0, 0, 0, 0], []
-        self.expires = math.inf
+        if not any(self.balance) and not self.free_slots:
+            self.expires = math.inf
+        # Else the pending one went first: what was granted since stays due (its time
+        # is kept), so it goes back once the pending one is confirmed.
         return self.pending

@@ -222,8 +222,12 @@ _RETRY_AFTER = _Script(NOTE_RETRY_AFTER, _integer)
 _BREAKERS = _Script(BREAKERS, _per_key)
 _LEASE = _Script(LEASE, _lease_reply)
 _SCRIPTS = (_ADMIT, _SETTLE, _RENEW, _SPEND, _RETRY_AFTER, _BREAKERS, _LEASE)
-#: What to do with the reply of a call given up on (cancelled, or timed out on our side).
+#: What to do with the reply of a call given up on (cancelled, or timed out on our side):
+#: the reply, or :data:`LOST` when the connection was lost before it came.
 _OnLateReply = Callable[[Any], Awaitable[None]]
+#: The reply of a call given up on whose connection was lost first: Redis may or may not
+#: have run it, so what it may have granted is released (an idempotent release).
+LOST: Any = object()
 _NOTHING = Cost(0, 0, 0)
 
 
@@ -320,7 +324,8 @@ class FleetLimiter:
 
     def _set_up_give_backs(self) -> None:
         #: Calls that timed out on our side: their request (resolved when the late reply
-        #: comes) and what to do with that reply (a late grant is given back).
+        #: comes; None: the reply was lost) and what to do with that reply (a late grant
+        #: is given back).
         self._late: list[tuple[Any, _OnLateReply]] = []
         #: Settlements of leases that failed, by lease: sent again until Redis has them.
         self._unsettled: dict[str, list[Any]] = {}
@@ -364,17 +369,19 @@ class FleetLimiter:
         keys: Sequence[str],
         args: Sequence[Any],
         abandoned: _OnLateReply | None = None,
+        until: float | None = None,
     ) -> Any:
         """Run one script, or return None when Redis is unavailable (the failure policy
         applies): degraded, one call at a time probes it (when ``probe_interval`` allows)
-        and the others return None at once."""
+        and the others return None at once. ``until``: the call's deadline on trio's
+        clock (by default one admission timeout from now)."""
         if self._degraded_since is None:
-            return await self._round_trip(script, keys, args, abandoned)
+            return await self._round_trip(script, keys, args, abandoned, until)
         if self._probing or trio.current_time() < self._probe_at:
             return None
         self._probing = True
         try:
-            return await self._round_trip(script, keys, args, abandoned)
+            return await self._round_trip(script, keys, args, abandoned, until)
         finally:
             self._probing = False
 
@@ -384,8 +391,10 @@ class FleetLimiter:
         keys: Sequence[str],
         args: Sequence[Any],
         abandoned: _OnLateReply | None,
+        until: float | None = None,
     ) -> Any:
-        """One script's round trip, within the admission timeout; None on a failure.
+        """One script's round trip, within the admission timeout (or by ``until``); None
+        on a failure.
 
         A call cancelled after its script was queued still runs it (coredis sends what is
         queued and reads its reply in order, so the connection stays in step). With
@@ -394,8 +403,9 @@ class FleetLimiter:
         call that timed out leaves its request to :meth:`run_give_backs`, which hands
         over its late reply when it comes.
         """
-        timeout = self.spec.admission_timeout
-        until = trio.current_time() + timeout
+        if until is None:
+            until = trio.current_time() + self.spec.admission_timeout
+        timeout = _left(until)
         request = None
         try:
             connection = self._link.connection
@@ -428,9 +438,11 @@ class FleetLimiter:
                     await self._give_back(request, abandoned)
             raise
         except _UNAVAILABLE as exc:
-            if isinstance(exc, _SLOW) and abandoned is not None and request is not None:
-                # Timed out on our side; Redis may still run it: a late grant goes back.
-                self._late.append((request, abandoned))
+            if abandoned is not None and request is not None:
+                # Sent: Redis may have run it. Timed out on our side, its late reply is
+                # handed over when it comes; lost (the connection, a garbled reply), what
+                # it may have granted is released.
+                self._late.append((request if isinstance(exc, _SLOW) else None, abandoned))
                 self._wake_give_backs.set()
             self._failed(exc)
             return None
@@ -477,15 +489,38 @@ class FleetLimiter:
         """A call whose caller was cancelled mid-call: wait (within the admission
         timeout) for its reply and hand it over (what it reserved goes back)."""
         try:
-            with trio.move_on_after(self.spec.admission_timeout):
+            with trio.move_on_after(self.spec.admission_timeout) as waited:
                 await on_reply(await request)
         except _UNAVAILABLE_OR_REFUSED:
-            pass  # lost with the connection: the lease expires, the reservation refills
+            await on_reply(LOST)  # lost with the connection: released when Redis answers
+            return
+        if waited.cancelled_caught and not request.complete:  # handed over when it comes
+            self._late.append((request, on_reply))
+            self._wake_give_backs.set()
 
     async def _withdraw_granted(self, cost: Cost, lease: str, reply: Any) -> None:
-        """The reply of an admission nobody waits for: a grant is given back."""
-        if _admit_reply(reply, 0) and reply[0] == Status.ADMITTED:
-            await self.withdraw(Permit(cost, lease, shared=True))
+        """The reply of an admission nobody waits for: a grant is given back. Lost (or
+        garbled), its slot is released all the same when Redis answers (SETTLE refunds
+        only a lease Redis still holds: nothing if the admission never ran)."""
+        if reply is not LOST and _admit_reply(reply, 0):
+            if reply[0] == Status.ADMITTED:
+                await self.withdraw(Permit(cost, lease, shared=True))
+        elif lease:
+            self._release_when_back(lease, self._withdrawal(cost))
+
+    def _withdrawal(self, cost: Cost) -> list[Any]:
+        """SETTLE's changes that give back all of ``cost`` (no clamp)."""
+        changes: list[Any] = [
+            repr(-interval * amount) if interval else 0
+            for interval, amount in zip(self._intervals, cost.amounts(), strict=True)
+        ]
+        return [*changes, *(["x"] * len(DIMENSIONS))]
+
+    def _release_when_back(self, lease: str, changes: list[Any]) -> None:
+        """Settle ``lease`` with ``changes`` as soon as Redis answers (retried every
+        admission timeout by :meth:`run_give_backs`; idempotent)."""
+        self._unsettled[lease] = [lease, *changes]
+        self._wake_give_backs.set()
 
     def _failed(self, exc: BaseException) -> None:
         """A call failed: counted; degraded when Redis is down, or slow too many times in
@@ -800,8 +835,7 @@ class FleetLimiter:
         if reply is None and permit.lease:
             # Its lease must not hold a slot until lease_ttl: sent again (idempotent: the
             # script corrects only a lease it still holds) as soon as Redis answers.
-            self._unsettled[permit.lease] = changes
-            self._wake_give_backs.set()
+            self._release_when_back(permit.lease, changes[1:])
         elif reply is not None and reply[1]:
             self._stats["clamped"] += reply[1]
 
@@ -920,10 +954,14 @@ class FleetLimiter:
     async def _give_back_late(self) -> None:
         late, self._late = self._late, []
         for request, on_reply in late:
+            if request is None:  # its reply was lost
+                await on_reply(LOST)
+                continue
             if not request.complete:
                 self._late.append((request, on_reply))  # no reply yet
                 continue
-            await on_reply(late_reply(request))
+            reply = late_reply(request)
+            await on_reply(LOST if reply is None else reply)  # None: the connection failed
 
     async def _settle_again(self) -> None:
         for lease, changes in list(self._unsettled.items()):
@@ -954,6 +992,8 @@ class FleetLimiter:
                 on_wire = self._refill_on_wire
                 if on_wire is None:
                     status = await self._refill_once(cost)
+                elif self._degraded_since is not None:
+                    return None  # the refill on the wire probes Redis: the others decide now
                 else:  # everyone waits for the refill on the wire, and wakes at once
                     await on_wire.wait()
                     status = self._refill_status
@@ -975,24 +1015,34 @@ class FleetLimiter:
         assert book is not None
         self._refill_on_wire = done = trio.Event()
         self._refill_status = Status.ADMITTED
+        # Within one admission timeout, a give-back on the wire included.
+        until = trio.current_time() + self.spec.admission_timeout
         try:
-            async with self._refilling:  # not while the rest is being given back
-                if not book.covers(cost):
-                    self._refill_status = await self._refill(cost)
+            with trio.move_on_at(until) as waiting:
+                await self._refilling.acquire()  # not while the rest is being given back
+            if waiting.cancelled_caught:  # not acquired: a give-back took the timeout
+                self._refill_status = None
+            else:
+                try:
+                    if not book.covers(cost):
+                        self._refill_status = await self._refill(cost, until)
+                finally:
+                    self._refilling.release()
         finally:
             self._refill_on_wire = None
             done.set()
         return self._refill_status
 
-    async def _refill(self, cost: Cost) -> int | None:
-        """Take a batch: what this process's rate wants, at least what ``cost`` lacks."""
+    async def _refill(self, cost: Cost, until: float) -> int | None:
+        """Take a batch: what this process's rate wants, at least what ``cost`` lacks
+        (Redis asked by ``until``)."""
         book = self._book
         assert book is not None
         now = trio.current_time()
         prefix = self._next_lease()
-        given_up = functools.partial(self._lease_late, prefix)
         wanted = (book.want(cost, now), book.need(cost), *book.slots_wanted())
-        reply = await self._lease_call(*wanted, prefix=prefix, abandoned=given_up)
+        given_up = functools.partial(self._lease_late, prefix, wanted[2])
+        reply = await self._lease_call(*wanted, prefix=prefix, abandoned=given_up, until=until)
         if reply is None:
             return None
         status = int(reply[0])
@@ -1013,6 +1063,7 @@ class FleetLimiter:
         *,
         prefix: str,
         abandoned: _OnLateReply | None,
+        until: float | None = None,
     ) -> Any:
         """One LEASE round trip: the pending give-back, the retry-budget deposits and the
         last header clamp go with the batch asked for."""
@@ -1036,7 +1087,8 @@ class FleetLimiter:
             given = back.units[index] if back else 0
             args += (interval, tau, want[index], need[index], given, clamps[index])
         keys = [*self._keys_admit, self._returned_prefix + (back.ident if back else "-")]
-        reply = await self._call(_LEASE, keys, [*args, *(back.slots if back else ())], abandoned)
+        slots_back = back.slots if back else ()
+        reply = await self._call(_LEASE, keys, [*args, *slots_back], abandoned, until)
         if reply is None:
             book.first_attempts += first_attempts
         elif back is not None and book.pending is back:
@@ -1051,11 +1103,19 @@ class FleetLimiter:
         self._book.granted([int(units) for units in reply[4:8]], slots, trio.current_time())
         self._stats["lease_refills"] += 1
 
-    async def _lease_late(self, prefix: str, reply: Any) -> None:
+    async def _lease_late(self, prefix: str, slots: int, reply: Any) -> None:
         """The reply of a lease call nobody waits for: a batch it granted joins the
-        lease (it is charged; unused, it goes back with the rest)."""
-        if _lease_reply(reply, 0) and reply[0] == Status.ADMITTED:
-            self._lease_granted(reply, prefix)
+        lease (it is charged; unused, it goes back with the rest). Lost with the
+        connection (or garbled), the ``slots`` it may have granted are released when
+        Redis answers (the units it may have charged are not known here: they refill
+        at the rate)."""
+        if reply is not LOST and _lease_reply(reply, 0):
+            if reply[0] == Status.ADMITTED:
+                self._lease_granted(reply, prefix)
+            return
+        unchanged = [0] * len(DIMENSIONS) + ["x"] * len(DIMENSIONS)
+        for index in range(1, slots + 1):
+            self._release_when_back(f"{prefix}:{index}", unchanged)
 
     async def _give_back_rest(self) -> None:
         """Give back what the lease holds idle (units, owed usage, slots), once."""
@@ -1068,8 +1128,7 @@ class FleetLimiter:
                 [0] * len(DIMENSIONS), [0] * len(DIMENSIONS), 0, 0, prefix="", abandoned=None
             )
             if reply is None:  # sent again (same id: applied once) after a timeout
-                now = trio.current_time()
-                book.expires = min(book.expires, now + self.spec.admission_timeout)
+                book.expires = trio.current_time() + self.spec.admission_timeout
 
     async def run_lease_returns(self) -> None:
         """Forever (run it in a nursery): give back the lease's rest ``hold`` seconds

@@ -242,7 +242,12 @@ class LimiterSpec:
     * ``chars_per_token``: the prompt estimate at admission is the request body's length
       divided by this (over-estimates are corrected when the usage is known).
     * ``leases``: a :class:`LeasePolicy` to admit from batches held locally (one round
-      trip per batch, not per request), or ``None`` (the default): one round trip each.
+      trip per batch, not per request; the default, ``LeasePolicy()``), or ``None``: one
+      round trip per admission and one per settlement. Leases keep the fleet's limits
+      exact (a batch is charged when taken); what a process sees later is the shared
+      state's news (a header clamp, a Retry-After heard elsewhere, the usage above a
+      reservation), which reaches Redis with its next refill or give-back, at most
+      ``LeasePolicy.hold`` later.
     * ``estimator``: the prompt estimate at admission from the rendered request (see
       :data:`trio_sampler.tokens.InputTokenEstimator`), used when it returns a number;
       else the body's length over ``chars_per_token``. Every process of the fleet
@@ -264,7 +269,7 @@ class LimiterSpec:
     refund_unused: bool = True
     #: While degraded, Redis is tried again at most this often (seconds).
     probe_interval: float = 1.0
-    leases: LeasePolicy | None = None
+    leases: LeasePolicy | None = attrs.field(factory=LeasePolicy)
     estimator: InputTokenEstimator | None = attrs.field(default=None, eq=False, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
