@@ -7,6 +7,7 @@ from typing import Any
 
 import httpx2
 import orjson
+import pytest
 import trio
 import trio.testing
 
@@ -208,3 +209,16 @@ async def test_a_cancelled_background_response_bills_what_was_generated_before_t
         await client.post(BASE + f"/responses/{response.json()['id']}/cancel")
     assert entry.billed.output_tokens < whole
     assert 0 < entry.deltas_sent < entry.deltas
+
+
+async def test_the_record_is_bounded_oldest_dropped_first() -> None:
+    app = EmulatorApp(cache=PromptCache(), max_billed=2)
+    ids = [
+        (await _post(app, "/chat/completions", CHAT, script_headers(text="hi"))).headers[
+            "x-request-id"
+        ]
+        for _ in range(3)
+    ]
+    assert [entry.request_id for entry in app.billed()] == ids[1:]
+    with pytest.raises(ValueError, match="max_billed"):
+        EmulatorApp(max_billed=0)

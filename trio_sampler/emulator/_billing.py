@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 #: Entries kept (the oldest dropped first).
-DEFAULT_MAX_BILLED: Final = 100_000
+DEFAULT_MAX_BILLED: Final = 10_000
 
 
 class BillingOutcome(enum.Enum):
@@ -212,7 +212,9 @@ class BillingBook:
 
     def __init__(self, max_entries: int = DEFAULT_MAX_BILLED) -> None:
         if not (isinstance(max_entries, int) and max_entries > 0):
-            raise ValueError(f"max_entries must be a positive integer; got {max_entries!r}")
+            raise ValueError(
+                f"max_billed must be a positive integer (entries kept); got {max_entries!r}"
+            )
         self.max_entries = max_entries
         self._entries: OrderedDict[str, BillingEntry] = OrderedDict()
         self._background: dict[str, str] = {}
