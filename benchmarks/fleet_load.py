@@ -7,6 +7,12 @@ from stdin, and its tasks then submit requests back to back until that start plu
 ``--duration``. Last, it prints one JSON line: per request, the wall-clock time it
 completed, its terminal, how many retries and 429s it saw, and the tokens it used. The
 fleet tests use it against an emulator that enforces the same limits.
+
+``--estimator count`` reserves each request's prompt by its count rather than the body
+estimate (bytes / 4): the worker counts the request once with
+:meth:`~trio_sampler.SamplerHandle.count_tokens` (the provider's counting endpoint, so
+``--backend`` must be ``responses`` or ``messages``), and the fleet's estimator
+(``LimiterSpec(estimator=...)``) returns that count for every attempt.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any
 
 import trio
 
-from trio_sampler import ConversationRequest, SamplerConfig, User
+from trio_sampler import ApiBackend, ConversationRequest, SamplerConfig, User
 from trio_sampler.actor import SamplerHandle, open_sampler
 from trio_sampler.config import RetryPolicy
 from trio_sampler.fleet import (
@@ -31,7 +37,8 @@ from trio_sampler.fleet import (
     LimiterSpec,
     RetryBudgetSpec,
 )
-from trio_sampler.types import Completed, Failed, Retrying, SamplingErrorKind
+from trio_sampler.types import Completed, Failed, Retrying, SamplingErrorKind, StreamStarted
+from trio_sampler.wire import WireRequest, build_request
 
 __all__ = ["run_worker", "worker_command"]
 
@@ -70,7 +77,44 @@ def _parser() -> argparse.ArgumentParser:
         default="on",
         help="admit from leases (on: LeasePolicy(), the default) or one round trip each",
     )
+    parser.add_argument(
+        "--backend", choices=[b.value for b in ApiBackend], default="chat_completions"
+    )
+    parser.add_argument(
+        "--estimator",
+        choices=("body", "count"),
+        default="body",
+        help="the fleet's prompt estimate: body bytes / 4, or the request's count",
+    )
     return parser
+
+
+class CountingEstimator:
+    """The fleet's prompt estimate from counts taken ahead of time with
+    ``count_tokens`` (the provider's own count), keyed by the rendered request's prompt
+    (its input or messages, with its instructions, system prompt and tools)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[bytes, int] = {}
+
+    @staticmethod
+    def key(data: Any) -> bytes:
+        fields = ("input", "instructions", "messages", "system", "tools")
+        return json.dumps([data.get(name) for name in fields], sort_keys=True).encode()
+
+    def __call__(self, wire: WireRequest) -> int | None:
+        return self.counts.get(self.key(wire.data))
+
+    async def count(
+        self, sampler: SamplerHandle, request: ConversationRequest, config: SamplerConfig
+    ) -> int:
+        """Count ``request`` with the provider and keep the count for its attempts."""
+        counted = await sampler.count_tokens(request)
+        if not counted.exact:
+            raise SystemExit(f"no counting endpoint: {counted.detail}")
+        wire = build_request(config.backend, request, config.build_options())
+        self.counts[self.key(wire.data)] = counted.tokens
+        return counted.tokens
 
 
 async def run_worker(args: argparse.Namespace) -> dict[str, Any]:
@@ -79,6 +123,7 @@ async def run_worker(args: argparse.Namespace) -> dict[str, Any]:
         if args.budget_ratio
         else None
     )
+    counting = CountingEstimator()
     spec = LimiterSpec(
         args.name,
         FleetLimits(
@@ -93,10 +138,12 @@ async def run_worker(args: argparse.Namespace) -> dict[str, Any]:
         admission_timeout=10.0,
         retry_budget=budget,
         leases=LeasePolicy() if args.leases == "on" else None,
+        estimator=counting if args.estimator == "count" else None,
     )
     headers = {"x-emulator-script": args.script} if args.script else {}
     config = SamplerConfig(
         base_url=args.base_url,
+        backend=ApiBackend(args.backend),
         model="emulator-1",
         api_key="fleet-test-key",
         extra_headers=headers,
@@ -112,25 +159,33 @@ async def run_worker(args: argparse.Namespace) -> dict[str, Any]:
             sent += 1
             stream = await sampler.submit(REQUEST)
             retries = rate_limited = 0
+            started: float | None = None
             async with stream:
                 async for event in stream:
-                    if isinstance(event, Retrying):
+                    if isinstance(event, StreamStarted) and started is None:
+                        started = time.time()  # its headers: the server has charged it
+                    elif isinstance(event, Retrying):
                         retries += 1
                         rate_limited += event.kind is SamplingErrorKind.RATE_LIMITED
                     elif isinstance(event, Completed | Failed):
                         records.append(
                             {
                                 "done": time.time(),
+                                "started": started,
                                 "ok": isinstance(event, Completed),
                                 "error": None if isinstance(event, Completed) else str(event.error),
                                 "retries": retries,
                                 "rate_limited": rate_limited,
                                 "tokens": _tokens(event),
+                                "input_tokens": _input_tokens(event),
                             }
                         )
 
     admission = FleetAdmission(args.redis, spec, on_event=events.append)
+    counted = None
     async with open_sampler(config, admission=admission) as sampler:
+        if args.estimator == "count":
+            counted = await counting.count(sampler, REQUEST, config)
         print("ready", flush=True)
         start_at = float(await trio.to_thread.run_sync(sys.stdin.readline))
         end_at = start_at + args.duration
@@ -138,7 +193,11 @@ async def run_worker(args: argparse.Namespace) -> dict[str, Any]:
         async with trio.open_nursery() as nursery:
             for _ in range(args.tasks):
                 nursery.start_soon(task, sampler)
-    return {"records": records, "events": [type(e).__name__ for e in events]}
+    return {
+        "records": records,
+        "events": [type(e).__name__ for e in events],
+        "counted_prompt_tokens": counted,
+    }
 
 
 def _tokens(event: Completed | Failed) -> int:
@@ -147,6 +206,13 @@ def _tokens(event: Completed | Failed) -> int:
         return 0
     usage = event.response.usage
     return usage.input_tokens + usage.output_tokens
+
+
+def _input_tokens(event: Completed | Failed) -> int | None:
+    """The prompt tokens a completed request was billed (``None``: not completed)."""
+    if not isinstance(event, Completed) or event.response.usage is None:
+        return None
+    return event.response.usage.input_tokens
 
 
 def main() -> None:

@@ -55,6 +55,7 @@ from ..wire import (
     stream_decoder,
 )
 from ..wire._replay import decode_failure
+from ..wire.errors import provider_request_id
 from ..wire.responses import ResponsesTransform
 from ._memory import Holding, ResponseMemory
 from ._metrics import AttemptMetrics
@@ -458,6 +459,9 @@ class Attempts:
                 await self._read(sink, body, config, metrics, watch, headers_at)
         except SamplingClientError as exc:
             metrics.rate_limit = exc.info.rate_limit_snapshot or metrics.rate_limit
+            metrics.provider_request_id = (
+                exc.info.provider_request_id or metrics.provider_request_id
+            )
             if observer is not None:
                 observer.failed(exc.info)
             if body is None:
@@ -520,6 +524,7 @@ class Attempts:
         stream = body.stream
         now = trio.current_time()
         metrics.request_sent_at = stream.request_sent_at
+        metrics.provider_request_id = provider_request_id(stream.header_fields)
         # The metrics' times are the bytes' arrival where the reads say it.
         metrics.headers_at = body.received_at(now)
         if resume is not None:

@@ -83,25 +83,29 @@ def bill(
     """The ledger lines of one ended attempt: one, or, after server-side fallback hops
     whose usage the server reported, the first model's share and each hop's, each priced
     at its own model (when the catalog knows every one of them)."""
-    number, asked = attempt.number, attempt.model
+    number, asked, rid = attempt.number, attempt.model, attempt.provider_request_id
     if usage is None and cost is None and attempt.token_count and attempt.prompt_estimate:
         # Content came, so the server processed the request, but it reported no usage
         # before the end: the best estimate, marked as one.
         estimate = Usage(input_tokens=attempt.prompt_estimate, output_tokens=attempt.token_count)
         price = catalog.cost_ticks(asked, estimate) if catalog is not None and asked else None
-        return (LedgerEntry(number, outcome, asked, estimate, price, estimated=True),)
+        return (
+            LedgerEntry(
+                number, outcome, asked, estimate, price, estimated=True, provider_request_id=rid
+            ),
+        )
     hops = [] if attempt.transform is None else attempt.transform.served_hops
     shares = [(hop.to_model, hop.usage) for hop in hops if hop.usage is not None]
     if usage is None or not shares or catalog is None:
-        return (LedgerEntry(number, outcome, asked, usage, cost),)
+        return (LedgerEntry(number, outcome, asked, usage, cost, provider_request_id=rid),)
     first = hops[0].from_model or asked
     lines = [(first, _less(usage, [share for _, share in shares]), False)]
     lines += [(model, share, True) for model, share in shares]
     costs = [catalog.cost_ticks(model, share) if model else None for model, share, _ in lines]
     if any(line_cost is None for line_cost in costs):  # a model without a price: as one
-        return (LedgerEntry(number, outcome, asked, usage, cost),)
+        return (LedgerEntry(number, outcome, asked, usage, cost, provider_request_id=rid),)
     return tuple(
-        LedgerEntry(number, outcome, model, share, line_cost, hop=hop)
+        LedgerEntry(number, outcome, model, share, line_cost, hop=hop, provider_request_id=rid)
         for (model, share, hop), line_cost in zip(lines, costs, strict=True)
     )
 
@@ -118,6 +122,7 @@ class AttemptMetrics:
         "number",
         "paced_s",
         "prompt_estimate",
+        "provider_request_id",
         "rate_limit",
         "request_sent_at",
         "route",
@@ -152,6 +157,8 @@ class AttemptMetrics:
         #: What its body has been turned into so far (``None``: not sent yet): what a
         #: cancel that ends it now finds billed.
         self.transform: StreamTransform | None = None
+        #: The provider's id of its request, from the response head or an error.
+        self.provider_request_id: str | None = None
 
     @property
     def usage(self) -> Usage | None:

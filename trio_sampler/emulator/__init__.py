@@ -9,6 +9,9 @@ tools, usage, pacing and faults) with the ``x-emulator-script`` header. See
 from ._app import REDACTED as REDACTED
 from ._app import EmulatorApp as EmulatorApp
 from ._app import redact_headers as redact_headers
+from ._billing import BilledUsage as BilledUsage
+from ._billing import BillingEntry as BillingEntry
+from ._billing import BillingOutcome as BillingOutcome
 from ._cache import SHARED_CACHE as SHARED_CACHE
 from ._cache import CacheResult as CacheResult
 from ._cache import PromptCache as PromptCache
@@ -28,6 +31,9 @@ from ._transport import EmulatorTransport as EmulatorTransport
 __all__ = [
     "REDACTED",
     "SHARED_CACHE",
+    "BilledUsage",
+    "BillingEntry",
+    "BillingOutcome",
     "CacheResult",
     "EmulatorApp",
     "EmulatorServer",

@@ -20,6 +20,15 @@ from ..wire import get_backend
 from ._arrival import request_answered, request_arrived
 from ._background import BackgroundStore
 from ._bedrock import BEDROCK_PATH, EventStreamSend, messages_body
+from ._billing import (
+    DEFAULT_MAX_BILLED,
+    BillingBook,
+    BillingEntry,
+    BillingOutcome,
+    StreamProgress,
+    settle_body,
+    settle_stream,
+)
 from ._budget import DEFAULT_MAX_REPLY_BYTES, ReplyBudget, frames_size
 from ._cache import SHARED_CACHE, PromptCache
 from ._faults import AttemptPlan, FaultBook, OutcomeFault
@@ -160,6 +169,8 @@ class EmulatorApp:
             reply is held from its rendering until its last byte is handed to the
             connection; a client that never reads holds it until it goes away). Past it,
             new requests get 503 (Anthropic: 529, overloaded).
+        max_billed: the billing record's bound in entries (oldest dropped first); see
+            :attr:`billing`.
     """
 
     def __init__(
@@ -174,6 +185,7 @@ class EmulatorApp:
         max_recorded_bytes: int = DEFAULT_MAX_RECORDED_BYTES,
         max_recorded_body_bytes: int = DEFAULT_MAX_RECORDED_BODY_BYTES,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+        max_billed: int = DEFAULT_MAX_BILLED,
     ) -> None:
         if not (isinstance(body_timeout, int | float) and 0 < body_timeout < math.inf):
             raise ValueError(
@@ -194,6 +206,9 @@ class EmulatorApp:
         self._epoch: float | None = None
         #: Responses background mode: the responses kept for retrieval and their record.
         self.background = BackgroundStore()
+        #: What every sampling request was billed, by the request id sent back (see
+        #: :meth:`billed`).
+        self.billing = BillingBook(max_billed)
 
     def clock(self) -> float:
         """The emulator's clock: seconds since its first request (or since
@@ -234,6 +249,15 @@ class EmulatorApp:
         Requests without a scenario are recorded under ``""``.
         """
         return self.log.entries(scenario)
+
+    def billed(self, scenario: str | None = None) -> list[BillingEntry]:
+        """What the emulator billed for each sampling request of ``scenario`` (every
+        request when ``None``; ``""``: those without one), oldest first: one
+        :class:`~trio_sampler.emulator.BillingEntry` per request, keyed by the request id
+        it sent back (``x-request-id`` / ``request-id``), with what was billed and what
+        the client could read of it (``docs/emulator.md``, "Billing"). Bounded
+        (``max_billed``): old entries are dropped."""
+        return self.billing.entries(scenario)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -282,6 +306,13 @@ class EmulatorApp:
                 values = query.get("values", ["0"])[0] not in ("", "0", "false")
                 await _respond(send, 200, self.punctuality.report(values=values), [])
                 return
+            if path == "/v1/emulator/billing" and method in ("GET", "DELETE"):
+                if method == "DELETE":
+                    self.billing.clear()
+                query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+                scenario = query["scenario"][0] if "scenario" in query else None
+                await _respond(send, 200, [e.as_json() for e in self.billed(scenario)], [])
+                return
             if path in _COUNTERS and method == "POST":
                 await self._count_tokens(path, await self._read_body(receive), send, request_id)
                 return
@@ -302,9 +333,26 @@ class EmulatorApp:
             # When the request arrived (the read of its last bytes, where the server
             # says): paced streams count from here.
             arrived = request_arrived()
-            await self._sample(
-                renderer, view_of, path, headers, body, receive, send, request_id, arrived
-            )
+            entry = self.billing.open(request_id, renderer.backend)
+            try:
+                await self._sample(
+                    renderer,
+                    view_of,
+                    path,
+                    headers,
+                    body,
+                    receive,
+                    send,
+                    request_id,
+                    arrived,
+                    entry,
+                )
+            except ApiError as error:  # answered with an error status: nothing generated
+                entry.status, entry.outcome = error.status, BillingOutcome.REFUSED
+                raise
+            finally:
+                if entry.outcome is BillingOutcome.OPEN:  # left before anything was billed
+                    entry.outcome = BillingOutcome.CLIENT_GONE
         except _ClientGone:
             return
         except ApiError as error:
@@ -379,6 +427,7 @@ class EmulatorApp:
         send: Send,
         request_id: str,
         arrived: float,
+        entry: BillingEntry,
     ) -> None:
         now = self.clock()
         model = _model_of(body) if self.models else None
@@ -390,11 +439,13 @@ class EmulatorApp:
                 script = merge_scripts(model_script, headers.get("x-emulator-script"))
         except ScriptError as exc:
             raise ApiError(str(exc)) from None
+        entry.scenario = script.scenario or ""
         pacing = TokenPacing.of(script, arrived)
         bench = (self.bench or headers.get("x-emulator-bench") == "1") and not (
             script.faults or script.delay_ms or pacing or self.rate_limits or model_script
         )
         if bench and await self._bench_hit(renderer, script, body, send):
+            self.billing.discard(entry.request_id)  # bench answers are not recorded
             return
         try:
             data = orjson.loads(body)
@@ -408,6 +459,7 @@ class EmulatorApp:
         if not bench:
             self.log.add(script.scenario or "", path, headers, body)
         view = view_of(data, self.cache)
+        entry.model = view.model
         _peer_check(renderer.backend, data)
         if view.prefill and not script.accepts_prefill:
             raise ApiError(PREFILL_REJECTED)
@@ -425,6 +477,7 @@ class EmulatorApp:
                 anthropic=renderer.backend == "messages",
             )
             if not verdict.admitted:
+                entry.status, entry.outcome = 429, BillingOutcome.REFUSED
                 await _respond(
                     send,
                     429,
@@ -451,6 +504,8 @@ class EmulatorApp:
         charge = verdict.charge if verdict is not None else None
         outcome = plan.outcome
         if isinstance(outcome, StatusFault | ContextLengthFault):
+            entry.outcome = BillingOutcome.REFUSED
+            entry.status = outcome.status if isinstance(outcome, StatusFault) else 400
             if charge is not None and self.rate_limits is not None:
                 self.rate_limits.settle(charge, 0)
             if isinstance(outcome, ContextLengthFault):
@@ -485,6 +540,7 @@ class EmulatorApp:
             # A kept response's id is its own (ids are otherwise a function of the body).
             unique = hashlib.sha256((reply.id_seed + request_id).encode()).hexdigest()
             reply = attrs.evolve(reply, id_seed=unique)
+            self.billing.kept(entry, response_id(reply), reply.usage)
             self.background.keep(
                 response_id(reply),
                 renderer.stream(reply, view),
@@ -499,23 +555,30 @@ class EmulatorApp:
                     renderer, script, data, 200, base + _SSE_HEADERS, b"".join(frames)
                 )
             anthropic = renderer.backend == "messages"
-            with self.replies.holding(frames_size(frames), anthropic=anthropic):
-                await _send_start(send, 200, base + _SSE_HEADERS)
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope)
-                    await _emit(
-                        send,
-                        renderer,
-                        reply,
-                        view,
-                        frames,
-                        plan,
-                        script.delay_ms / 1000,
-                        pacing,
-                        arrived,
-                        self.punctuality,
-                    )
-                    nursery.cancel_scope.cancel()
+            progress = StreamProgress()
+            try:
+                with self.replies.holding(frames_size(frames), anthropic=anthropic):
+                    await _send_start(send, 200, base + _SSE_HEADERS)
+                    entry.status = 200
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope)
+                        await _emit(
+                            send,
+                            renderer,
+                            reply,
+                            view,
+                            frames,
+                            plan,
+                            script.delay_ms / 1000,
+                            pacing,
+                            arrived,
+                            self.punctuality,
+                            progress,
+                        )
+                        nursery.cancel_scope.cancel()
+            finally:
+                if entry.status == 200:
+                    settle_stream(entry, frames, progress, reply.usage, view.include_usage)
             return
         if plan.first_token_after is not None:
             await _hold(receive, arrived + plan.first_token_after - trio.current_time())
@@ -530,7 +593,9 @@ class EmulatorApp:
         if bench:
             self._bench_store(renderer, script, data, 200, [*base, _JSON], payload)
         with self.replies.holding(len(payload), anthropic=renderer.backend == "messages"):
+            entry.status = 200
             await _send_payload(send, base, payload, outcome)
+        settle_body(entry, reply.usage, cut=isinstance(outcome, DropFault | MalformedFault))
 
     async def _count_tokens(self, path: str, body: bytes, send: Send, request_id: str) -> None:
         """``POST /v1/messages/count_tokens`` and ``POST /v1/responses/input_tokens``: the
@@ -566,6 +631,13 @@ class EmulatorApp:
         base = [(b"x-request-id", request_id.encode())]
         if action == "cancel":
             self.background.cancel(stored, now)
+            if stored.cancelled_at is not None:
+                generated = stored.cut(None)
+                self.billing.background_cancelled(
+                    response_id,
+                    sum(is_token_frame(stored.frames[n]) for n in generated),
+                    sum(map(is_token_frame, stored.frames)),
+                )
             await _respond(send, 200, stored.response(now), base)
             return
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
@@ -865,6 +937,7 @@ async def _emit(
     pacing: TokenPacing | None,
     arrived: float,
     punctuality: Punctuality,
+    progress: StreamProgress,
 ) -> None:
     """Send ``frames`` with the attempt's pacing and outcome faults applied.
 
@@ -873,11 +946,23 @@ async def _emit(
     delta (k from 0) is sent, in a body message of its own, at ``arrived + first_token +
     k * interval`` on an absolute schedule (so a late wake-up does not push every later
     token back), woken by a :class:`DeadlineTimer`; other events go out right after the
-    one before them. Each paced delta's write is noted in ``punctuality``.
+    one before them. Each paced delta's write is noted in ``punctuality``, and how far the
+    stream got in ``progress`` (what it is billed).
     """
     with DeadlineTimer() as timer:
         await _emit_frames(
-            send, renderer, reply, view, frames, plan, delay, pacing, arrived, timer, punctuality
+            send,
+            renderer,
+            reply,
+            view,
+            frames,
+            plan,
+            delay,
+            pacing,
+            arrived,
+            timer,
+            punctuality,
+            progress,
         )
 
 
@@ -893,15 +978,18 @@ async def _emit_frames(
     arrived: float,
     timer: DeadlineTimer,
     punctuality: Punctuality,
+    progress: StreamProgress,
 ) -> None:
     token_number = 0
     previous = arrived  # when the paced delta before the next one was written
     pending = bytearray()
+    appended = 0  # frames in ``pending`` or sent before it
 
     async def flush() -> None:
         if pending:
             await send({"type": "http.response.body", "body": bytes(pending), "more_body": True})
             pending.clear()
+            progress.sent = appended
 
     for pings in plan.pings:
         for number in range(pings.count):
@@ -917,10 +1005,12 @@ async def _emit_frames(
         cut = min(after, len(frames) - 1)
     if isinstance(outcome, NoTerminatorFault):
         frames = frames[:-1]
+        progress.faulted = True
     middle = len(frames) // 2
     first_token_due = None if plan.first_token_after is None else arrived + plan.first_token_after
     for index, frame in enumerate(frames):
         if index == cut:
+            progress.faulted = True
             if isinstance(outcome, StreamErrorFault):
                 pending += b"".join(renderer.stream_error(reply, view, outcome.error_type, index))
                 break
@@ -929,6 +1019,7 @@ async def _emit_frames(
                 await _drop_stream()
                 return
             pending += renderer.malformed()
+            progress.readable = index
         for stall in plan.stalls:
             if (middle if stall.after_events is None else stall.after_events) == index:
                 await flush()
@@ -949,6 +1040,7 @@ async def _emit_frames(
             if pacing is not None:
                 # Out at once, on its own: the delta is due now, whatever follows it.
                 pending += frame
+                appended = index + 1
                 LAST_SENT.set(None)
                 await flush()
                 # When the connection handed it to the kernel (else: now).
@@ -959,7 +1051,10 @@ async def _emit_frames(
                 previous = written
                 continue
         pending += frame
+        appended = index + 1
         if len(pending) >= _COALESCE_BYTES:
             await flush()
     await flush()
     await send({"type": "http.response.body", "body": b"", "more_body": False})
+    progress.sent = appended
+    progress.done = True

@@ -244,6 +244,11 @@ class LedgerEntry:
     #: attempt's content events (text pieces, tool-call deltas, the first-token mark): a
     #: rough count, there to keep a processed attempt from being billed nothing.
     estimated: bool = False
+    #: The provider's id of the attempt's request (``x-request-id`` / ``request-id``, or
+    #: an error body's ``request_id``): what the provider's own billing records are keyed
+    #: by. ``None`` when no response head or error came (a connection that failed, an
+    #: attempt cancelled before its headers).
+    provider_request_id: str | None = None
 
 
 @attrs.frozen

@@ -39,6 +39,7 @@ __all__ = [
     "error_info",
     "internal_error",
     "is_context_length_message",
+    "provider_request_id",
     "scrub_secrets",
     "user_message",
 ]
@@ -337,6 +338,13 @@ def _clean_header_value(value: str | None) -> str | None:
     return value if value.isprintable() else None
 
 
+def provider_request_id(lowered: Mapping[str, str]) -> str | None:
+    """The provider's request id in response headers (names lower-cased):
+    ``x-request-id`` (OpenAI) or ``request-id`` (Anthropic), cleaned as every header value
+    that leaves the library is (secrets scrubbed, bounded, printable); ``None``: none."""
+    return _clean_header_value(lowered.get("x-request-id") or lowered.get("request-id"))
+
+
 def _parse_body(body: bytes) -> tuple[str | None, str | None, str | None, str | None]:
     """``(type, code, message, request_id)`` from a JSON error body, or the body as text."""
     text = body.strip()
@@ -443,9 +451,7 @@ def classify_http_error(
         for name, value in lowered.items()
         if name.startswith(_RATE_LIMIT_PREFIXES) or name in _RATE_LIMIT_NAMES
     }
-    request_id = _clean_header_value(
-        lowered.get("x-request-id") or lowered.get("request-id") or body_request_id
-    )
+    request_id = provider_request_id(lowered) or _clean_header_value(body_request_id)
     return SamplingErrorInfo(
         kind=kind,
         message=user_message(message, fallback=_status_copy(status)),
