@@ -6,7 +6,7 @@ import contextvars
 import hashlib
 import math
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -18,7 +18,7 @@ from .._receive_time import LAST_SENT
 from ..wire import get_backend
 from ._arrival import request_answered, request_arrived
 from ._background import BackgroundStore
-from ._budget import DEFAULT_MAX_REPLY_BYTES, ReplyBudget, frames_size
+from ._budget import DEFAULT_MAX_REPLY_BYTES, Frames, ReplyBudget, stream_deltas
 from ._cache import SHARED_CACHE, PromptCache
 from ._faults import AttemptPlan, FaultBook, OutcomeFault
 from ._log import (
@@ -439,14 +439,18 @@ class EmulatorApp:
                 send, outcome.status, error_body, base + retry_after_headers(outcome.retry_after)
             )
             return
-        # Refused before its reply is rendered, when the replies held fill the budget.
-        self.replies.check(anthropic=renderer.backend == "messages")
+        # Refused before its reply is planned when the replies held fill the budget, and
+        # before it is rendered when it would not fit.
+        anthropic = renderer.backend == "messages"
+        self.replies.check(anthropic=anthropic)
         if isinstance(outcome, ContentFilterFault):
             script = attrs.evolve(script, stop="content_filter")
         if isinstance(outcome, EmptyFault):
             reply = empty_reply(view, body)
         else:
             reply = plan_reply(view, script, body)
+        deltas = stream_deltas(reply) if view.stream else 0
+        self.replies.check(anthropic=anthropic, api=renderer.backend, deltas=deltas)
         if charge is not None and self.rate_limits is not None:
             # The emulator knows the reply's length up front: the output charge is corrected
             # now rather than when the body ends (the provider's bucket is never tighter).
@@ -464,13 +468,13 @@ class EmulatorApp:
                 script.delay_ms / 1000,
             )
         if view.stream:
-            frames = renderer.stream(reply, view)
+            frames = Frames(renderer.stream(reply, view))
             if bench:
-                self._bench_store(
-                    renderer, script, data, 200, base + _SSE_HEADERS, b"".join(frames)
-                )
-            anthropic = renderer.backend == "messages"
-            with self.replies.holding(frames_size(frames), anthropic=anthropic):
+                self._bench_store(renderer, script, data, 200, base + _SSE_HEADERS, frames.data)
+            held = self.replies.holding(
+                frames.nbytes, anthropic=anthropic, api=renderer.backend, deltas=deltas
+            )
+            with held:
                 await _send_start(send, 200, base + _SSE_HEADERS)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope)
@@ -500,7 +504,7 @@ class EmulatorApp:
             return
         if bench:
             self._bench_store(renderer, script, data, 200, [*base, _JSON], payload)
-        with self.replies.holding(len(payload), anthropic=renderer.backend == "messages"):
+        with self.replies.holding(len(payload), anthropic=anthropic):
             await _send_payload(send, base, payload, outcome)
 
     async def _count_tokens(self, path: str, body: bytes, send: Send, request_id: str) -> None:
@@ -830,7 +834,7 @@ async def _emit(
     renderer: Renderer,
     reply: Reply,
     view: RequestView,
-    frames: list[bytes],
+    frames: Sequence[bytes],
     plan: AttemptPlan,
     delay: float,
     pacing: TokenPacing | None,
@@ -857,7 +861,7 @@ async def _emit_frames(
     renderer: Renderer,
     reply: Reply,
     view: RequestView,
-    frames: list[bytes],
+    frames: Sequence[bytes],
     plan: AttemptPlan,
     delay: float,
     pacing: TokenPacing | None,
