@@ -200,8 +200,9 @@ _TIMED_OUT: Final = _Timeout()
 
 class _Reads:
     """What an attempt's connection holds for its reads, as the memory account counts
-    it: the socket's read, the transport's copy and the HTTP parser's buffer, up to the
-    longest read each.
+    it: the socket's read, the HTTP parser's buffer and the slice it hands on, the
+    transport's copy and the SSE decoder's events cut from it, up to the longest read
+    each (a passing buffer: see :mod:`._memory`).
     (Its own object: counting the body itself would tie the body, and with it the
     attempt's text, in a reference cycle through the account.)"""
 
@@ -212,7 +213,7 @@ class _Reads:
 
     @property
     def buffered_bytes(self) -> int:
-        return 3 * self.longest
+        return 5 * self.longest
 
 
 class _Body:
@@ -239,7 +240,7 @@ class _Body:
         self._reads = _Reads()
         if holding is not None:  # these grow with server input too
             holding.count(self._decoder)
-            holding.count(self._reads)
+            holding.count(self._reads, passing=True)
         #: Content has been produced (reads are parsed whole from then on).
         self.emitted = False
         #: The part of a read not parsed yet.
@@ -440,7 +441,7 @@ class Attempts:
         background = resume is not None or wire.data.get("background") is True
         holding = self._memory.hold(transform) if self._memory is not None else None
         if holding is not None:  # the events waiting for the consumer hold its text too
-            holding.count(sink)
+            holding.count(sink, passing=True)
         sink.transform = metrics.transform = transform
         metrics.prompt_estimate = math.ceil(len(wire.body) / 4)
         if observer is not None:

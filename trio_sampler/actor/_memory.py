@@ -13,6 +13,21 @@ holds for the event in progress (up to ``max_sse_event_bytes`` each: an endless 
 grows there, not in the fold). A buffer is counted once :meth:`Holding.count` is told of
 it.
 
+What the process holds for a stream is more than its buffers, and the account counts it
+as the process holds it, so that the limit bounds the resident memory, not only the text:
+
+* every stream costs :data:`STREAM_OVERHEAD` however little it holds (its connection,
+  the HTTP parser's state, its task and the attempt's own objects: about 40 KiB each,
+  measured with a few hundred idle streams);
+* the buffers a read passes through (the connection's reads and the events waiting for
+  the consumer: *passing* buffers, counted with ``passing=True``) are freed once the read
+  is parsed, but the allocator keeps that memory for the next reads rather than returning
+  it to the system. So the account counts the passing buffers at their highest sum
+  while any stream is live (:attr:`ResponseMemory.retained` is that peak minus what the
+  live streams hold now): a stream stopped by the cap does not leave its reads' share
+  to the text of the others, which would grow in fresh memory beside what the
+  allocator keeps. The peak is forgotten when no stream is left.
+
 An attempt reports what it holds before every body read (:meth:`Holding.report`) and
 lets the memory cancel the read's scope when the attempt is the one to stop. So the total
 is exact at every read, and exceeds the limit by at most what each stream's last read
@@ -29,10 +44,20 @@ from ..client import SamplingClientError
 from ..types import SamplingErrorInfo, SamplingErrorKind
 from ..wire import StreamTransform
 
-__all__ = ["DEFAULT_MAX_BUFFERED_RESPONSE_BYTES", "Buffer", "Holding", "ResponseMemory"]
+__all__ = [
+    "DEFAULT_MAX_BUFFERED_RESPONSE_BYTES",
+    "STREAM_OVERHEAD",
+    "Buffer",
+    "Holding",
+    "ResponseMemory",
+]
 
 #: ``open_sampler(max_buffered_response_bytes=)`` by default: 1 GiB in all.
 DEFAULT_MAX_BUFFERED_RESPONSE_BYTES = 1024 * 1024 * 1024
+
+#: What a live stream costs before it holds any response: its connection and HTTP
+#: parser, its task, cancel scopes and the attempt's objects (measured: about 40 KiB).
+STREAM_OVERHEAD = 48 * 1024
 
 
 class ResponseMemory:
@@ -40,11 +65,22 @@ class ResponseMemory:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        #: What the attempts not stopped hold, in bytes, as last reported.
+        #: What the attempts not stopped hold, in bytes, as last reported, and what the
+        #: allocator keeps of their passing buffers (:attr:`retained`).
         self.total = 0
         #: The highest ``total`` reported.
         self.peak = 0
+        #: The passing buffers the live attempts hold, and the highest sum of them since
+        #: the account was last empty.
+        self.passing = 0
+        self.passing_peak = 0
+        self._sum = 0  # what the live attempts hold, passing buffers included
         self._live: set[Holding] = set()
+
+    @property
+    def retained(self) -> int:
+        """Memory the passing buffers freed and the allocator keeps for later reads."""
+        return self.passing_peak - self.passing
 
     def hold(self, transform: StreamTransform) -> Holding:
         """Start counting what the attempt behind ``transform`` holds."""
@@ -52,15 +88,20 @@ class ResponseMemory:
         self._live.add(holding)
         return holding
 
-    def update(self, holding: Holding, held: int) -> None:
-        """``holding`` holds ``held`` bytes now; past the limit, stop the largest."""
+    def update(self, holding: Holding, held: int, passing: int = 0) -> None:
+        """``holding`` holds ``held`` bytes now, ``passing`` of them in passing buffers;
+        past the limit, stop the largest."""
         if holding not in self._live:
             return
-        self.total += held - holding.bytes
-        holding.bytes = held
+        self._sum += held - holding.bytes
+        self.passing += passing - holding.passing
+        holding.bytes, holding.passing = held, passing
+        if self.passing > self.passing_peak:
+            self.passing_peak = self.passing
+        self.total = self._sum + self.passing_peak - self.passing
         if self.total > self.peak:
             self.peak = self.total
-        while self.total > self.limit:
+        while self.total > self.limit and self._live:
             victim = max(self._live, key=_held)
             # Counted as released once stopped: it ends within a scheduling round, and
             # waiting for that would stop more streams than needed.
@@ -68,11 +109,16 @@ class ResponseMemory:
             victim.stop()
 
     def release(self, holding: Holding) -> None:
-        """The attempt ended (or was stopped): what it held is no longer counted."""
+        """The attempt ended (or was stopped): what it held is no longer counted, but
+        for its passing buffers, which the allocator keeps (:attr:`retained`)."""
         if holding in self._live:
             self._live.discard(holding)
-            self.total -= holding.bytes
-        holding.bytes = 0
+            self._sum -= holding.bytes
+            self.passing -= holding.passing
+            if not self._live:  # nothing left to share what the allocator keeps
+                self._sum = self.passing = self.passing_peak = 0
+            self.total = self._sum + self.passing_peak - self.passing
+        holding.bytes = holding.passing = 0
 
     def error(self) -> SamplingErrorInfo:
         return SamplingErrorInfo(
@@ -110,7 +156,11 @@ class Holding:
         self._memory = memory
         self._transform = transform
         self._buffers: tuple[Buffer, ...] = ()
+        self._passing: tuple[Buffer, ...] = ()
+        #: Bytes held as last reported (:data:`STREAM_OVERHEAD` included), and how many of
+        #: them are in passing buffers.
         self.bytes = 0
+        self.passing = 0
         #: Chosen to stop: every read from now on fails with the memory's error.
         self.stopped = False
         self._scope: trio.CancelScope | None = None
@@ -123,13 +173,21 @@ class Holding:
     def release(self) -> None:
         self._memory.release(self)
 
-    def count(self, buffer: Buffer) -> None:
-        """Count what ``buffer`` holds too, from the next report on (the SSE decoder)."""
-        self._buffers = (*self._buffers, buffer)
+    def count(self, buffer: Buffer, *, passing: bool = False) -> None:
+        """Count what ``buffer`` holds too, from the next report on: a buffer that grows
+        (the SSE decoder's event in progress), or with ``passing`` one that a read
+        passes through (the connection's reads, the events the consumer has not taken)."""
+        if passing:
+            self._passing = (*self._passing, buffer)
+        else:
+            self._buffers = (*self._buffers, buffer)
 
-    def held(self) -> int:
-        """Bytes held now: the fold's text and every counted buffer."""
-        return self._transform.held_bytes + sum(b.buffered_bytes for b in self._buffers)
+    def held(self) -> tuple[int, int]:
+        """Bytes held now (the stream's overhead, the fold's text and every counted
+        buffer), and how many of them are in passing buffers."""
+        passing = sum(b.buffered_bytes for b in self._passing)
+        growing = sum(b.buffered_bytes for b in self._buffers)
+        return STREAM_OVERHEAD + self._transform.held_bytes + growing + passing, passing
 
     def report(self) -> None:
         """Before a read: report what the attempt holds now (the largest past the
@@ -137,7 +195,7 @@ class Holding:
         if self._transform.finished:
             self.release()  # the response (or partial) is the consumer's now
         else:
-            self._memory.update(self, self.held())
+            self._memory.update(self, *self.held())
         self.check()
 
     def guard(self, scope: trio.CancelScope | None) -> None:
