@@ -7,7 +7,9 @@ buffers are not the sampler's). The cases:
 
 * ``endless-event``: one SSE event that never ends (it grows in each stream's SSE
   decoder, up to ``max_sse_event_bytes``);
-* ``endless-text``: text deltas without end (they grow in each stream's fold).
+* ``endless-text``: text deltas without end (they grow in each stream's fold);
+* ``endless-wide-text``: the same in CJK characters (three bytes each in UTF-8, two in
+  the strings that hold them).
 
 Reported: the growth of the process's peak resident set (``VmHWM``, reset before the
 streams start) over the cap, how the streams ended, and the machine's load average at
@@ -39,7 +41,8 @@ import functools, sys
 import orjson, trio
 
 case = sys.argv[1]
-TEXT = b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": {"content": "x" * 4096}}]})
+CHAR = "\u8bed" if case == "endless-wide-text" else "x"
+TEXT = b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": {"content": CHAR * 4096}}]})
 TEXT += b"\n\n"
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
 PIECE = b"x" * 65536 if case == "endless-event" else TEXT * 16
@@ -133,10 +136,10 @@ def main() -> None:
     parser.add_argument("--cap-mib", type=int, nargs="+", default=[32, 128])
     args = parser.parse_args()
     rows = []
-    print(f"{'case':<14} {'streams':>7} {'cap':>7} {'RSS growth':>11} {'x cap':>6}  endings")
+    print(f"{'case':<17} {'streams':>7} {'cap':>7} {'RSS growth':>11} {'x cap':>6}  endings")
     for cap_mib in args.cap_mib:
         cap = cap_mib * _MIB
-        for case in ("endless-event", "endless-text"):
+        for case in ("endless-event", "endless-text", "endless-wide-text"):
             result = run_case(case, args.streams, cap)
             growth = int(str(result["growth"]))
             codes = result["codes"]
@@ -152,7 +155,7 @@ def main() -> None:
                 }
             )
             print(
-                f"{case:<14} {args.streams:>7} {cap_mib:>5}Mi {growth / _MIB:>8.1f}MiB "
+                f"{case:<17} {args.streams:>7} {cap_mib:>5}Mi {growth / _MIB:>8.1f}MiB "
                 f"{growth / cap:>6.2f}  {endings}"
             )
     write_results(

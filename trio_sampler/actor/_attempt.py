@@ -198,11 +198,18 @@ class _Timeout:
 _TIMED_OUT: Final = _Timeout()
 
 
+#: What a read costs the process, in reads: the five copies it passes through (the
+#: socket's read, the HTTP parser's buffer and the slice it hands on, the transport's
+#: copy, the SSE decoder's events cut from it), and the free memory the allocator keeps
+#: between such short-lived blocks, about three reads more (``benchmarks/memory_cap.py``:
+#: with five, 20 endless streams grew the process by up to 1.15 times the sampler's cap).
+_READ_COPIES = 8
+
+
 class _Reads:
     """What an attempt's connection holds for its reads, as the memory account counts
-    it: the socket's read, the HTTP parser's buffer and the slice it hands on, the
-    transport's copy and the SSE decoder's events cut from it, up to the longest read
-    each (a passing buffer: see :mod:`._memory`).
+    it: :data:`_READ_COPIES` times the longest read (a passing buffer: see
+    :mod:`._memory`).
     (Its own object: counting the body itself would tie the body, and with it the
     attempt's text, in a reference cycle through the account.)"""
 
@@ -213,7 +220,7 @@ class _Reads:
 
     @property
     def buffered_bytes(self) -> int:
-        return 5 * self.longest
+        return _READ_COPIES * self.longest
 
 
 class _Body:

@@ -19,10 +19,11 @@ as the process holds it, so that the limit bounds the resident memory, not only 
 * every stream costs :data:`STREAM_OVERHEAD` however little it holds (its connection,
   the HTTP parser's state, its task and the attempt's own objects: about 40 KiB each,
   measured with a few hundred idle streams);
-* the buffers a read passes through (the connection's reads and the events waiting for
-  the consumer: *passing* buffers, counted with ``passing=True``) are freed once the read
-  is parsed, but the allocator keeps that memory for the next reads rather than returning
-  it to the system. So the account counts the passing buffers at their highest sum
+* the buffers a read passes through (the connection's reads, counted as eight times the
+  longest read for its copies and the allocator's free memory between them, and the
+  events waiting for the consumer: *passing* buffers, counted with ``passing=True``) are
+  freed once the read is parsed, but the allocator keeps that memory for the next reads
+  rather than returning it to the system. So the account counts the passing buffers at their highest sum
   while any stream is live (:attr:`ResponseMemory.retained` is that peak minus what the
   live streams hold now): a stream stopped by the cap does not leave its reads' share
   to the text of the others, which would grow in fresh memory beside what the
