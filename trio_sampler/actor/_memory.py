@@ -23,11 +23,11 @@ as the process holds it, so that the limit bounds the resident memory, not only 
   longest read for its copies and the allocator's free memory between them, and the
   events waiting for the consumer: *passing* buffers, counted with ``passing=True``) are
   freed once the read is parsed, but the allocator keeps that memory for the next reads
-  rather than returning it to the system. So the account counts the passing buffers at their highest sum
-  while any stream is live (:attr:`ResponseMemory.retained` is that peak minus what the
-  live streams hold now): a stream stopped by the cap does not leave its reads' share
-  to the text of the others, which would grow in fresh memory beside what the
-  allocator keeps. The peak is forgotten when no stream is left.
+  rather than returning it to the system. So the account counts the passing buffers at
+  their highest sum while any stream is live (:attr:`ResponseMemory.retained` is that
+  peak minus what the live streams hold now): a stream stopped by the cap does not leave
+  its reads' share to the text of the others, which would grow in fresh memory beside
+  what the allocator keeps. The peak is forgotten when no stream is left.
 
 An attempt reports what it holds before every body read (:meth:`Holding.report`) and
 lets the memory cancel the read's scope when the attempt is the one to stop. So the total
