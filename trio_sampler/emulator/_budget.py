@@ -11,10 +11,11 @@ What is held is what the process holds. A rendered stream is packed into one buf
 (:class:`Frames`) before it is counted: a list of tens of thousands of small ``bytes``,
 each allocated between the rendering's temporaries, would hold about twice its bytes in
 a process's memory once those temporaries are freed (and the allocator keeps such
-half-used memory). The connection's own buffers hold no more than a read's worth: a
+half-used memory). The connection's own buffers hold no more than a message or two: a
 write to a client that does not read waits (Hypercorn writes each body message to the
-socket before the app's ``send`` returns; HTTP/2 waits for the stream's flow-control
-window), so the reply's producer is held back, not buffered.
+socket before the app's ``send`` returns; HTTP/2 stops taking a stream's data past a
+small buffer, Hypercorn's ``BUFFER_HIGH_WATER``, until its flow-control window opens),
+so the reply's producer is held back, not buffered.
 
 A reply that would not fit is refused before it is rendered: its size is estimated from
 its deltas (:func:`stream_deltas`) at the bytes per delta of the last stream rendered for
