@@ -17,7 +17,12 @@ the end (the runs share the machine). Loopback only, bounded in time
 (each stream ends when the cap or a per-stream bound stops it). Prints a table and writes
 ``benchmarks/results/memory_cap.json``.
 
-    python benchmarks/memory_cap.py [--streams 20] [--cap-mib 32 128]
+With ``--loadtest C``, the load generator (``trio-sampler loadtest``, ``--concurrency C``
+for ``--loadtest-seconds``) runs against the endless-text server under each of
+``--loadtest-cap-mib``, its process measured the same way (the growth over its resident
+set once imported).
+
+    python benchmarks/memory_cap.py [--streams 20] [--cap-mib 32 128] [--loadtest 1000]
 """
 
 from __future__ import annotations
@@ -112,16 +117,39 @@ trio.run(main)
 """
 
 
-def run_case(case: str, streams: int, cap: int) -> dict[str, object]:
+LOADTEST = r"""
+import json, sys
+import trio_sampler.cli, trio_sampler.loadtest
+
+def status(field):
+    with open("/proc/self/status") as lines:
+        for line in lines:
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+
+with open("/proc/self/clear_refs", "w") as clear:
+    clear.write("5")
+before = status("VmRSS:")
+try:
+    trio_sampler.cli.main(sys.argv[1:])
+finally:
+    print(json.dumps({"growth": status("VmHWM:") - before, "codes": []}))
+"""
+
+
+def run_case(case: str, streams: int, cap: int, loadtest: float = 0) -> dict[str, object]:
     server = subprocess.Popen([sys.executable, "-c", SERVER, case], stdout=subprocess.PIPE)
     try:
         assert server.stdout is not None
         port = server.stdout.readline().decode().strip()
+        if loadtest:
+            command = ["-c", LOADTEST, "loadtest", f"--base-url=http://127.0.0.1:{port}/v1"]
+            command += ["--model=m", f"--concurrency={streams}", f"--duration={loadtest}"]
+            command += ["--warmup=0", f"--memory-cap={cap}", "--no-progress"]
+        else:
+            command = ["-c", CHILD, port, str(streams), str(cap)]
         done = subprocess.run(
-            [sys.executable, "-c", CHILD, port, str(streams), str(cap)],
-            capture_output=True,
-            timeout=600,
-            check=True,
+            [sys.executable, *command], capture_output=True, timeout=600, check=not loadtest
         )
     finally:
         server.terminate()
@@ -134,33 +162,46 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--streams", type=int, default=20)
     parser.add_argument("--cap-mib", type=int, nargs="+", default=[32, 128])
+    parser.add_argument("--loadtest", type=int, default=0, metavar="C", help="loadtest streams")
+    parser.add_argument("--loadtest-seconds", type=float, default=30.0)
+    parser.add_argument("--loadtest-cap-mib", type=int, nargs="+", default=[1024])
     args = parser.parse_args()
     rows = []
     print(f"{'case':<17} {'streams':>7} {'cap':>7} {'RSS growth':>11} {'x cap':>6}  endings")
-    for cap_mib in args.cap_mib:
+    cases = [
+        (cap_mib, case, args.streams)
+        for cap_mib in args.cap_mib
+        for case in ("endless-event", "endless-text", "endless-wide-text")
+    ]
+    if args.loadtest:
+        cases += [(cap_mib, "loadtest", args.loadtest) for cap_mib in args.loadtest_cap_mib]
+    for cap_mib, case, streams in cases:
         cap = cap_mib * _MIB
-        for case in ("endless-event", "endless-text", "endless-wide-text"):
-            result = run_case(case, args.streams, cap)
-            growth = int(str(result["growth"]))
-            codes = result["codes"]
-            assert isinstance(codes, list)
-            endings = dict(collections.Counter(str(code) for code in codes))
-            rows.append(
-                {
-                    "case": case,
-                    "cap": cap,
-                    "growth": growth,
-                    "ratio": round(growth / cap, 3),
-                    "endings": endings,
-                }
-            )
-            print(
-                f"{case:<17} {args.streams:>7} {cap_mib:>5}Mi {growth / _MIB:>8.1f}MiB "
-                f"{growth / cap:>6.2f}  {endings}"
-            )
+        if case == "loadtest":
+            result = run_case("endless-text", streams, cap, args.loadtest_seconds)
+        else:
+            result = run_case(case, streams, cap)
+        growth = int(str(result["growth"]))
+        codes = result["codes"]
+        assert isinstance(codes, list)
+        endings = dict(collections.Counter(str(code) for code in codes))
+        rows.append(
+            {
+                "case": case,
+                "streams": streams,
+                "cap": cap,
+                "growth": growth,
+                "ratio": round(growth / cap, 3),
+                "endings": endings,
+            }
+        )
+        print(
+            f"{case:<17} {streams:>7} {cap_mib:>5}Mi {growth / _MIB:>8.1f}MiB "
+            f"{growth / cap:>6.2f}  {endings}"
+        )
     write_results(
         Path(__file__).parent / "results" / "memory_cap.json",
-        {"streams": args.streams, "load_average": os.getloadavg(), "runs": rows},
+        {"load_average": os.getloadavg(), "runs": rows},
     )
 
 
