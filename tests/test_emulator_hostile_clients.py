@@ -347,8 +347,9 @@ async def test_long_replies_past_the_budget_are_refused_without_being_rendered(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Clients that never read: the first long reply is held (its writes wait on the
-    client), the next ones are refused with 503 before they are rendered, so what the
-    server holds stays at the budget however many such clients come."""
+    client), the next ones are refused with 503 and a ``retry-after`` before they are
+    rendered, so what the server holds stays at the budget however many such clients
+    come."""
     rendered: list[int] = []
     packed = Frames
 
@@ -374,6 +375,8 @@ async def test_long_replies_past_the_budget_are_refused_without_being_rendered(
         async def send(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 statuses.append(message["status"])
+                if message["status"] == 503:
+                    assert (b"retry-after", b"1") in message["headers"]
             elif message.get("more_body"):
                 await trio.sleep_forever()  # the socket's buffers are full
 

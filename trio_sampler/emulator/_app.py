@@ -303,6 +303,7 @@ class EmulatorApp:
             return
         except ApiError as error:
             extra = [(renderer.request_id_header(), request_id.encode())]
+            extra += retry_after_headers(error.retry_after)
             await _respond(send, error.status, renderer.error_body(error, request_id), extra)
 
     def _authorized(self, headers: Mapping[str, str]) -> bool:

@@ -157,9 +157,15 @@ class ReplyBudget:
             self.held -= size
 
 
+#: The ``retry-after`` of a reply refused as overloaded, in seconds: replies are let go
+#: as their clients read them or leave, which the server cannot foresee.
+OVERLOADED_RETRY_AFTER = 1.0
+
+
 def _overloaded(anthropic: bool) -> ApiError:
     return ApiError(
         "The server is overloaded: too many long replies are waiting for their clients to "
         "read them. Please try again later.",
         status=529 if anthropic else 503,
+        retry_after=OVERLOADED_RETRY_AFTER,
     )
