@@ -17,18 +17,23 @@ import orjson
 import pytest
 import trio
 
-from trio_sampler.actor import open_sampler
-from trio_sampler.actor._memory import STREAM_OVERHEAD, ResponseMemory
+from trio_sampler.actor import _attempt, _memory, open_sampler
+from trio_sampler.actor._memory import STREAM_OVERHEAD, ResponseMemory, response_bytes
 from trio_sampler.config import SamplerConfig
 from trio_sampler.emulator import EmulatorApp, script_headers
 from trio_sampler.testing import EmulatorTransport
 from trio_sampler.types import (
     ApiBackend,
+    Assistant,
     ChannelToken,
     Completed,
     ConversationRequest,
+    ConversationResponse,
     Failed,
+    Reasoning,
+    Retrying,
     SamplingEvent,
+    ToolCall,
     ToolCallDelta,
     User,
 )
@@ -545,3 +550,53 @@ def test_a_stream_reports_its_buffers_and_which_of_them_pass() -> None:
     assert holding.held() == (STREAM_OVERHEAD + transform.held_bytes + 1300, 300)
     assert memory.total == STREAM_OVERHEAD + transform.held_bytes + 1300
     assert memory.passing == memory.passing_peak == 300
+
+
+def test_the_strings_of_a_response_are_counted_as_cpython_holds_them() -> None:
+    """``response_bytes`` sums the strings of every item (text, reasoning, tool calls), so
+    a partial kept from a failed attempt is counted at 1, 2 or 4 bytes a character."""
+    wide = "\u8bed" * 1000
+    response = ConversationResponse(
+        items=[
+            Reasoning(text="r" * 300),
+            Assistant(wide, tool_calls=[ToolCall(id="c1", name="f", arguments='{"a": 1}')]),
+        ]
+    )
+    strings = ("r" * 300, wide, "c1", "f", '{"a": 1}')
+    assert response_bytes(response) == sum(map(sys.getsizeof, strings))
+    assert sys.getsizeof(wide) > 2 * len(wide)  # two bytes a character, as held
+    assert response_bytes(None) == 0
+
+
+async def test_the_partial_kept_from_a_failed_attempt_is_counted_by_the_next(
+    monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A stream cut midway is tried again; the request keeps the first attempt's partial
+    output for its terminal meanwhile, and the second attempt counts it in the account."""
+    kept: list[int] = []
+
+    class Recorded(_memory.KeptPartial):
+        def __init__(self, response: ConversationResponse | None) -> None:
+            super().__init__(response)
+            kept.append(self.buffered_bytes)
+
+    monkeypatch.setattr(_attempt, "KeptPartial", Recorded)
+    text = " ".join(["word"] * 2000)
+    config = SamplerConfig(
+        base_url="http://emulator/v1",
+        model="m",
+        extra_headers=tuple(
+            script_headers(
+                text=text, faults=[{"type": "drop", "after_events": 1000, "times": 1}]
+            ).items()
+        ),
+    )
+    async with (
+        EmulatorTransport(EmulatorApp()) as transport,
+        open_sampler(config, transport=transport) as sampler,
+    ):
+        stream = await sampler.submit(ConversationRequest(items=[User("hi")]))
+        events = [event async for event in stream]
+    assert any(isinstance(event, Retrying) for event in events)
+    assert isinstance(events[-1], Completed)
+    assert len(kept) == 1 and kept[0] > 900 * len("word ")

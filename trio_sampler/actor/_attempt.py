@@ -55,7 +55,7 @@ from ..wire import (
 )
 from ..wire._replay import decode_failure
 from ..wire.responses import ResponsesTransform
-from ._memory import Holding, ResponseMemory
+from ._memory import Holding, KeptPartial, ResponseMemory
 from ._metrics import AttemptMetrics
 from ._plan import ResumePoint
 from ._stream import CONTENT_EVENTS as _CONTENT
@@ -115,6 +115,11 @@ class AttemptSink(Protocol):
     request_id: str
     submitted_at: float
     transform: StreamTransform | None
+
+    @property
+    def last_partial(self) -> ConversationResponse | None:
+        """The partial output kept from the request's last failed attempt (counted in the
+        sampler's memory account while this attempt runs)."""
 
     @property
     def buffered_bytes(self) -> int:
@@ -449,6 +454,8 @@ class Attempts:
         holding = self._memory.hold(transform) if self._memory is not None else None
         if holding is not None:  # the events waiting for the consumer hold its text too
             holding.count(sink, passing=True)
+            if sink.last_partial is not None:
+                holding.count(KeptPartial(sink.last_partial))
         sink.transform = metrics.transform = transform
         metrics.prompt_estimate = math.ceil(len(wire.body) / 4)
         if observer is not None:

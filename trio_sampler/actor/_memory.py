@@ -13,6 +13,11 @@ holds for the event in progress (up to ``max_sse_event_bytes`` each: an endless 
 grows there, not in the fold). A buffer is counted once :meth:`Holding.count` is told of
 it.
 
+The partial output a request keeps from a failed attempt while it tries again (for its
+terminal, whatever the next attempt shows) is the earlier attempt's text, no longer in
+any fold: the next attempt counts it (:class:`KeptPartial`, measured once with
+:func:`response_bytes`).
+
 What the process holds for a stream is more than its buffers, and the account counts it
 as the process holds it, so that the limit bounds the resident memory, not only the text:
 
@@ -37,12 +42,16 @@ added.
 
 from __future__ import annotations
 
-from typing import Protocol
+import itertools
+import sys
+from collections.abc import Iterable
+from typing import Any, Protocol, cast
 
+import attrs
 import trio
 
 from ..client import SamplingClientError
-from ..types import SamplingErrorInfo, SamplingErrorKind
+from ..types import ConversationResponse, SamplingErrorInfo, SamplingErrorKind
 from ..wire import StreamTransform
 
 __all__ = [
@@ -50,7 +59,9 @@ __all__ = [
     "STREAM_OVERHEAD",
     "Buffer",
     "Holding",
+    "KeptPartial",
     "ResponseMemory",
+    "response_bytes",
 ]
 
 #: ``open_sampler(max_buffered_response_bytes=)`` by default: 1 GiB in all.
@@ -139,6 +150,38 @@ class Buffer(Protocol):
 
     @property
     def buffered_bytes(self) -> int: ...
+
+
+def response_bytes(response: ConversationResponse | None) -> int:
+    """The memory the strings of ``response``'s items take, as CPython holds them (text,
+    reasoning and its summaries, tool names and arguments, refusal, ids)."""
+    return 0 if response is None else _string_bytes(response.items, 0)
+
+
+def _string_bytes(value: object, depth: int) -> int:
+    if isinstance(value, str):
+        return sys.getsizeof(value)
+    values: Iterable[object]
+    if depth > 4:  # the items' strings are a few levels down; nothing grows deeper
+        return 0
+    if isinstance(value, tuple | list):
+        values = value
+    elif isinstance(value, dict):
+        values = itertools.chain(value.keys(), value.values())
+    elif attrs.has(kind := cast(Any, type(value))):
+        values = (getattr(value, field.name) for field in attrs.fields(kind))
+    else:
+        return 0
+    return sum(_string_bytes(item, depth + 1) for item in values)
+
+
+class KeptPartial:
+    """The partial output a request keeps from an earlier attempt, as a counted buffer."""
+
+    __slots__ = ("buffered_bytes",)
+
+    def __init__(self, response: ConversationResponse | None) -> None:
+        self.buffered_bytes = response_bytes(response)
 
 
 def _held(holding: Holding) -> int:
