@@ -57,7 +57,7 @@ from ..wire import (
 from ..wire._replay import decode_failure
 from ..wire.errors import provider_request_id
 from ..wire.responses import ResponsesTransform
-from ._memory import Holding, ResponseMemory
+from ._memory import Holding, KeptPartial, ResponseMemory
 from ._metrics import AttemptMetrics
 from ._plan import ResumePoint
 from ._stream import CONTENT_EVENTS as _CONTENT
@@ -117,6 +117,11 @@ class AttemptSink(Protocol):
     request_id: str
     submitted_at: float
     transform: StreamTransform | None
+
+    @property
+    def last_partial(self) -> ConversationResponse | None:
+        """The partial output kept from the request's last failed attempt (counted in the
+        sampler's memory account while this attempt runs)."""
 
     @property
     def buffered_bytes(self) -> int:
@@ -200,10 +205,18 @@ class _Timeout:
 _TIMED_OUT: Final = _Timeout()
 
 
+#: What a read costs the process, in reads: the five copies it passes through (the
+#: socket's read, the HTTP parser's buffer and the slice it hands on, the transport's
+#: copy, the SSE decoder's events cut from it), and the free memory the allocator keeps
+#: between such short-lived blocks, about three reads more (``benchmarks/memory_cap.py``:
+#: with five, 20 endless streams grew the process by up to 1.15 times the sampler's cap).
+_READ_COPIES = 8
+
+
 class _Reads:
     """What an attempt's connection holds for its reads, as the memory account counts
-    it: the socket's read, the transport's copy and the HTTP parser's buffer, up to the
-    longest read each.
+    it: :data:`_READ_COPIES` times the longest read (a passing buffer: see
+    :mod:`._memory`).
     (Its own object: counting the body itself would tie the body, and with it the
     attempt's text, in a reference cycle through the account.)"""
 
@@ -214,7 +227,7 @@ class _Reads:
 
     @property
     def buffered_bytes(self) -> int:
-        return 3 * self.longest
+        return _READ_COPIES * self.longest
 
 
 class _Body:
@@ -241,7 +254,7 @@ class _Body:
         self._reads = _Reads()
         if holding is not None:  # these grow with server input too
             holding.count(self._decoder)
-            holding.count(self._reads)
+            holding.count(self._reads, passing=True)
         #: Content has been produced (reads are parsed whole from then on).
         self.emitted = False
         #: The part of a read not parsed yet.
@@ -442,7 +455,9 @@ class Attempts:
         background = resume is not None or wire.data.get("background") is True
         holding = self._memory.hold(transform) if self._memory is not None else None
         if holding is not None:  # the events waiting for the consumer hold its text too
-            holding.count(sink)
+            holding.count(sink, passing=True)
+            if sink.last_partial is not None:
+                holding.count(KeptPartial(sink.last_partial))
         sink.transform = metrics.transform = transform
         metrics.prompt_estimate = math.ceil(len(wire.body) / 4)
         if observer is not None:

@@ -66,6 +66,12 @@ class Lane:
         return partial_output(self.transform)
 
     @property
+    def last_partial(self) -> ConversationResponse | None:
+        """None: a racing attempt starts before any lane wins, and the request's kept
+        partial output is not any one lane's to count (a hedged request's is uncounted)."""
+        return None
+
+    @property
     def buffered_bytes(self) -> int:
         """What the request's channel holds, once this lane is the one feeding it (the
         batches a lane holds before it wins have no content)."""
