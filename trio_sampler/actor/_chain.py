@@ -65,7 +65,7 @@ class RouteState:
             attempts=self.attempts,
             failures=self.failures,
             completions=self.completions,
-            opened=getattr(breaker, "opened", 0),
+            opened=0 if breaker is None else breaker.opened,
             admission=None if self.admission is None else self.admission.name,
             passed_over_rate_limit=self.passed_over_rate_limit,
             passed_over_admission=self.passed_over_admission,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+from collections.abc import Mapping
 
 import attrs
 import trio
@@ -81,6 +82,7 @@ class RequestRunner:
         limiter: trio.CapacityLimiter | None,
         catalog: ModelCatalog | None = None,
         admission: AdmissionGate | None = None,
+        route_admissions: Mapping[str, AdmissionGate] | None = None,
         routing: RoutingPolicy | None = None,
         memory: ResponseMemory | None = None,
     ) -> None:
@@ -89,6 +91,8 @@ class RequestRunner:
         #: Per route name: the state every request of the sampler shares.
         self._routes: dict[str, RouteState] = {}
         self._admission = admission
+        #: The open gate of each route that carries its own admission (``Route.admission``).
+        self._route_admissions: Mapping[str, AdmissionGate] = route_admissions or {}
         if routing is not None:
             for route in routing.routes:
                 self._route_state(route)
@@ -208,19 +212,27 @@ class RequestRunner:
         return legs
 
     def _gate_for(self, route: str | None) -> AdmissionGate | None:
-        """The gate ``route``'s attempts go through: the route's own, when the admission
-        has one per route (``None``: a request without routing)."""
-        return None if self._admission is None else self._admission.for_route(route)
+        """The gate ``route``'s attempts go through (``None``: a request without
+        routing): from the route's own admission (``Route.admission``), else the
+        sampler's; either may give each route a gate of its own."""
+        owner = self._admission if route is None else self._owner(route)
+        return None if owner is None else owner.for_route(route)
+
+    def _owner(self, route: str) -> AdmissionGate | None:
+        """The open admission that gives ``route`` its gate and shares its breaker."""
+        own = self._route_admissions.get(route)
+        return own if own is not None else self._admission
 
     def _route_state(self, route: Route) -> RouteState:
         found = self._routes.get(route.name)
         if found is None or found.route is not route:
             breaker: CircuitBreaker | None = None
             routing = self._routing
+            owner = self._owner(route.name)
             if routing is not None and routing.breaker is not None:
                 breaker = RouteBreaker(route.name, routing.breaker, routing.on_breaker_change)
-                if self._admission is not None:  # it may share the breaker (a fleet does)
-                    breaker = self._admission.share_breaker(route.name, breaker)
+                if owner is not None:  # it may share the breaker (a fleet does)
+                    breaker = owner.share_breaker(route.name, breaker)
             found = self._routes[route.name] = RouteState(
                 route, breaker, admission=self._gate_for(route.name)
             )
