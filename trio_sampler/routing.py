@@ -340,7 +340,7 @@ class HedgePolicy:
       10 %, two can.
 
     A hedge is sent only while its route's breaker permits (a half-open circuit admits its
-    one probe and no hedge beside it).
+    one probe and no hedge beside it), and takes a ``max_concurrency`` slot of its own.
     """
 
     delay_s: float = attrs.field(validator=check_positive("delay_s"))

@@ -351,7 +351,8 @@ def open_sampler(
         retry_policy: replaces ``config.retry`` for every request; on a routed sampler,
             every route's (allowed only when no route sets its own).
         doom_loop: doom-loop detection and resampling (on by default).
-        max_concurrency: at most this many requests talk to the server at once; the rest
+        max_concurrency: at most this many attempts talk to the server at once (a hedge
+            is one more; a request waiting out its retry backoff holds none); the rest
             wait their turn (cancellable, inside ``Timeouts.total``). ``None``: no limit.
         max_buffered_batches: network reads a request may buffer for a slow consumer.
         transport: what replaces the network: a transport of the library's seam
