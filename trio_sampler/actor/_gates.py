@@ -109,14 +109,14 @@ class Hold:
         try:
             await self._enter()
         except BaseException:  # cut short: what was taken goes back
-            await self._release()
+            await self.__aexit__(None, None, None)
             raise
         return self
 
     async def _enter(self) -> None:
         gates, metrics = self._gates, self._metrics
-        self._slot = await gates.take_slot()
-        if self._slot is not None:  # the attempt starts once it has its slot
+        if gates.limiter is not None:  # the attempt starts once it has its slot
+            self._slot = await gates.take_slot()
             metrics.started_at = trio.current_time()
         config = self._leg.config
         paced = await gates.pacers.admit(
@@ -147,9 +147,6 @@ class Hold:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self._release()
-
-    async def _release(self) -> None:
         """Everything the hold took, given back in reverse order."""
         holding, self._holding = self._holding, None
         if holding is not None:
@@ -159,11 +156,14 @@ class Hold:
             with trio.CancelScope(shield=True):  # the admission bounds its own time
                 await self._settle(ticket)
         self._release_pacer()
-        result = self.result
-        error = None if result is None else result.error
-        self._leg.judge(error, trio.current_time(), ended=result is not None)
+        leg = self._leg
+        if leg.state is not None:  # a route: its breaker hears how the attempt ended
+            result = self.result
+            error = None if result is None else result.error
+            leg.judge(error, trio.current_time(), ended=result is not None)
         slot, self._slot = self._slot, None
-        self._gates.give_slot(slot)
+        if slot is not None:
+            self._gates.give_slot(slot)
 
     async def _settle(self, ticket: Ticket) -> None:
         if not self._metrics.sent:  # never sent: nothing of it was used
