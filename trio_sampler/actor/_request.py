@@ -381,11 +381,11 @@ class RequestRunner:
             if priced is not None:  # kept for the terminal, whatever the next attempt shows
                 state.last_partial = priced
             facts = _facts(result, priced, armed, state, context_window, has_next, request)
-            step, probing = self._decide(leg, facts, history, policies)
+            step, let_through = self._decide(leg, facts, history, policies)
             resume = step.point if isinstance(step, Resume) else None
             if prefix is not None:  # a failed continuation is not tried again
                 prefix, request = None, state.request
-            followed = await self._next(state, leg, step, facts, request, budget, probing)
+            followed = await self._next(state, leg, step, facts, request, budget, let_through)
             if not isinstance(followed, tuple):
                 return followed
             request, history = followed
@@ -447,13 +447,14 @@ class RequestRunner:
         if blocked is not None:
             return Skipped(blocked)
         prepared = None
-        if steer:
-            chosen = await self._prepare(state, leg, request, armed=policies.max_resamples > 0)
-            if isinstance(chosen, Skipped):
-                leg.abandon(trio.current_time())
-                return chosen
-            prepared = chosen
         try:
+            if steer:
+                armed = policies.max_resamples > 0
+                chosen = await self._prepare(state, leg, request, armed=armed)
+                if isinstance(chosen, Skipped):
+                    leg.abandon(trio.current_time())
+                    return chosen
+                prepared = chosen
             if budget is not None and state.metrics.started == 0:  # the first attempt
                 budget.record_request(trio.current_time())
             if failure is not None:
