@@ -57,7 +57,7 @@ from ..wire import (
 from ..wire._replay import decode_failure
 from ..wire.errors import provider_request_id
 from ..wire.responses import ResponsesTransform
-from ._memory import Holding, KeptPartial, ResponseMemory
+from ._memory import Holding
 from ._metrics import AttemptMetrics
 from ._plan import ResumePoint
 from ._stream import CONTENT_EVENTS as _CONTENT
@@ -138,7 +138,12 @@ class AttemptSink(Protocol):
 
 
 class AttemptObserver(Protocol):
-    """Told what the wire says of an attempt (the gates' ticket: pacer and admission)."""
+    """Told what the wire says of an attempt (the gates' hold: its memory share, pacer
+    and admission)."""
+
+    def share(self, transform: StreamTransform) -> Holding | None:
+        """The attempt's share of the sampler's memory account, counting what
+        ``transform`` holds (``None``: no account); the gates give it back."""
 
     def sending(self) -> None:
         """The request is about to be sent."""
@@ -372,18 +377,16 @@ _DOOM_ERROR: Final = error_info(
 
 
 class Attempts:
-    """Runs attempts for one sampler: its client, doom-loop policy, memory and drains."""
+    """Runs attempts for one sampler: its client, doom-loop policy and drains."""
 
     def __init__(
         self,
         client: SamplingClient,
         doom: DoomLoopPolicy,
-        memory: ResponseMemory | None,
         drains: ConnectionDrains,
     ) -> None:
         self._client = client
         self._doom = doom
-        self._memory = memory
         self._drains = drains
         #: Per config: the options its requests are built with.
         self._build_options: ByIdentity[BuildOptions] = ByIdentity()
@@ -430,7 +433,8 @@ class Attempts:
             transform = sink.transform
         else:
             transform = new_transform(config.backend, sink.request_id, provider=config.provider)
-            # One stream holds at most what it may read; all of them together, ``_memory``.
+            # One stream holds at most what it may read; all of them together, the
+            # sampler's memory account (the gates' share, ``AttemptObserver.share``).
             transform.max_held_bytes = config.max_response_bytes
         background = resume is not None or wire.data.get("background") is True
         try:
@@ -453,11 +457,7 @@ class Attempts:
         resume: ResumePoint | None,
     ) -> AttemptResult:
         background = resume is not None or wire.data.get("background") is True
-        holding = self._memory.hold(transform) if self._memory is not None else None
-        if holding is not None:  # the events waiting for the consumer hold its text too
-            holding.count(sink, passing=True)
-            if sink.last_partial is not None:
-                holding.count(KeptPartial(sink.last_partial))
+        holding = None if observer is None else observer.share(transform)
         sink.transform = metrics.transform = transform
         metrics.prompt_estimate = math.ceil(len(wire.body) / 4)
         if observer is not None:
@@ -486,9 +486,6 @@ class Attempts:
             return AttemptResult(
                 error=error, partial=sink.partial(), emitted_output=body.emitted, resume=point
             )
-        finally:
-            if holding is not None:
-                holding.release()
         triggers = () if watch is None else watch.triggers
         result = self._judge(transform.outcome, body.emitted, armed, triggers)
         if result.error is not None:

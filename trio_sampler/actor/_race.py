@@ -164,9 +164,8 @@ class Race:
         recorder = self.state.metrics
         result = lane.result
         if result is None:
-            if not lane.metrics.sent:  # cancelled while the pacer or admission held it
+            if not lane.metrics.sent:  # cancelled while one of its gates held it
                 recorder.drop_attempt(lane.metrics)
-                leg.abandon(trio.current_time())
                 return
             partial = self._priced(lane.partial(), leg.config)
             leg.cut_short(recorder, lane.metrics, partial, AttemptOutcome.LOST_HEDGE)
@@ -180,4 +179,4 @@ class Race:
             usage=None if priced is None else priced.usage,
             cost_usd_ticks=None if priced is None else priced.cost_usd_ticks,
         )
-        leg.record(result.error, now, lane.metrics)
+        leg.record(result.error, lane.metrics)
