@@ -17,7 +17,7 @@ import orjson
 import pytest
 import trio
 
-from trio_sampler.actor import _attempt, _memory, open_sampler
+from trio_sampler.actor import _gates, _memory, open_sampler
 from trio_sampler.actor._memory import STREAM_OVERHEAD, ResponseMemory, response_bytes
 from trio_sampler.config import SamplerConfig
 from trio_sampler.emulator import EmulatorApp, script_headers
@@ -580,7 +580,7 @@ async def test_the_partial_kept_from_a_failed_attempt_is_counted_by_the_next(
             super().__init__(response)
             kept.append(self.buffered_bytes)
 
-    monkeypatch.setattr(_attempt, "KeptPartial", Recorded)
+    monkeypatch.setattr(_gates, "KeptPartial", Recorded)
     text = " ".join(["word"] * 2000)
     config = SamplerConfig(
         base_url="http://emulator/v1",
