@@ -121,6 +121,10 @@ class AttemptSink(Protocol):
         """Bytes of the events sent and not yet taken by the consumer (counted in the
         sampler's memory account)."""
 
+    @property
+    def emit_may_wait(self) -> bool:
+        """Whether :meth:`emit` may wait for the consumer (no credit left for it)."""
+
     async def emit(self, batch: list[SamplingEvent], received_at: float | None = None) -> None:
         """Hand on ``batch``, produced by a read whose bytes arrived at ``received_at``."""
 
@@ -255,17 +259,36 @@ class _Body:
         return now if received is None else received
 
     async def events(self) -> list[SamplingEvent]:
-        """The events of the next read (or of the rest of the last one)."""
+        """The events of the next read (or of the rest of the last one).
+
+        A read is made within the read timer, in the attempt's scope (:attr:`scope`,
+        entered by the read loop), whose deadline is the timer's. The deadline stays
+        between reads (it moves with the timer when content restarts it), except while
+        ``emit`` waits for credit (:meth:`hold_timer`): a consumer behind is not the
+        server's silence. One scope per attempt whose deadline moves, not a scope per
+        read: entering and leaving a scope costs about three deadline moves, and makes a
+        scope and its cancel status that live across the wait (the collector's share);
+        the read is made here, not in a coroutine of its own, for the same reason.
+        Measured with ``benchmarks/bench_per_token.py`` (``docs/benchmarks-actor.md``)."""
         transform = self.transform
         if self.pending:
             chunk, self.pending = self.pending, b""
         else:
-            read = await self._read()
+            holding = self._holding
+            if holding is not None:
+                holding.report()
+                holding.guard(self.scope)  # the memory's stop cancels the read
+            if self.scope.deadline != self.deadline:
+                self.scope.deadline = self.deadline
+            try:
+                read: bytes | None = await self._chunks.__anext__()
+            except StopAsyncIteration:
+                read = None
+            if holding is not None:
+                holding.guard(None)
+                holding.check()
             if read is None:
-                self.ended = True
-                events = transform.feed_payloads(self._decoder.close_payloads())
-                events.extend(transform.close())
-                return events
+                return self._end()
             chunk = read
             self._reads.longest = max(self._reads.longest, len(chunk))
         if self.emitted:
@@ -273,32 +296,16 @@ class _Body:
         events, self.pending = _feed_to_content(transform, self._decoder, chunk)
         return events
 
-    async def _read(self) -> bytes | None:
-        """One read within the read timer (``None``: the body ended), in the attempt's
-        scope (:attr:`scope`, entered by the read loop), whose deadline is the timer's
-        for the read and lifted after it: a consumer behind (``emit`` waiting for
-        credit) is not the server's silence.
+    def _end(self) -> list[SamplingEvent]:
+        """The events of the body's end (the decoder's last event, the transform's)."""
+        self.ended = True
+        events = self.transform.feed_payloads(self._decoder.close_payloads())
+        events.extend(self.transform.close())
+        return events
 
-        One scope per attempt whose deadline moves, not a scope per read: entering and
-        leaving a scope costs about three deadline moves, and makes a scope and its
-        cancel status that live across the wait (the collector's share); measured with
-        ``benchmarks/bench_per_token.py`` (``docs/benchmarks-actor.md``)."""
-        holding = self._holding
-        scope = self.scope
-        if holding is not None:
-            holding.report()
-            holding.guard(scope)  # the memory's stop cancels the read
-        scope.deadline = self.deadline
-        try:
-            read = await self._chunks.__anext__()
-        except StopAsyncIteration:
-            read = None
-        finally:
-            scope.deadline = math.inf
-        if holding is not None:
-            holding.guard(None)
-            holding.check()
-        return read
+    def hold_timer(self) -> None:
+        """Lift the read timer until the next read (the consumer is behind)."""
+        self.scope.deadline = math.inf
 
     def timed_out(self) -> list[SamplingEvent]:
         """The events of a read the scope stopped: the memory's stop raises its error; the
@@ -569,6 +576,8 @@ class Attempts:
                 events = await body.events()
                 batch, at, done, content = _take(events, body, timeouts, metrics, watch)
                 if batch:
+                    if sink.emit_may_wait:
+                        body.hold_timer()
                     await sink.emit(batch, at)
                 if done:
                     break
@@ -750,7 +759,7 @@ def _take(
     batch, done, content, reasoning = _split(events, transform)
     if content:
         body.timer = timeouts.idle
-        body.deadline = now + body.timer
+        body.deadline = body.scope.deadline = now + body.timer
         metrics.tokens(at, content)
         body.first_content_at_end = not body.emitted
         body.emitted = True

@@ -129,7 +129,10 @@ class Holding:
 
     def held(self) -> int:
         """Bytes held now: the fold's text and every counted buffer."""
-        return self._transform.held_bytes + sum(b.buffered_bytes for b in self._buffers)
+        held = self._transform.held_bytes
+        for buffer in self._buffers:  # before every read: no generator
+            held += buffer.buffered_bytes
+        return held
 
     def report(self) -> None:
         """Before a read: report what the attempt holds now (the largest past the

@@ -252,6 +252,11 @@ class RequestState:
                 break
         return partial_output(transform)
 
+    @property
+    def emit_may_wait(self) -> bool:
+        """Whether :meth:`emit` would wait for credit (the consumer is behind)."""
+        return self.credits.value == 0
+
     async def emit(self, batch: list[SamplingEvent], received_at: float | None = None) -> None:
         """Send one batch of non-terminal events, waiting for buffer credit (backpressure);
         ``received_at`` is when the bytes of the read that produced it arrived.
