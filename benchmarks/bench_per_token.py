@@ -22,8 +22,8 @@ CPU and collector microseconds per token. Contenders:
 ``httptools``      ``open_sampler`` with ``http_transport="httptools"`` (llhttp)
 ``loadtest``       the load generator's sampler (``trio_sampler.loadtest``): the default
                    transport with ``receive_timestamps`` on (reads timed by the kernel's
-                   stamps), no doom-loop detector, and its consumer's per-token work
-                   (each token's arrival and gap kept)
+                   stamps), no doom-loop detector, its consumer's per-token work (each
+                   token's arrival and gap kept), and no full collections (as in a stage)
 =================  ====================================================================
 
     python benchmarks/bench_per_token.py [--cells 100:20:100,1000:200:25] [--tokens 100]
@@ -331,10 +331,12 @@ async def _measure(
     elif impl == "loadtest":
         from trio_sampler.actor import open_sampler
         from trio_sampler.doom_loop import DoomLoopPolicy
+        from trio_sampler.loadtest._runner import _no_full_collections
 
         no_doom = DoomLoopPolicy(enabled=False)
         async with open_sampler(_ours_config(impl, port), doom_loop=no_doom) as sampler:
-            await loops(lambda: _loadtest_loop(sampler, counter))
+            with _no_full_collections():  # as the load generator runs a stage
+                await loops(lambda: _loadtest_loop(sampler, counter))
     else:
         from trio_sampler.actor import open_sampler
 

@@ -3,8 +3,8 @@
 ``httptools`` wraps llhttp, the C parser of Node.js that uvicorn uses. Per read this
 transport does one ``receive_some`` on the connection and one ``feed_data``: llhttp takes
 the chunked framing apart in C and calls back once per data chunk. There is no h11 state
-machine, no httpcore2 pool and no cancel scope per read, which is where the default
-transport spends most of its per-token time (``docs/benchmarks-actor.md``). Opt-in:
+machine, no httpcore2 pool and no cancel scope per read, where the default transport
+spends much of its per-token time (``docs/benchmarks-actor.md``). Opt-in:
 ``SamplerConfig(http_transport="httptools")`` with the ``fast`` extra installed.
 
 What it keeps of the other transports:
