@@ -264,11 +264,12 @@ class _Body:
         A read is made within the read timer, in the attempt's scope (:attr:`scope`,
         entered by the read loop), whose deadline is the timer's. The deadline stays
         between reads (it moves with the timer when content restarts it), except while
-        ``emit`` waits for credit (:meth:`hold_timer`): a consumer behind is not the
-        server's silence. One scope per attempt whose deadline moves, not a scope per
-        read: entering and leaving a scope costs about three deadline moves, and makes a
-        scope and its cancel status that live across the wait (the collector's share);
-        the read is made here, not in a coroutine of its own, for the same reason.
+        ``emit`` waits for credit (:meth:`hold_timer`): the timer does not fire during a
+        wait for the consumer (a scope per read did not cover it either). One scope per
+        attempt whose deadline moves, not a scope per read: entering and leaving a scope
+        costs about three deadline moves, and makes a scope and its cancel status that
+        live across the wait (the collector's share); the read is made here, not in a
+        coroutine of its own, for the same reason.
         Measured with ``benchmarks/bench_per_token.py`` (``docs/benchmarks-actor.md``)."""
         transform = self.transform
         if self.pending:
