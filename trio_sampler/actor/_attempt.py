@@ -279,12 +279,14 @@ class _Body:
             if holding is not None:
                 holding.report()
                 holding.guard(self.scope)  # the memory's stop cancels the read
-            if self.scope.deadline != self.deadline:
-                self.scope.deadline = self.deadline
-            try:
-                read: bytes | None = await self._chunks.__anext__()
-            except StopAsyncIteration:
-                read = None
+            read: bytes | None
+            if self.scope.deadline == self.deadline or self._rearm():
+                try:
+                    read = await self._chunks.__anext__()
+                except StopAsyncIteration:
+                    read = None
+            else:
+                read = await self._late_read()
             if holding is not None:
                 holding.guard(None)
                 holding.check()
@@ -303,6 +305,27 @@ class _Body:
         events = self.transform.feed_payloads(self._decoder.close_payloads())
         events.extend(self.transform.close())
         return events
+
+    def _rearm(self) -> bool:
+        """Set the timer's deadline again after :meth:`hold_timer`; ``False``: it passed
+        while ``emit`` waited (the scope would be cancelled for good)."""
+        if self.deadline <= trio.current_time():
+            return False
+        self.scope.deadline = self.deadline
+        return True
+
+    async def _late_read(self) -> bytes | None:
+        """A read whose timer ran out while ``emit`` waited for the consumer, as a scope
+        per read made it: it fails at its first schedule point, and what is already
+        buffered (a read that does not wait) is taken."""
+        with trio.move_on_at(self.deadline):
+            try:
+                return await self._chunks.__anext__()
+            except StopAsyncIteration:
+                return None
+        self.scope.cancel()  # the timer fired: the attempt's scope ends the read loop
+        await trio.lowlevel.checkpoint()
+        raise AssertionError("unreachable: the attempt's scope was cancelled")
 
     def hold_timer(self) -> None:
         """Lift the read timer until the next read (the consumer is behind)."""
