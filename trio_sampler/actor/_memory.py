@@ -229,9 +229,13 @@ class Holding:
     def held(self) -> tuple[int, int]:
         """Bytes held now (the stream's overhead, the fold's text and every counted
         buffer), and how many of them are in passing buffers."""
-        passing = sum(b.buffered_bytes for b in self._passing)
-        growing = sum(b.buffered_bytes for b in self._buffers)
-        return STREAM_OVERHEAD + self._transform.held_bytes + growing + passing, passing
+        passing = 0
+        for buffer in self._passing:  # before every read: no generator
+            passing += buffer.buffered_bytes
+        held = STREAM_OVERHEAD + self._transform.held_bytes + passing
+        for buffer in self._buffers:
+            held += buffer.buffered_bytes
+        return held, passing
 
     def report(self) -> None:
         """Before a read: report what the attempt holds now (the largest past the

@@ -46,6 +46,12 @@ class Lane:
         self.held: list[tuple[list[SamplingEvent], float | None]] = []
         self.result: AttemptResult | None = None
 
+    @property
+    def emit_may_wait(self) -> bool:
+        """Whether :meth:`emit` may wait for credit: once it wins, it sends what it held
+        and the batch, a credit each."""
+        return self.race.state.credits.value <= len(self.held)
+
     async def emit(self, batch: list[SamplingEvent], received_at: float | None = None) -> None:
         race = self.race
         if race.winner is None and any(type(event) in CONTENT_EVENTS for event in batch):
