@@ -491,14 +491,25 @@ class Redactor:
 
     def metrics(self, metrics: RequestMetrics | None) -> RequestMetrics | None:
         """``metrics`` with the reasons its routes were passed over scrubbed (a reason
-        may quote an admission's error); everything else in it is numbers, or names the
-        caller gave (routes, models)."""
-        if metrics is None or not metrics.skipped_routes:
-            return metrics
-        skipped = tuple((route, self.text(reason)) for route, reason in metrics.skipped_routes)
-        if skipped == metrics.skipped_routes:
-            return metrics
-        return attrs.evolve(metrics, skipped_routes=skipped)
+        may quote an admission's error) and the provider's request ids in its ledger (a
+        server may echo anything in a header); everything else in it is numbers, or
+        names the caller gave (routes, models)."""
+        if metrics is None:
+            return None
+        changes: dict[str, Any] = {}
+        if metrics.skipped_routes:
+            skipped = tuple((route, self.text(r)) for route, r in metrics.skipped_routes)
+            if skipped != metrics.skipped_routes:
+                changes["skipped_routes"] = skipped
+        ledger = tuple(
+            _evolve(entry, provider_request_id=self.identifier(entry.provider_request_id))
+            if entry.provider_request_id is not None
+            else entry
+            for entry in metrics.ledger
+        )
+        if any(new is not old for new, old in zip(ledger, metrics.ledger, strict=True)):
+            changes["ledger"] = ledger
+        return attrs.evolve(metrics, **changes) if changes else metrics
 
     def event(self, event: _Event) -> _Event:
         """``event`` with every string that did not come from the model scrubbed."""
@@ -551,9 +562,7 @@ def _completed(r: Redactor, e: Completed) -> Completed:
     model = e.model
     if model is not None:
         model = response.model if model is e.response.model else r.identifier(model)
-    metrics = e.metrics
-    if metrics is not None and metrics.skipped_routes:
-        metrics = r.metrics(metrics)
+    metrics = r.metrics(e.metrics)
     if response is e.response and _same(model, e.model) and metrics is e.metrics:
         return e
     return attrs.evolve(e, response=response, model=model, metrics=metrics)
@@ -561,9 +570,7 @@ def _completed(r: Redactor, e: Completed) -> Completed:
 
 def _failed(r: Redactor, e: Failed) -> Failed:
     error, partial = r.error(e.error), r.response(e.partial)
-    metrics = e.metrics
-    if metrics is not None and metrics.skipped_routes:
-        metrics = r.metrics(metrics)
+    metrics = r.metrics(e.metrics)
     if error is e.error and partial is e.partial and metrics is e.metrics:
         return e
     return attrs.evolve(e, error=error, partial=partial, metrics=metrics)
@@ -571,9 +578,7 @@ def _failed(r: Redactor, e: Failed) -> Failed:
 
 def _cancelled(r: Redactor, e: Cancelled) -> Cancelled:
     reason, partial = r.text(e.reason), r.response(e.partial)
-    metrics = e.metrics
-    if metrics is not None and metrics.skipped_routes:
-        metrics = r.metrics(metrics)
+    metrics = r.metrics(e.metrics)
     if _same(reason, e.reason) and partial is e.partial and metrics is e.metrics:
         return e
     return attrs.evolve(e, reason=reason, partial=partial, metrics=metrics)
