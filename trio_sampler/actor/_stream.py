@@ -456,12 +456,15 @@ class RequestStream:
         if type(state.terminal) is Cancelled:
             return self._take_cancelled()
         try:
-            # A batch already waiting is taken without a schedule point (the request task
-            # yields at every read anyway), but a cancelled consumer still stops here.
-            await trio.lowlevel.checkpoint_if_cancelled()
-            try:
-                batch = self._receive.receive_nowait()
-            except trio.WouldBlock:
+            if state.read < state.sent or state.terminal is not None:
+                # A batch already waiting is taken without a schedule point (the request
+                # task yields at every read anyway), but a cancelled consumer still stops.
+                await trio.lowlevel.checkpoint_if_cancelled()
+                try:
+                    batch = self._receive.receive_nowait()
+                except trio.WouldBlock:
+                    batch = await self._receive.receive()
+            else:  # nothing sent yet: wait (not first a WouldBlock raised and caught)
                 batch = await self._receive.receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
             self._ended = True
