@@ -14,11 +14,13 @@ fields are ignored. A blank line dispatches an event; an event with no ``data`` 
 not dispatched (WHATWG).
 
 Cost is linear in the bytes received, however large one event or line is and however the
-bytes are split: each byte is scanned for a line end once. An unfinished line is carried in
-a ``bytearray`` that only ever holds bytes already known to contain no line end, so a read
-extends it without rescanning or copying what came before (the scan offset of h11's
-receive buffer). One 16 MiB event in 16 KiB reads, or one long line trickled in 64-byte
-reads, costs the same per byte as ordinary traffic (``benchmarks/bench_wire.py``).
+bytes are split: each byte is scanned a fixed number of times, by the read it came in
+(a few passes in C: the search for a run of plain frames, then the line split). An
+unfinished line is carried in a ``bytearray`` that only ever holds bytes already known to
+contain no line end, so a read extends it without rescanning or copying what came before
+(the scan offset of h11's receive buffer). One 16 MiB event in 16 KiB reads, or one long
+line trickled in 64-byte reads, costs the same per byte as ordinary traffic
+(``benchmarks/bench_wire.py``).
 
 Memory is bounded: one event (its lines so far plus the line still arriving) may not
 exceed ``max_event_bytes``. Past it, :meth:`SSEDecoder.feed` raises
