@@ -20,10 +20,14 @@ CPU and collector microseconds per token. Contenders:
 ``direct``         ``open_sampler`` on the default transport (httpcore2's pools)
 ``httpx``          ``open_sampler`` with ``http_transport="httpx"``
 ``httptools``      ``open_sampler`` with ``http_transport="httptools"`` (llhttp)
+``loadtest``       the load generator's sampler (``trio_sampler.loadtest``): the default
+                   transport with ``receive_timestamps`` on (reads timed by the kernel's
+                   stamps), no doom-loop detector, its consumer's per-token work (each
+                   token's arrival and gap kept), and no full collections (as in a stage)
 =================  ====================================================================
 
     python benchmarks/bench_per_token.py [--cells 100:20:100,1000:200:25] [--tokens 100]
-        [--warmup 3] [--window 10] [--impls raw,httpx2,direct,httpx,httptools]
+        [--warmup 3] [--window 10] [--impls raw,httpx2,direct,httpx,httptools,loadtest]
         [--json benchmarks/results/bench_per_token.json]
 
 The machine's load average is recorded beside every cell: on a shared machine the CPU a
@@ -49,9 +53,9 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: the checkout's packages first
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-IMPLS = ("raw", "httpx2", "direct", "httpx", "httptools")
+IMPLS = ("raw", "httpx2", "direct", "httpx", "httptools", "loadtest")
 #: ``open_sampler``'s contenders, by the ``http_transport`` they run on.
-OURS = {"direct": "direct", "httpx": "httpx", "httptools": "httptools"}
+OURS = {"direct": "direct", "httpx": "httpx", "httptools": "httptools", "loadtest": "direct"}
 _HEAD_END = b"\r\n\r\n"
 
 
@@ -160,6 +164,8 @@ class Counter:
         self.tokens = 0
         self.gc_s = 0.0
         self.collections = 0
+        #: Collections of each generation (0, 1, 2).
+        self.by_generation = [0, 0, 0]
         self._started = 0.0
         gc.callbacks.append(self._gc)
 
@@ -169,6 +175,7 @@ class Counter:
         else:
             self.gc_s += time.perf_counter() - self._started
             self.collections += 1
+            self.by_generation[info["generation"]] += 1
 
 
 def _parse(pending: bytes, data: bytes, counter: Counter) -> bytes:
@@ -231,6 +238,35 @@ async def _ours_loop(sampler: Any, counter: Counter) -> None:
                 raise RuntimeError(f"a stream failed: {event}")
 
 
+async def _loadtest_loop(sampler: Any, counter: Counter) -> None:
+    """The load generator's consumer (``trio_sampler.loadtest._runner``), per token: the
+    bytes' arrival, the gap since the last, kept."""
+    import trio
+
+    from trio_sampler.types import ChannelToken, Completed, ConversationRequest, User
+
+    request = ConversationRequest(items=[User("hi")])
+    while True:
+        stream = await sampler.submit(request)
+        gaps: list[int] = []
+        first: float | None = None
+        last = 0.0
+        async with stream:
+            async for event in stream:
+                if type(event) is ChannelToken:
+                    at = stream.received_at
+                    if at is None:
+                        at = trio.current_time()
+                    if first is None:
+                        first = at
+                    else:
+                        gaps.append(round((at - last) * 1e6))
+                    last = at
+                    counter.tokens += 1
+        if not isinstance(stream.terminal, Completed):
+            raise RuntimeError(f"a stream failed: {stream.terminal}")
+
+
 def _ours_config(impl: str, port: int) -> Any:
     from trio_sampler.config import RetryPolicy, SamplerConfig, Timeouts
     from trio_sampler.types import ApiBackend
@@ -243,6 +279,7 @@ def _ours_config(impl: str, port: int) -> Any:
         timeouts=Timeouts(connect=60.0, response_headers=120.0),
         retry=RetryPolicy(max_retries=0),
         http_transport=OURS[impl],
+        receive_timestamps=impl == "loadtest",
     )
 
 
@@ -265,6 +302,7 @@ async def _measure(
                 counter.gc_s,
                 counter.collections,
             )
+            generations = list(counter.by_generation)
             await trio.sleep(window)
             cpu = time.process_time() - cpu
             tokens = counter.tokens - tokens
@@ -275,6 +313,9 @@ async def _measure(
                 cpu_us_per_token=cpu / tokens * 1e6 if tokens else None,
                 gc_us_per_token=(counter.gc_s - gc_s) / tokens * 1e6 if tokens else None,
                 gc_collections=counter.collections - collections,
+                gc_collections_by_generation=[
+                    n - before for n, before in zip(counter.by_generation, generations, strict=True)
+                ],
                 total_tokens=counter.tokens,
             )
             nursery.cancel_scope.cancel()
@@ -287,6 +328,15 @@ async def _measure(
         limits = httpx2.Limits(max_connections=None, max_keepalive_connections=concurrency)
         async with httpx2.AsyncClient(limits=limits, timeout=120.0) as client:
             await loops(lambda: _httpx2_loop(client, port, counter))
+    elif impl == "loadtest":
+        from trio_sampler.actor import open_sampler
+        from trio_sampler.doom_loop import DoomLoopPolicy
+        from trio_sampler.loadtest._runner import _no_full_collections
+
+        no_doom = DoomLoopPolicy(enabled=False)
+        async with open_sampler(_ours_config(impl, port), doom_loop=no_doom) as sampler:
+            with _no_full_collections():  # as the load generator runs a stage
+                await loops(lambda: _loadtest_loop(sampler, counter))
     else:
         from trio_sampler.actor import open_sampler
 

@@ -7,7 +7,9 @@ buffers are not the sampler's). The cases:
 
 * ``endless-event``: one SSE event that never ends (it grows in each stream's SSE
   decoder, up to ``max_sse_event_bytes``);
-* ``endless-text``: text deltas without end (they grow in each stream's fold).
+* ``endless-text``: text deltas without end (they grow in each stream's fold);
+* ``endless-wide-text``: the same in CJK characters (three bytes each in UTF-8, two in
+  the strings that hold them).
 
 Reported: the growth of the process's peak resident set (``VmHWM``, reset before the
 streams start) over the cap, how the streams ended, and the machine's load average at
@@ -15,7 +17,12 @@ the end (the runs share the machine). Loopback only, bounded in time
 (each stream ends when the cap or a per-stream bound stops it). Prints a table and writes
 ``benchmarks/results/memory_cap.json``.
 
-    python benchmarks/memory_cap.py [--streams 20] [--cap-mib 32 128]
+With ``--loadtest C``, the load generator (``trio-sampler loadtest``, ``--concurrency C``
+for ``--loadtest-seconds``) runs against the endless-text server under each of
+``--loadtest-cap-mib``, its process measured the same way (the growth over its resident
+set once imported).
+
+    python benchmarks/memory_cap.py [--streams 20] [--cap-mib 32 128] [--loadtest 1000]
 """
 
 from __future__ import annotations
@@ -39,7 +46,8 @@ import functools, sys
 import orjson, trio
 
 case = sys.argv[1]
-TEXT = b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": {"content": "x" * 4096}}]})
+CHAR = "\u8bed" if case == "endless-wide-text" else "x"
+TEXT = b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": {"content": CHAR * 4096}}]})
 TEXT += b"\n\n"
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
 PIECE = b"x" * 65536 if case == "endless-event" else TEXT * 16
@@ -109,16 +117,39 @@ trio.run(main)
 """
 
 
-def run_case(case: str, streams: int, cap: int) -> dict[str, object]:
+LOADTEST = r"""
+import json, sys
+import trio_sampler.cli, trio_sampler.loadtest
+
+def status(field):
+    with open("/proc/self/status") as lines:
+        for line in lines:
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+
+with open("/proc/self/clear_refs", "w") as clear:
+    clear.write("5")
+before = status("VmRSS:")
+try:
+    trio_sampler.cli.main(sys.argv[1:])
+finally:
+    print(json.dumps({"growth": status("VmHWM:") - before, "codes": []}))
+"""
+
+
+def run_case(case: str, streams: int, cap: int, loadtest: float = 0) -> dict[str, object]:
     server = subprocess.Popen([sys.executable, "-c", SERVER, case], stdout=subprocess.PIPE)
     try:
         assert server.stdout is not None
         port = server.stdout.readline().decode().strip()
+        if loadtest:
+            command = ["-c", LOADTEST, "loadtest", f"--base-url=http://127.0.0.1:{port}/v1"]
+            command += ["--model=m", f"--concurrency={streams}", f"--duration={loadtest}"]
+            command += ["--warmup=0", f"--memory-cap={cap}", "--no-progress"]
+        else:
+            command = ["-c", CHILD, port, str(streams), str(cap)]
         done = subprocess.run(
-            [sys.executable, "-c", CHILD, port, str(streams), str(cap)],
-            capture_output=True,
-            timeout=600,
-            check=True,
+            [sys.executable, *command], capture_output=True, timeout=600, check=not loadtest
         )
     finally:
         server.terminate()
@@ -131,33 +162,46 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--streams", type=int, default=20)
     parser.add_argument("--cap-mib", type=int, nargs="+", default=[32, 128])
+    parser.add_argument("--loadtest", type=int, default=0, metavar="C", help="loadtest streams")
+    parser.add_argument("--loadtest-seconds", type=float, default=30.0)
+    parser.add_argument("--loadtest-cap-mib", type=int, nargs="+", default=[1024])
     args = parser.parse_args()
     rows = []
-    print(f"{'case':<14} {'streams':>7} {'cap':>7} {'RSS growth':>11} {'x cap':>6}  endings")
-    for cap_mib in args.cap_mib:
+    print(f"{'case':<17} {'streams':>7} {'cap':>7} {'RSS growth':>11} {'x cap':>6}  endings")
+    cases = [
+        (cap_mib, case, args.streams)
+        for cap_mib in args.cap_mib
+        for case in ("endless-event", "endless-text", "endless-wide-text")
+    ]
+    if args.loadtest:
+        cases += [(cap_mib, "loadtest", args.loadtest) for cap_mib in args.loadtest_cap_mib]
+    for cap_mib, case, streams in cases:
         cap = cap_mib * _MIB
-        for case in ("endless-event", "endless-text"):
-            result = run_case(case, args.streams, cap)
-            growth = int(str(result["growth"]))
-            codes = result["codes"]
-            assert isinstance(codes, list)
-            endings = dict(collections.Counter(str(code) for code in codes))
-            rows.append(
-                {
-                    "case": case,
-                    "cap": cap,
-                    "growth": growth,
-                    "ratio": round(growth / cap, 3),
-                    "endings": endings,
-                }
-            )
-            print(
-                f"{case:<14} {args.streams:>7} {cap_mib:>5}Mi {growth / _MIB:>8.1f}MiB "
-                f"{growth / cap:>6.2f}  {endings}"
-            )
+        if case == "loadtest":
+            result = run_case("endless-text", streams, cap, args.loadtest_seconds)
+        else:
+            result = run_case(case, streams, cap)
+        growth = int(str(result["growth"]))
+        codes = result["codes"]
+        assert isinstance(codes, list)
+        endings = dict(collections.Counter(str(code) for code in codes))
+        rows.append(
+            {
+                "case": case,
+                "streams": streams,
+                "cap": cap,
+                "growth": growth,
+                "ratio": round(growth / cap, 3),
+                "endings": endings,
+            }
+        )
+        print(
+            f"{case:<17} {streams:>7} {cap_mib:>5}Mi {growth / _MIB:>8.1f}MiB "
+            f"{growth / cap:>6.2f}  {endings}"
+        )
     write_results(
         Path(__file__).parent / "results" / "memory_cap.json",
-        {"streams": args.streams, "load_average": os.getloadavg(), "runs": rows},
+        {"load_average": os.getloadavg(), "runs": rows},
     )
 
 

@@ -472,6 +472,29 @@ async def test_total_timeout_covers_a_consumer_that_stops_reading(
         assert not await sampler.is_active(stream.request_id)
 
 
+async def test_a_consumer_stalled_past_the_idle_timer(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The idle timer does not fire while the request waits for a consumer that stopped
+    reading; past its deadline, the next read takes what is already buffered and fails
+    only if it has to wait for the server (which of the two depends on the carrier's
+    buffering), and then as the idle timeout."""
+    chunks: list[bytes | float] = [chat_chunk({"content": "x"}) for _ in range(50)]
+    transport = ScriptedTransport([Reply(chunks=[*chunks, *chat_stream()])])
+    config = make_config(timeouts=Timeouts(idle=2.0), retry=RetryPolicy(max_retries=0))
+    async with open_sampler(config, transport=transport, max_buffered_batches=2) as sampler:
+        stream = await sampler.submit(REQUEST)
+        await trio.sleep(10)  # nobody reads for five idle timeouts
+        assert stream.terminal is None  # not failed during the wait
+        events = await drain(stream)
+    terminal = one_terminal(events)
+    if isinstance(terminal, Completed):
+        assert terminal.response.text == "x" * 50
+    else:
+        assert isinstance(terminal, Failed) and terminal.error.error_code == "idle_timeout"
+        assert terminal.partial is not None and terminal.partial.text.startswith("x")
+
+
 async def test_cancel_before_an_unread_retry_keeps_the_seen_partial(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -17,6 +17,8 @@ from fakes import Reply, ScriptedTransport, chat_stream, make_config
 from trio_sampler.actor import open_sampler
 from trio_sampler.admission import Admission, AdmissionGate, AdmissionRefusedError, Ticket
 from trio_sampler.config import RetryPolicy, SamplerConfig
+from trio_sampler.fleet import FleetAdmission, FleetLimits, LimiterSpec
+from trio_sampler.routing import CircuitBreaker, Route, RouteBreaker, RoutingPolicy
 from trio_sampler.types import (
     Completed,
     ConversationRequest,
@@ -165,3 +167,79 @@ def test_a_gate_chooses_routes_by_overriding_try_admit() -> None:
 def test_open_sampler_takes_an_admission_only() -> None:
     with pytest.raises(TypeError, match="admission must be an Admission"):
         open_sampler(make_config(), admission=Gate())  # type: ignore[arg-type]
+
+
+# -- a route's own admission (``Route(admission=...)``) --------------------------------
+
+
+class Sharing(Gate):
+    """A gate that records which routes' breakers it was asked to share."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shared: list[str] = []
+
+    def share_breaker(self, route: str, breaker: RouteBreaker) -> CircuitBreaker:
+        self.shared.append(route)
+        return breaker
+
+
+class Counted(Mine):
+    def __init__(self, gate: AdmissionGate) -> None:
+        super().__init__(gate)
+        self.opened = 0
+
+    def open(self) -> AbstractAsyncContextManager[AdmissionGate]:
+        self.opened += 1
+        return super().open()
+
+
+async def test_a_route_with_its_own_admission_is_admitted_by_it(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The route's own admission is opened with the sampler (once for the routes that
+    share it), checked against their names, shares their breakers, and admits their
+    attempts; a route without one goes through the sampler's."""
+    own_gate, sampler_gate = Sharing(), Sharing()
+    own, shared = Counted(own_gate), Counted(sampler_gate)
+    config = make_config(retry=RetryPolicy(max_retries=0))
+    routing = RoutingPolicy(
+        [
+            Route("primary", config, admission=own),
+            Route("secondary", config, admission=own),
+            Route("backup", config),
+        ]
+    )
+    transport = ScriptedTransport(
+        [Reply(status=503), Reply(status=503), Reply(chunks=chat_stream("Hello"))]
+    )
+    async with open_sampler(transport=transport, admission=shared, routing=routing) as sampler:
+        end = [event async for event in await sampler.submit(REQUEST)][-1]
+    assert isinstance(end, Completed) and end.route == "backup"
+    assert (own.opened, shared.opened) == (1, 1)
+    assert own.routes == [("primary", "secondary")]
+    assert shared.routes == [("primary", "secondary", "backup")]
+    assert own_gate.shared == ["primary", "secondary"]
+    assert sampler_gate.shared == ["backup"]
+    assert own_gate.log == [
+        "admit 1 first=True",
+        "settle 1 None",
+        "admit 2 first=False",
+        "settle 2 None",
+    ]
+    assert [entry.split()[0] for entry in sampler_gate.log] == ["admit", "settle"]
+
+
+def test_a_routes_admission_is_an_admission() -> None:
+    with pytest.raises(TypeError, match=r"Route\.admission is an Admission"):
+        Route("primary", make_config(), admission=Gate())  # type: ignore[arg-type]
+
+
+def test_a_routes_repr_names_its_admission_without_its_settings() -> None:
+    fleet = FleetAdmission(
+        "redis://:hunter2-SECRET@redis.test:6379/0",
+        LimiterSpec("openai:org-abc", FleetLimits(requests_per_minute=60), "fail_closed"),
+    )
+    route = Route("primary", make_config(), admission=fleet)
+    assert "admission=<FleetAdmission>" in repr(route)
+    assert "SECRET" not in repr(route) and "SECRET" not in str(route)

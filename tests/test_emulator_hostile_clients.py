@@ -11,10 +11,13 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import sys
+from array import array
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
+import attrs
 import h2.config
 import h2.connection
 import h2.errors
@@ -23,13 +26,17 @@ import httpx2
 import orjson
 import pytest
 import trio
+import trio.testing
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.protocol.http_stream import HTTPStream
 from hypercorn.trio.tcp_server import TCPServer
 
-from trio_sampler.emulator import EmulatorApp, EmulatorServer, script_headers, serve
+from trio_sampler.emulator import EmulatorApp, EmulatorServer, _app, script_headers, serve
+from trio_sampler.emulator._budget import Frames, ReplyBudget, stream_deltas
+from trio_sampler.emulator._reply import PlannedToolCall, Reply, ReplyUsage
 from trio_sampler.emulator._serve import MAX_RESETS
+from trio_sampler.emulator._validate import ApiError
 
 CHAT: dict[str, Any] = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -292,3 +299,101 @@ def test_the_hypercorn_internals_the_server_relies_on_are_where_it_expects_them(
     stream_init = inspect.getsource(HTTPStream.__init__)
     assert "self.stream_id = " in stream_init
     assert "self.closed = " in stream_init
+
+
+def test_a_rendered_stream_is_held_packed_and_counted_as_it_is_held() -> None:
+    """The frames of a stream live in one buffer: read back frame by frame (by index,
+    from the end, in slices) they are the frames rendered, and what the budget counts is
+    what that buffer and its offsets take, not a list of small objects."""
+    rendered = [b"data: %d\n\n" % n * (n % 7 + 1) for n in range(1000)]
+    frames = Frames(rendered)
+    assert list(frames) == rendered and len(frames) == len(rendered)
+    assert frames[0] == rendered[0] and frames[-1] == rendered[-1] and frames[500] == rendered[500]
+    assert list(frames[:-1]) == rendered[:-1] and list(frames[10:20]) == rendered[10:20]
+    assert frames.data == b"".join(rendered)
+    assert frames.nbytes == sys.getsizeof(frames.data) + sys.getsizeof(array("Q", range(1000)))
+    with pytest.raises(IndexError):
+        frames[1000]
+
+
+def test_a_stream_that_would_pass_the_budget_is_refused_before_it_is_rendered() -> None:
+    """A stream's size is learned per API from the last one held (bytes per delta); the
+    next one is sized by its deltas before anything is rendered, and refused (503, 529
+    for Anthropic) when it would pass the limit, while one that fits is not."""
+    budget = ReplyBudget(limit=1000)
+    budget.check(anthropic=False, api="chat_completions", deltas=10_000)  # nothing learned
+    with budget.holding(600, anthropic=False, api="chat_completions", deltas=60):
+        assert budget.per_delta["chat_completions"] == 10.0
+        budget.check(anthropic=False, api="chat_completions", deltas=40)  # 400 more fits
+        with pytest.raises(ApiError) as refused:
+            budget.check(anthropic=True, api="chat_completions", deltas=41)
+        assert refused.value.status == 529
+        budget.check(anthropic=False, api="messages", deltas=10_000)  # not learned yet
+    assert budget.held == 0
+
+
+def test_the_deltas_of_a_reply_are_counted_without_rendering_it() -> None:
+    """``stream_deltas`` counts one delta per word (or per ``chunk_chars`` slice) and per
+    slice of tool arguments, plus the stream's own events: what sizes a reply up front."""
+    words = Reply("seed", "", "one two three\nfour", (), None, "stop", ReplyUsage(1, 4))
+    assert stream_deltas(words) == 4 + 1
+    sliced = attrs.evolve(words, text="x" * 100, chunk_chars=10)
+    assert stream_deltas(sliced) == 10 + 1
+    call = PlannedToolCall("call_1", "f", '{"a": "' + "y" * 33 + '"}')  # 41 characters
+    assert stream_deltas(attrs.evolve(words, text="", tool_calls=(call,))) == 6 + 1
+
+
+async def test_long_replies_past_the_budget_are_refused_without_being_rendered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Clients that never read: the first long reply is held (its writes wait on the
+    client), the next ones are refused with 503 and a ``retry-after`` before they are
+    rendered, so what the server holds stays at the budget however many such clients
+    come."""
+    rendered: list[int] = []
+    packed = Frames
+
+    def counting(frames: Any) -> Frames:
+        result = packed(frames)
+        rendered.append(result.nbytes)
+        return result
+
+    monkeypatch.setattr(_app, "Frames", counting)
+    app = EmulatorApp(max_reply_bytes=2 * 2**20)
+    body = orjson.dumps({**CHAT, "stream": True, "max_tokens": 100_000})
+    statuses: list[int] = []
+
+    async def never_reading_client() -> None:
+        requests = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive() -> dict[str, Any]:
+            if requests:
+                return requests.pop()
+            await trio.sleep_forever()  # the client stays connected
+            raise AssertionError("unreachable")
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                statuses.append(message["status"])
+                if message["status"] == 503:
+                    assert (b"retry-after", b"1") in message["headers"]
+            elif message.get("more_body"):
+                await trio.sleep_forever()  # the socket's buffers are full
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/v1/chat/completions",
+            "headers": [(b"x-emulator-script", b'{"ignore_eos": true}')],
+            "query_string": b"",
+            "http_version": "1.1",
+        }
+        await app(scope, cast(Any, receive), cast(Any, send))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(5):
+            nursery.start_soon(never_reading_client)
+        await trio.testing.wait_all_tasks_blocked()
+        assert statuses == [200, 503, 503, 503, 503]
+        assert len(rendered) == 1 and app.replies.held == rendered[0] > 2 * 2**20
+        nursery.cancel_scope.cancel()

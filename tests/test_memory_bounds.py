@@ -17,18 +17,23 @@ import orjson
 import pytest
 import trio
 
-from trio_sampler.actor import open_sampler
-from trio_sampler.actor._memory import ResponseMemory
+from trio_sampler.actor import _gates, _memory, open_sampler
+from trio_sampler.actor._memory import STREAM_OVERHEAD, ResponseMemory, response_bytes
 from trio_sampler.config import SamplerConfig
 from trio_sampler.emulator import EmulatorApp, script_headers
 from trio_sampler.testing import EmulatorTransport
 from trio_sampler.types import (
     ApiBackend,
+    Assistant,
     ChannelToken,
     Completed,
     ConversationRequest,
+    ConversationResponse,
     Failed,
+    Reasoning,
+    Retrying,
     SamplingEvent,
+    ToolCall,
     ToolCallDelta,
     User,
 )
@@ -488,3 +493,110 @@ async def test_events_a_slow_consumer_has_not_read_are_counted() -> None:
     # its peak, the fold's text and the text of the events waiting in the channel.
     assert len(result.response.text) == 200_000
     assert memory.peak > 300_000
+
+
+class _Passing:
+    """A passing buffer of a set size (the connection's reads, say)."""
+
+    def __init__(self, size: int) -> None:
+        self.buffered_bytes = size
+
+
+def test_every_live_stream_costs_its_overhead_however_little_it_holds() -> None:
+    """A stream holds its connection, parser state and task before any text: the account
+    counts ``STREAM_OVERHEAD`` for each live one, and nothing once it is released."""
+    memory = ResponseMemory(10 * STREAM_OVERHEAD)
+    holdings = [memory.hold(new_transform(ApiBackend.CHAT_COMPLETIONS, f"r{n}")) for n in range(3)]
+    for holding in holdings:
+        holding.report()
+    assert memory.total == 3 * STREAM_OVERHEAD
+    for holding in holdings:
+        holding.release()
+    assert memory.total == 0
+
+
+def test_what_a_stopped_stream_read_through_stays_counted_while_others_run() -> None:
+    """The buffers a read passes through are freed, and the allocator keeps that memory
+    for later reads: when a stream is stopped its passing share stays counted (it is not
+    handed to the text of the others), a passing buffer growing again reuses it, and it
+    is forgotten once no stream is left."""
+    memory = ResponseMemory(100 + 2 * STREAM_OVERHEAD)
+    transforms = [new_transform(ApiBackend.CHAT_COMPLETIONS, f"r{n}") for n in range(3)]
+    first, second, third = (memory.hold(transform) for transform in transforms)
+    memory.update(first, STREAM_OVERHEAD + 40, passing=30)
+    memory.update(second, STREAM_OVERHEAD + 50, passing=20)
+    assert memory.total == 2 * STREAM_OVERHEAD + 90 and memory.retained == 0
+    first.release()  # its 30 passing bytes are kept by the allocator
+    assert memory.retained == 30 and memory.total == STREAM_OVERHEAD + 50 + 30
+    memory.update(third, STREAM_OVERHEAD + 25, passing=25)  # a read reuses 25 of them
+    assert memory.retained == 5 and memory.passing_peak == 50
+    assert memory.total == 2 * STREAM_OVERHEAD + 75 + 5
+    memory.update(second, STREAM_OVERHEAD + 76, passing=20)  # past the limit by one
+    assert second.stopped and not third.stopped
+    second.release()
+    third.release()
+    assert memory.total == memory.retained == memory.passing_peak == 0
+
+
+def test_a_stream_reports_its_buffers_and_which_of_them_pass() -> None:
+    """What an attempt reports: its overhead, the fold's text and every buffer counted,
+    the passing ones also on their own."""
+    memory = ResponseMemory(1 << 30)
+    transform = new_transform(ApiBackend.CHAT_COMPLETIONS, "r")
+    holding = memory.hold(transform)
+    holding.count(_Passing(1000))
+    holding.count(_Passing(300), passing=True)
+    holding.report()
+    assert holding.held() == (STREAM_OVERHEAD + transform.held_bytes + 1300, 300)
+    assert memory.total == STREAM_OVERHEAD + transform.held_bytes + 1300
+    assert memory.passing == memory.passing_peak == 300
+
+
+def test_the_strings_of_a_response_are_counted_as_cpython_holds_them() -> None:
+    """``response_bytes`` sums the strings of every item (text, reasoning, tool calls), so
+    a partial kept from a failed attempt is counted at 1, 2 or 4 bytes a character."""
+    wide = "\u8bed" * 1000
+    response = ConversationResponse(
+        items=[
+            Reasoning(text="r" * 300),
+            Assistant(wide, tool_calls=[ToolCall(id="c1", name="f", arguments='{"a": 1}')]),
+        ]
+    )
+    strings = ("r" * 300, wide, "c1", "f", '{"a": 1}')
+    assert response_bytes(response) == sum(map(sys.getsizeof, strings))
+    assert sys.getsizeof(wide) > 2 * len(wide)  # two bytes a character, as held
+    assert response_bytes(None) == 0
+
+
+async def test_the_partial_kept_from_a_failed_attempt_is_counted_by_the_next(
+    monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A stream cut midway is tried again; the request keeps the first attempt's partial
+    output for its terminal meanwhile, and the second attempt counts it in the account."""
+    kept: list[int] = []
+
+    class Recorded(_memory.KeptPartial):
+        def __init__(self, response: ConversationResponse | None) -> None:
+            super().__init__(response)
+            kept.append(self.buffered_bytes)
+
+    monkeypatch.setattr(_gates, "KeptPartial", Recorded)
+    text = " ".join(["word"] * 2000)
+    config = SamplerConfig(
+        base_url="http://emulator/v1",
+        model="m",
+        extra_headers=tuple(
+            script_headers(
+                text=text, faults=[{"type": "drop", "after_events": 1000, "times": 1}]
+            ).items()
+        ),
+    )
+    async with (
+        EmulatorTransport(EmulatorApp()) as transport,
+        open_sampler(config, transport=transport) as sampler,
+    ):
+        stream = await sampler.submit(ConversationRequest(items=[User("hi")]))
+        events = [event async for event in stream]
+    assert any(isinstance(event, Retrying) for event in events)
+    assert isinstance(events[-1], Completed)
+    assert len(kept) == 1 and kept[0] > 900 * len("word ")

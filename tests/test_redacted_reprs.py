@@ -86,7 +86,11 @@ BUILT: dict[type, Callable[[], object]] = {
         ModelPrices(input=1.0, output=2.0),
         base_url=f"https://api.example.com/v1?api_key={SECRET}",
     ),
-    Route: lambda: Route("primary", _config()),
+    Route: lambda: Route(
+        "primary",
+        _config(),
+        admission=FleetAdmission(f"redis://default:{SECRET}@redis.example.com:6379/0", _spec()),
+    ),
     RoutingPolicy: lambda: RoutingPolicy([Route("primary", _config()), Route("backup", _config())]),
     FleetAdmission: lambda: FleetAdmission(
         f"redis://default:{SECRET}@redis.example.com:6379/0", _spec()

@@ -50,16 +50,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 import trio
 
+from .breaker import CircuitBreaker, RouteBreaker
 from .config import SamplerConfig
 from .types import RateLimitSnapshot, SamplingErrorInfo, TrioSamplerError, Usage
 from .wire import WireRequest
-
-if TYPE_CHECKING:
-    from .routing import CircuitBreaker, RouteBreaker
 
 __all__ = [
     "Admission",

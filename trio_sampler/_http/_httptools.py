@@ -3,8 +3,8 @@
 ``httptools`` wraps llhttp, the C parser of Node.js that uvicorn uses. Per read this
 transport does one ``receive_some`` on the connection and one ``feed_data``: llhttp takes
 the chunked framing apart in C and calls back once per data chunk. There is no h11 state
-machine, no httpcore2 pool and no cancel scope per read, which is where the default
-transport spends most of its per-token time (``docs/benchmarks-actor.md``). Opt-in:
+machine, no httpcore2 pool and no cancel scope per read, where the default transport
+spends much of its per-token time (``docs/benchmarks-actor.md``). Opt-in:
 ``SamplerConfig(http_transport="httptools")`` with the ``fast`` extra installed.
 
 What it keeps of the other transports:
@@ -34,13 +34,11 @@ default transport's.
 
 from __future__ import annotations
 
-import os
 import ssl
 import weakref
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
-    Awaitable,
     Callable,
     Mapping,
     Sequence,
@@ -150,42 +148,15 @@ class _Origin:
 class _Connection:
     """One HTTP/1.1 connection: the stream (TLS or not) and the TCP stream under it."""
 
-    __slots__ = ("_fd", "receive", "socket_stream", "stream")
+    __slots__ = ("socket_stream", "stream")
 
-    def __init__(
-        self,
-        stream: StampedSocketStream | trio.SSLStream[StampedSocketStream],
-        *,
-        stamped: bool,
-    ) -> None:
+    def __init__(self, stream: StampedSocketStream | trio.SSLStream[StampedSocketStream]) -> None:
+        #: Its ``receive_some`` is one read (``b""``: the server closed); a plain read
+        #: waits for the socket first (``StampedSocketStream``).
         self.stream = stream
         self.socket_stream = (
             stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
         )
-        self._fd = self.socket_stream.socket.fileno()
-        #: One read of at most ``max_bytes`` (``b""``: the server closed).
-        self.receive: Callable[[int], Awaitable[bytes | bytearray]] = (
-            stream.receive_some if stamped or stream is not self.socket_stream else self._plain
-        )
-
-    async def _plain(self, max_bytes: int) -> bytes:
-        """A plain TCP read that waits first and reads once.
-
-        ``trio.SocketStream.receive_some`` tries the read first and waits only when it
-        fails; with one token per read the bytes are never there yet, so every read was
-        two ``recv`` calls, a ``BlockingIOError`` and the socket wrapper's layers. Waiting
-        first costs nothing when the bytes are there (the wait returns at the next
-        scheduler pass) and makes a read one system call: 396 k → 327 k instructions per
-        token over this transport, under callgrind (``benchmarks/bench_per_token.py
-        --instructions --cells 2:50 --tokens 20``).
-        """
-        fd = self._fd
-        while True:
-            await trio.lowlevel.wait_readable(fd)
-            try:
-                return os.read(fd, max_bytes)
-            except BlockingIOError:  # woken for nothing (another reader, a spurious wake)
-                continue
 
     def dead(self) -> bool:
         """Whether an idle connection has something to read: the server's close (or
@@ -223,7 +194,7 @@ async def _connect(
         raise timeout_error("connect", "no connection", _limit(seconds)) from None
     except (*_BROKEN, ssl.SSLError) as exc:
         raise SamplingClientError(classify_transport_error(exc)) from None
-    return _Connection(stream, stamped=stamped)
+    return _Connection(stream)
 
 
 # -- the body -----------------------------------------------------------------------------
@@ -297,7 +268,7 @@ class _HttptoolsBody:
         # Per read: one receive_some, one feed_data, one yield; no scope (the actor's
         # timers bound the wait) and no object kept past the read.
         message, parser = self._message, self._parser
-        receive = self._connection.receive
+        receive = self._connection.stream.receive_some
         pieces = message.pieces
         while True:
             if pieces:
@@ -502,7 +473,7 @@ class HttptoolsTransport:
         try:
             while not message.head_done:
                 with trio.fail_after(_limit(seconds)):
-                    data = await connection.receive(_RECEIVE_BYTES)
+                    data = await connection.stream.receive_some(_RECEIVE_BYTES)
                 if not data:
                     raise _failure("the server closed the connection without a response")
                 parser.feed_data(data)

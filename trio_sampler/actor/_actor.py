@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import attrs
@@ -356,7 +356,8 @@ def open_sampler(
         retry_policy: replaces ``config.retry`` for every request; on a routed sampler,
             every route's (allowed only when no route sets its own).
         doom_loop: doom-loop detection and resampling (on by default).
-        max_concurrency: at most this many requests talk to the server at once; the rest
+        max_concurrency: at most this many attempts talk to the server at once (a hedge
+            is one more; a request waiting out its retry backoff holds none); the rest
             wait their turn (cancellable, inside ``Timeouts.total``). ``None``: no limit.
         max_buffered_batches: network reads a request may buffer for a slow consumer.
         transport: what replaces the network: a transport of the library's seam
@@ -405,6 +406,8 @@ def open_sampler(
         )
     if admission is not None:  # one with limits per route checks their names
         admission.check_routes(None if routing is None else routing.names)
+    for own, names in _route_admissions(routing):  # each route's own, with its routes
+        own.check_routes(tuple(names))
     return _open_sampler(
         config,
         retry_policy=retry_policy,
@@ -492,6 +495,31 @@ def _check_count(name: str, value: object, example: str) -> None:
         )
 
 
+def _route_admissions(routing: RoutingPolicy | None) -> list[tuple[Admission, list[str]]]:
+    """The admissions the routes carry (``Route(admission=...)``), each once (by
+    identity), with the names of the routes that carry it."""
+    found: dict[int, tuple[Admission, list[str]]] = {}
+    for route in () if routing is None else routing.routes:
+        if route.admission is not None:
+            found.setdefault(id(route.admission), (route.admission, []))[1].append(route.name)
+    return list(found.values())
+
+
+@asynccontextmanager
+async def _open_gates(
+    admission: Admission | None, routing: RoutingPolicy | None
+) -> AsyncIterator[tuple[AdmissionGate | None, dict[str, AdmissionGate]]]:
+    """The sampler's admission gate, and the gate of each route that carries its own
+    admission (by route name), all open for the sampler's lifetime."""
+    async with AsyncExitStack() as stack:
+        gate = None if admission is None else await stack.enter_async_context(admission.open())
+        by_route: dict[str, AdmissionGate] = {}
+        for own, names in _route_admissions(routing):
+            opened = await stack.enter_async_context(own.open())
+            by_route.update(dict.fromkeys(names, opened))
+        yield gate, by_route
+
+
 @asynccontextmanager
 async def _open_sampler(
     config: SamplerConfig,
@@ -509,10 +537,10 @@ async def _open_sampler(
 ) -> AsyncIterator[SamplerHandle]:
     rng = random.Random(seed)
     limiter = trio.CapacityLimiter(max_concurrency) if max_concurrency else None
-    gate_context: AbstractAsyncContextManager[AdmissionGate | None] = (
-        nullcontext() if admission is None else admission.open()
-    )
-    async with SamplingClient(config, transport=transport) as client, gate_context as gate:
+    async with (
+        SamplingClient(config, transport=transport) as client,
+        _open_gates(admission, routing) as (gate, route_gates),
+    ):
         runner = RequestRunner(
             client,
             retry_policy,
@@ -521,6 +549,7 @@ async def _open_sampler(
             limiter=limiter,
             catalog=models if models is not None else ModelCatalog.load(),
             admission=gate,
+            route_admissions=route_gates,
             routing=routing,
             memory=None
             if max_buffered_response_bytes is None

@@ -57,7 +57,7 @@ from ..wire import (
 from ..wire._replay import decode_failure
 from ..wire.errors import provider_request_id
 from ..wire.responses import ResponsesTransform
-from ._memory import Holding, ResponseMemory
+from ._memory import Holding
 from ._metrics import AttemptMetrics
 from ._plan import ResumePoint
 from ._stream import CONTENT_EVENTS as _CONTENT
@@ -119,9 +119,18 @@ class AttemptSink(Protocol):
     transform: StreamTransform | None
 
     @property
+    def last_partial(self) -> ConversationResponse | None:
+        """The partial output kept from the request's last failed attempt (counted in the
+        sampler's memory account while this attempt runs)."""
+
+    @property
     def buffered_bytes(self) -> int:
         """Bytes of the events sent and not yet taken by the consumer (counted in the
         sampler's memory account)."""
+
+    @property
+    def emit_may_wait(self) -> bool:
+        """Whether :meth:`emit` may wait for the consumer (no credit left for it)."""
 
     async def emit(self, batch: list[SamplingEvent], received_at: float | None = None) -> None:
         """Hand on ``batch``, produced by a read whose bytes arrived at ``received_at``."""
@@ -133,7 +142,12 @@ class AttemptSink(Protocol):
 
 
 class AttemptObserver(Protocol):
-    """Told what the wire says of an attempt (the gates' ticket: pacer and admission)."""
+    """Told what the wire says of an attempt (the gates' hold: its memory share, pacer
+    and admission)."""
+
+    def share(self, transform: StreamTransform) -> Holding | None:
+        """The attempt's share of the sampler's memory account, counting what
+        ``transform`` holds (``None``: no account); the gates give it back."""
 
     def sending(self) -> None:
         """The request is about to be sent."""
@@ -193,17 +207,18 @@ class ConnectionDrains:
             scope.cancel()
 
 
-class _Timeout:
-    """A read that found no bytes before its deadline."""
-
-
-_TIMED_OUT: Final = _Timeout()
+#: What a read costs the process, in reads: the five copies it passes through (the
+#: socket's read, the HTTP parser's buffer and the slice it hands on, the transport's
+#: copy, the SSE decoder's events cut from it), and the free memory the allocator keeps
+#: between such short-lived blocks, about three reads more (``benchmarks/memory_cap.py``:
+#: with five, 20 endless streams grew the process by up to 1.15 times the sampler's cap).
+_READ_COPIES = 8
 
 
 class _Reads:
     """What an attempt's connection holds for its reads, as the memory account counts
-    it: the socket's read, the transport's copy and the HTTP parser's buffer, up to the
-    longest read each.
+    it: :data:`_READ_COPIES` times the longest read (a passing buffer: see
+    :mod:`._memory`).
     (Its own object: counting the body itself would tie the body, and with it the
     attempt's text, in a reference cycle through the account.)"""
 
@@ -214,7 +229,7 @@ class _Reads:
 
     @property
     def buffered_bytes(self) -> int:
-        return 3 * self.longest
+        return _READ_COPIES * self.longest
 
 
 class _Body:
@@ -241,7 +256,7 @@ class _Body:
         self._reads = _Reads()
         if holding is not None:  # these grow with server input too
             holding.count(self._decoder)
-            holding.count(self._reads)
+            holding.count(self._reads, passing=True)
         #: Content has been produced (reads are parsed whole from then on).
         self.emitted = False
         #: The part of a read not parsed yet.
@@ -253,30 +268,50 @@ class _Body:
         #: The server keeps the response (background mode): a silent stream is cut
         #: (and resumed) rather than failed.
         self.resumable = False
+        #: The scope of the attempt's reads (see :meth:`_read`).
+        self.scope = trio.CancelScope()
+        #: The read that ended the stream held its first content.
+        self.first_content_at_end = False
 
     def received_at(self, now: float) -> float:
         """When the last read's bytes arrived (``now`` where the reads do not say)."""
         received = self.stream.received_at
         return now if received is None else received
 
-    async def events(self, deadline: float) -> list[SamplingEvent]:
-        """The events of the next read (or of the rest of the last one)."""
+    async def events(self) -> list[SamplingEvent]:
+        """The events of the next read (or of the rest of the last one).
+
+        A read is made within the read timer, in the attempt's scope (:attr:`scope`,
+        entered by the read loop), whose deadline is the timer's. The deadline stays
+        between reads (it moves with the timer when content restarts it), except while
+        ``emit`` waits for credit (:meth:`hold_timer`): the timer does not fire during a
+        wait for the consumer (a scope per read did not cover it either). One scope per
+        attempt whose deadline moves, not a scope per read: entering and leaving a scope
+        costs about three deadline moves, and makes a scope and its cancel status that
+        live across the wait (the collector's share); the read is made here, not in a
+        coroutine of its own, for the same reason.
+        Measured with ``benchmarks/bench_per_token.py`` (``docs/benchmarks-actor.md``)."""
         transform = self.transform
         if self.pending:
             chunk, self.pending = self.pending, b""
         else:
-            read = await self._read(deadline)
-            if read is _TIMED_OUT:
-                error = _timeout_error(self.emitted, self._timeouts)
-                if self.resumable:  # the server keeps the response: a cut, read on later
-                    raise SamplingClientError(error)
-                return transform.abort(error)
+            holding = self._holding
+            if holding is not None:
+                holding.report()
+                holding.guard(self.scope)  # the memory's stop cancels the read
+            read: bytes | None
+            if self.scope.deadline == self.deadline or self._rearm():
+                try:
+                    read = await self._chunks.__anext__()
+                except StopAsyncIteration:
+                    read = None
+            else:
+                read = await self._late_read()
+            if holding is not None:
+                holding.guard(None)
+                holding.check()
             if read is None:
-                self.ended = True
-                events = transform.feed_payloads(self._decoder.close_payloads())
-                events.extend(transform.close())
-                return events
-            assert isinstance(read, bytes)
+                return self._end()
             chunk = read
             self._reads.longest = max(self._reads.longest, len(chunk))
         if self.emitted:
@@ -284,28 +319,47 @@ class _Body:
         events, self.pending = _feed_to_content(transform, self._decoder, chunk)
         return events
 
-    async def _read(self, deadline: float) -> bytes | _Timeout | None:
-        """One read within ``deadline`` (``None``: the body ended)."""
-        holding = self._holding
-        if holding is None:
-            with trio.move_on_at(deadline):
-                try:
-                    return await self._chunks.__anext__()
-                except StopAsyncIteration:
-                    return None
-            return _TIMED_OUT
-        holding.report()
-        read: bytes | _Timeout | None = _TIMED_OUT
-        # One scope per read: the timer, and the memory's stop.
-        with trio.move_on_at(deadline) as scope:
-            holding.guard(scope)
+    def _end(self) -> list[SamplingEvent]:
+        """The events of the body's end (the decoder's last event, the transform's)."""
+        self.ended = True
+        events = self.transform.feed_payloads(self._decoder.close_payloads())
+        events.extend(self.transform.close())
+        return events
+
+    def _rearm(self) -> bool:
+        """Set the timer's deadline again after :meth:`hold_timer`; ``False``: it passed
+        while ``emit`` waited (the scope would be cancelled for good)."""
+        if self.deadline <= trio.current_time():
+            return False
+        self.scope.deadline = self.deadline
+        return True
+
+    async def _late_read(self) -> bytes | None:
+        """A read whose timer ran out while ``emit`` waited for the consumer, as a scope
+        per read made it: it fails at its first schedule point, and what is already
+        buffered (a read that does not wait) is taken."""
+        with trio.move_on_at(self.deadline):
             try:
-                read = await self._chunks.__anext__()
+                return await self._chunks.__anext__()
             except StopAsyncIteration:
-                read = None
-        holding.guard(None)
-        holding.check()
-        return read
+                return None
+        self.scope.cancel()  # the timer fired: the attempt's scope ends the read loop
+        await trio.lowlevel.checkpoint()
+        raise AssertionError("unreachable: the attempt's scope was cancelled")
+
+    def hold_timer(self) -> None:
+        """Lift the read timer until the next read (the consumer is behind)."""
+        self.scope.deadline = math.inf
+
+    def timed_out(self) -> list[SamplingEvent]:
+        """The events of a read the scope stopped: the memory's stop raises its error; the
+        read timer fails the transform (a background stream is cut, to be read on)."""
+        if self._holding is not None:
+            self._holding.check()
+        error = _timeout_error(self.emitted, self._timeouts)
+        if self.resumable:  # the server keeps the response: a cut, read on later
+            raise SamplingClientError(error)
+        return self.transform.abort(error)
 
 
 class _DoomWatch:
@@ -359,18 +413,16 @@ _DOOM_ERROR: Final = error_info(
 
 
 class Attempts:
-    """Runs attempts for one sampler: its client, doom-loop policy, memory and drains."""
+    """Runs attempts for one sampler: its client, doom-loop policy and drains."""
 
     def __init__(
         self,
         client: SamplingClient,
         doom: DoomLoopPolicy,
-        memory: ResponseMemory | None,
         drains: ConnectionDrains,
     ) -> None:
         self._client = client
         self._doom = doom
-        self._memory = memory
         self._drains = drains
         #: Per config: the options its requests are built with.
         self._build_options: ByIdentity[BuildOptions] = ByIdentity()
@@ -417,7 +469,8 @@ class Attempts:
             transform = sink.transform
         else:
             transform = new_transform(config.backend, sink.request_id, provider=config.provider)
-            # One stream holds at most what it may read; all of them together, ``_memory``.
+            # One stream holds at most what it may read; all of them together, the
+            # sampler's memory account (the gates' share, ``AttemptObserver.share``).
             transform.max_held_bytes = config.max_response_bytes
         background = resume is not None or wire.data.get("background") is True
         try:
@@ -440,9 +493,7 @@ class Attempts:
         resume: ResumePoint | None,
     ) -> AttemptResult:
         background = resume is not None or wire.data.get("background") is True
-        holding = self._memory.hold(transform) if self._memory is not None else None
-        if holding is not None:  # the events waiting for the consumer hold its text too
-            holding.count(sink)
+        holding = None if observer is None else observer.share(transform)
         sink.transform = metrics.transform = transform
         metrics.prompt_estimate = math.ceil(len(wire.body) / 4)
         if observer is not None:
@@ -471,9 +522,6 @@ class Attempts:
             return AttemptResult(
                 error=error, partial=sink.partial(), emitted_output=body.emitted, resume=point
             )
-        finally:
-            if holding is not None:
-                holding.release()
         triggers = () if watch is None else watch.triggers
         result = self._judge(transform.outcome, body.emitted, armed, triggers)
         if result.error is not None:
@@ -558,38 +606,31 @@ class Attempts:
         watch: _DoomWatch | None,
         headers_at: float,
     ) -> None:
-        """The read loop: events on to the sink until the transform ends."""
+        """The read loop: events on to the sink until the transform ends. The reads run
+        in the attempt's one scope (``body.scope``): when the read timer (or the memory)
+        stops one, the loop ends there, and the failure is forwarded after it."""
         transform = body.transform
         timeouts = config.timeouts
         body.timer = timeouts.first_token
         body.deadline = headers_at + body.timer
-        first_content_at_end = False  # the read that ended the stream held its first content
-        while not transform.finished:
-            events = await body.events(body.deadline)
-            now = trio.current_time()
-            at = metrics.last_byte_at = body.received_at(now)
-            batch, done, content, reasoning = _split(events, transform)
-            if content:
-                body.timer = timeouts.idle
-                body.deadline = now + body.timer
-                metrics.tokens(at, content)
-                first_content_at_end = not body.emitted
-                body.emitted = True
-            # Per read only where there is something to judge: reasoning text, or a
-            # server's doom signal (the usual read has neither).
-            if watch is not None and (reasoning or transform.acc.doom_loop_signals):
-                abort = watch.abort_for(reasoning, transform, done)
-                if abort is not None:
-                    extra, done, _, _ = _split(transform.abort(abort), transform)
-                    batch.extend(extra)
+        with body.scope:
+            while not transform.finished:
+                events = await body.events()
+                batch, at, done, content = _take(events, body, timeouts, metrics, watch)
+                if batch:
+                    if sink.emit_may_wait:
+                        body.hold_timer()
+                    await sink.emit(batch, at)
+                if done:
+                    break
+                if content and body.pending:
+                    await sink.hand_over()
+        if body.scope.cancelled_caught:
+            batch, at, _, _ = _take(body.timed_out(), body, timeouts, metrics, watch)
             if batch:
                 await sink.emit(batch, at)
-            if done:
-                break
-            if content and body.pending:
-                await sink.hand_over()
         if not body.ended and isinstance(transform.outcome, Completed):
-            await self._finish_body(sink, body.stream, first_content_at_end)
+            await self._finish_body(sink, body.stream, body.first_content_at_end)
 
     async def _finish_body(
         self, sink: AttemptSink, stream: ResponseStream, first_content_at_end: bool
@@ -741,6 +782,35 @@ def _stall_close(error: SamplingErrorInfo, timer: float, deadline: float) -> Sam
         f"({error.message})",
         error_code="stall_closed",
     )
+
+
+def _take(
+    events: list[SamplingEvent],
+    body: _Body,
+    timeouts: Timeouts,
+    metrics: AttemptMetrics,
+    watch: _DoomWatch | None,
+) -> tuple[list[SamplingEvent], float, bool, int]:
+    """What a read's ``events`` give the sink: the batch, when its bytes arrived,
+    whether the transform ended, and how many content events it holds. Content restarts
+    the read timer (``idle``); reasoning text and a server's doom signal go to the doom
+    watch (the usual read has neither)."""
+    transform = body.transform
+    now = trio.current_time()
+    at = metrics.last_byte_at = body.received_at(now)
+    batch, done, content, reasoning = _split(events, transform)
+    if content:
+        body.timer = timeouts.idle
+        body.deadline = body.scope.deadline = now + body.timer
+        metrics.tokens(at, content)
+        body.first_content_at_end = not body.emitted
+        body.emitted = True
+    if watch is not None and (reasoning or transform.acc.doom_loop_signals):
+        abort = watch.abort_for(reasoning, transform, done)
+        if abort is not None:
+            extra, done, _, _ = _split(transform.abort(abort), transform)
+            batch.extend(extra)
+    return batch, at, done, content
 
 
 def _feed(transform: StreamTransform, decoder: StreamDecoder, chunk: bytes) -> list[SamplingEvent]:

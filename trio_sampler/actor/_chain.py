@@ -65,7 +65,7 @@ class RouteState:
             attempts=self.attempts,
             failures=self.failures,
             completions=self.completions,
-            opened=getattr(breaker, "opened", 0),
+            opened=0 if breaker is None else breaker.opened,
             admission=None if self.admission is None else self.admission.name,
             passed_over_rate_limit=self.passed_over_rate_limit,
             passed_over_admission=self.passed_over_admission,
@@ -110,8 +110,9 @@ class Leg:
             return "its circuit is half open and another request is probing it"
         return "its circuit is open"
 
-    def record(self, error: SamplingErrorInfo | None, now: float, attempt: AttemptMetrics) -> None:
-        """Tell the route's state how an attempt ended (breaker, counters, TTFT)."""
+    def record(self, error: SamplingErrorInfo | None, attempt: AttemptMetrics) -> None:
+        """Count how an attempt ended on the route (its counters and TTFT; its breaker
+        is told by the attempt's hold, :meth:`judge`)."""
         state = self.state
         if state is None:
             return
@@ -122,10 +123,15 @@ class Leg:
             state.completions += 1
         else:
             state.failures += 1
-        breaker = state.breaker
+
+    def judge(self, error: SamplingErrorInfo | None, now: float, *, ended: bool) -> None:
+        """Tell the route's breaker how an attempt it let through ended
+        (:func:`~trio_sampler.routing.breaker_verdict`); one that did not end (cancelled)
+        frees a half-open circuit's probe, counting nothing."""
+        breaker = None if self.state is None else self.state.breaker
         if breaker is None:
             return
-        verdict = breaker_verdict(error)
+        verdict = breaker_verdict(error) if ended else BreakerVerdict.ABANDONED
         if verdict is BreakerVerdict.SUCCESS:
             breaker.record_success(now)
         elif verdict is BreakerVerdict.FAILURE:
@@ -141,23 +147,22 @@ class Leg:
         outcome: AttemptOutcome,
     ) -> None:
         """An attempt ended by the request (cancelled, or a hedge that lost): recorded
-        with the usage it had reached (``partial``, priced); the route is not blamed.
-        Synchronous (it runs while the request is being cancelled)."""
-        now = trio.current_time()
+        with the usage it had reached (``partial``, priced); the route is not blamed (its
+        hold told the breaker). Synchronous (it runs while the request is being
+        cancelled)."""
         recorder.end_attempt(
             attempt,
-            now,
+            trio.current_time(),
             None,
             outcome=outcome,
             usage=None if partial is None else partial.usage,
             cost_usd_ticks=None if partial is None else partial.cost_usd_ticks,
         )
-        self.abandon(now)
 
     def abandon(self, now: float) -> None:
-        breaker = None if self.state is None else self.state.breaker
-        if breaker is not None:
-            breaker.record_abandoned(now)
+        """The breaker let an attempt through that no hold will run (the route was passed
+        over after all, or the request ended first): a half-open probe is free again."""
+        self.judge(None, now, ended=False)
 
 
 def unsuitable(leg: Leg, request: ConversationRequest, failure: FailOver | None) -> str | None:

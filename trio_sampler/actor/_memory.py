@@ -13,6 +13,27 @@ holds for the event in progress (up to ``max_sse_event_bytes`` each: an endless 
 grows there, not in the fold). A buffer is counted once :meth:`Holding.count` is told of
 it.
 
+The partial output a request keeps from a failed attempt while it tries again (for its
+terminal, whatever the next attempt shows) is the earlier attempt's text, no longer in
+any fold: the next attempt counts it (:class:`KeptPartial`, measured once with
+:func:`response_bytes`).
+
+What the process holds for a stream is more than its buffers, and the account counts it
+as the process holds it, so that the limit bounds the resident memory, not only the text:
+
+* every stream costs :data:`STREAM_OVERHEAD` however little it holds (its connection,
+  the HTTP parser's state, its task and the attempt's own objects: about 40 KiB each,
+  measured with a few hundred idle streams);
+* the buffers a read passes through (the connection's reads, counted as eight times the
+  longest read for its copies and the allocator's free memory between them, and the
+  events waiting for the consumer: *passing* buffers, counted with ``passing=True``) are
+  freed once the read is parsed, but the allocator keeps that memory for the next reads
+  rather than returning it to the system. So the account counts the passing buffers at
+  their highest sum while any stream is live (:attr:`ResponseMemory.retained` is that
+  peak minus what the live streams hold now): a stream stopped by the cap does not leave
+  its reads' share to the text of the others, which would grow in fresh memory beside
+  what the allocator keeps. The peak is forgotten when no stream is left.
+
 An attempt reports what it holds before every body read (:meth:`Holding.report`) and
 lets the memory cancel the read's scope when the attempt is the one to stop. So the total
 is exact at every read, and exceeds the limit by at most what each stream's last read
@@ -21,18 +42,34 @@ added.
 
 from __future__ import annotations
 
-from typing import Protocol
+import itertools
+import sys
+from collections.abc import Iterable
+from typing import Any, Protocol, cast
 
+import attrs
 import trio
 
 from ..client import SamplingClientError
-from ..types import SamplingErrorInfo, SamplingErrorKind
+from ..types import ConversationResponse, SamplingErrorInfo, SamplingErrorKind
 from ..wire import StreamTransform
 
-__all__ = ["DEFAULT_MAX_BUFFERED_RESPONSE_BYTES", "Buffer", "Holding", "ResponseMemory"]
+__all__ = [
+    "DEFAULT_MAX_BUFFERED_RESPONSE_BYTES",
+    "STREAM_OVERHEAD",
+    "Buffer",
+    "Holding",
+    "KeptPartial",
+    "ResponseMemory",
+    "response_bytes",
+]
 
 #: ``open_sampler(max_buffered_response_bytes=)`` by default: 1 GiB in all.
 DEFAULT_MAX_BUFFERED_RESPONSE_BYTES = 1024 * 1024 * 1024
+
+#: What a live stream costs before it holds any response: its connection and HTTP
+#: parser, its task, cancel scopes and the attempt's objects (measured: about 40 KiB).
+STREAM_OVERHEAD = 48 * 1024
 
 
 class ResponseMemory:
@@ -40,11 +77,22 @@ class ResponseMemory:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        #: What the attempts not stopped hold, in bytes, as last reported.
+        #: What the attempts not stopped hold, in bytes, as last reported, and what the
+        #: allocator keeps of their passing buffers (:attr:`retained`).
         self.total = 0
         #: The highest ``total`` reported.
         self.peak = 0
+        #: The passing buffers the live attempts hold, and the highest sum of them since
+        #: the account was last empty.
+        self.passing = 0
+        self.passing_peak = 0
+        self._sum = 0  # what the live attempts hold, passing buffers included
         self._live: set[Holding] = set()
+
+    @property
+    def retained(self) -> int:
+        """Memory the passing buffers freed and the allocator keeps for later reads."""
+        return self.passing_peak - self.passing
 
     def hold(self, transform: StreamTransform) -> Holding:
         """Start counting what the attempt behind ``transform`` holds."""
@@ -52,15 +100,20 @@ class ResponseMemory:
         self._live.add(holding)
         return holding
 
-    def update(self, holding: Holding, held: int) -> None:
-        """``holding`` holds ``held`` bytes now; past the limit, stop the largest."""
+    def update(self, holding: Holding, held: int, passing: int = 0) -> None:
+        """``holding`` holds ``held`` bytes now, ``passing`` of them in passing buffers;
+        past the limit, stop the largest."""
         if holding not in self._live:
             return
-        self.total += held - holding.bytes
-        holding.bytes = held
+        self._sum += held - holding.bytes
+        self.passing += passing - holding.passing
+        holding.bytes, holding.passing = held, passing
+        if self.passing > self.passing_peak:
+            self.passing_peak = self.passing
+        self.total = self._sum + self.passing_peak - self.passing
         if self.total > self.peak:
             self.peak = self.total
-        while self.total > self.limit:
+        while self.total > self.limit and self._live:
             victim = max(self._live, key=_held)
             # Counted as released once stopped: it ends within a scheduling round, and
             # waiting for that would stop more streams than needed.
@@ -68,11 +121,16 @@ class ResponseMemory:
             victim.stop()
 
     def release(self, holding: Holding) -> None:
-        """The attempt ended (or was stopped): what it held is no longer counted."""
+        """The attempt ended (or was stopped): what it held is no longer counted, but
+        for its passing buffers, which the allocator keeps (:attr:`retained`)."""
         if holding in self._live:
             self._live.discard(holding)
-            self.total -= holding.bytes
-        holding.bytes = 0
+            self._sum -= holding.bytes
+            self.passing -= holding.passing
+            if not self._live:  # nothing left to share what the allocator keeps
+                self._sum = self.passing = self.passing_peak = 0
+            self.total = self._sum + self.passing_peak - self.passing
+        holding.bytes = holding.passing = 0
 
     def error(self) -> SamplingErrorInfo:
         return SamplingErrorInfo(
@@ -94,6 +152,38 @@ class Buffer(Protocol):
     def buffered_bytes(self) -> int: ...
 
 
+def response_bytes(response: ConversationResponse | None) -> int:
+    """The memory the strings of ``response``'s items take, as CPython holds them (text,
+    reasoning and its summaries, tool names and arguments, refusal, ids)."""
+    return 0 if response is None else _string_bytes(response.items, 0)
+
+
+def _string_bytes(value: object, depth: int) -> int:
+    if isinstance(value, str):
+        return sys.getsizeof(value)
+    values: Iterable[object]
+    if depth > 4:  # the items' strings are a few levels down; nothing grows deeper
+        return 0
+    if isinstance(value, tuple | list):
+        values = value
+    elif isinstance(value, dict):
+        values = itertools.chain(value.keys(), value.values())
+    elif attrs.has(kind := cast(Any, type(value))):
+        values = (getattr(value, field.name) for field in attrs.fields(kind))
+    else:
+        return 0
+    return sum(_string_bytes(item, depth + 1) for item in values)
+
+
+class KeptPartial:
+    """The partial output a request keeps from an earlier attempt, as a counted buffer."""
+
+    __slots__ = ("buffered_bytes",)
+
+    def __init__(self, response: ConversationResponse | None) -> None:
+        self.buffered_bytes = response_bytes(response)
+
+
 def _held(holding: Holding) -> int:
     return holding.bytes
 
@@ -110,7 +200,11 @@ class Holding:
         self._memory = memory
         self._transform = transform
         self._buffers: tuple[Buffer, ...] = ()
+        self._passing: tuple[Buffer, ...] = ()
+        #: Bytes held as last reported (:data:`STREAM_OVERHEAD` included), and how many of
+        #: them are in passing buffers.
         self.bytes = 0
+        self.passing = 0
         #: Chosen to stop: every read from now on fails with the memory's error.
         self.stopped = False
         self._scope: trio.CancelScope | None = None
@@ -123,13 +217,25 @@ class Holding:
     def release(self) -> None:
         self._memory.release(self)
 
-    def count(self, buffer: Buffer) -> None:
-        """Count what ``buffer`` holds too, from the next report on (the SSE decoder)."""
-        self._buffers = (*self._buffers, buffer)
+    def count(self, buffer: Buffer, *, passing: bool = False) -> None:
+        """Count what ``buffer`` holds too, from the next report on: a buffer that grows
+        (the SSE decoder's event in progress), or with ``passing`` one that a read
+        passes through (the connection's reads, the events the consumer has not taken)."""
+        if passing:
+            self._passing = (*self._passing, buffer)
+        else:
+            self._buffers = (*self._buffers, buffer)
 
-    def held(self) -> int:
-        """Bytes held now: the fold's text and every counted buffer."""
-        return self._transform.held_bytes + sum(b.buffered_bytes for b in self._buffers)
+    def held(self) -> tuple[int, int]:
+        """Bytes held now (the stream's overhead, the fold's text and every counted
+        buffer), and how many of them are in passing buffers."""
+        passing = 0
+        for buffer in self._passing:  # before every read: no generator
+            passing += buffer.buffered_bytes
+        held = STREAM_OVERHEAD + self._transform.held_bytes + passing
+        for buffer in self._buffers:
+            held += buffer.buffered_bytes
+        return held, passing
 
     def report(self) -> None:
         """Before a read: report what the attempt holds now (the largest past the
@@ -137,7 +243,7 @@ class Holding:
         if self._transform.finished:
             self.release()  # the response (or partial) is the consumer's now
         else:
-            self._memory.update(self, self.held())
+            self._memory.update(self, *self.held())
         self.check()
 
     def guard(self, scope: trio.CancelScope | None) -> None:

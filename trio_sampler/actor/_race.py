@@ -46,6 +46,12 @@ class Lane:
         self.held: list[tuple[list[SamplingEvent], float | None]] = []
         self.result: AttemptResult | None = None
 
+    @property
+    def emit_may_wait(self) -> bool:
+        """Whether :meth:`emit` may wait for credit: once it wins, it sends what it held
+        and the batch, a credit each."""
+        return self.race.state.credits.value <= len(self.held)
+
     async def emit(self, batch: list[SamplingEvent], received_at: float | None = None) -> None:
         race = self.race
         if race.winner is None and any(type(event) in CONTENT_EVENTS for event in batch):
@@ -64,6 +70,12 @@ class Lane:
 
     def partial(self) -> ConversationResponse | None:
         return partial_output(self.transform)
+
+    @property
+    def last_partial(self) -> ConversationResponse | None:
+        """None: a racing attempt starts before any lane wins, and the request's kept
+        partial output is not any one lane's to count (a hedged request's is uncounted)."""
+        return None
 
     @property
     def buffered_bytes(self) -> int:
@@ -158,9 +170,8 @@ class Race:
         recorder = self.state.metrics
         result = lane.result
         if result is None:
-            if not lane.metrics.sent:  # cancelled while the pacer or admission held it
+            if not lane.metrics.sent:  # cancelled while one of its gates held it
                 recorder.drop_attempt(lane.metrics)
-                leg.abandon(trio.current_time())
                 return
             partial = self._priced(lane.partial(), leg.config)
             leg.cut_short(recorder, lane.metrics, partial, AttemptOutcome.LOST_HEDGE)
@@ -174,4 +185,4 @@ class Race:
             usage=None if priced is None else priced.usage,
             cost_usd_ticks=None if priced is None else priced.cost_usd_ticks,
         )
-        leg.record(result.error, now, lane.metrics)
+        leg.record(result.error, lane.metrics)

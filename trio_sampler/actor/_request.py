@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+from collections.abc import Mapping
 
 import attrs
 import trio
@@ -81,6 +82,7 @@ class RequestRunner:
         limiter: trio.CapacityLimiter | None,
         catalog: ModelCatalog | None = None,
         admission: AdmissionGate | None = None,
+        route_admissions: Mapping[str, AdmissionGate] | None = None,
         routing: RoutingPolicy | None = None,
         memory: ResponseMemory | None = None,
     ) -> None:
@@ -89,6 +91,8 @@ class RequestRunner:
         #: Per route name: the state every request of the sampler shares.
         self._routes: dict[str, RouteState] = {}
         self._admission = admission
+        #: The open gate of each route that carries its own admission (``Route.admission``).
+        self._route_admissions: Mapping[str, AdmissionGate] = route_admissions or {}
         if routing is not None:
             for route in routing.routes:
                 self._route_state(route)
@@ -96,12 +100,13 @@ class RequestRunner:
         self._retry_policy = retry_policy
         self._doom = doom_policy
         self._rng = rng
-        self._limiter = limiter
         self._budgets: dict[tuple[float, float], RetryBudget] = {}
         #: Where completed responses are drained for connection reuse (the sampler's).
         self.drains = ConnectionDrains()
-        self.gates = Gates()
-        self.attempts = Attempts(client, doom_policy, memory, self.drains)
+        #: Every gate an attempt passes, the concurrency limiter's slot and the memory
+        #: account's share included (``_gates.py``).
+        self.gates = Gates(limiter, memory)
+        self.attempts = Attempts(client, doom_policy, self.drains)
 
     @property
     def catalog(self) -> ModelCatalog | None:
@@ -155,14 +160,15 @@ class RequestRunner:
                 state.task_done.set()
 
     async def _run(self, state: RequestState) -> TerminalEvent:
-        """The slot wait and every attempt on every route, under the one
-        ``Timeouts.total`` deadline counted from submit: waiting for a ``max_concurrency``
-        slot, backoff sleeps, fail-overs and a consumer that stops reading all spend it."""
+        """Every attempt on every route, under the one ``Timeouts.total`` deadline
+        counted from submit: waiting for a ``max_concurrency`` slot (each attempt's,
+        ``_gates.py``), backoff sleeps, fail-overs and a consumer that stops reading all
+        spend it."""
         total = state.config.timeouts.total
         if not total:  # no deadline: no scope to enter and leave
-            return await self._limited_chain(state)
+            return await self._chain(state)
         with trio.CancelScope(deadline=state.submitted_at + total) as total_scope:
-            return await self._limited_chain(state)
+            return await self._chain(state)
         # Only reached when the total deadline fired.
         assert total_scope.cancelled_caught
         message = f"the request did not finish within its total timeout of {total:g} s"
@@ -171,13 +177,6 @@ class RequestRunner:
         )
         partial = self._priced(state.partial(), state.serving) or state.last_partial
         return Failed(state.request_id, error, partial, state.metrics.build(partial))
-
-    async def _limited_chain(self, state: RequestState) -> TerminalEvent:
-        """The chain, in a ``max_concurrency`` slot when the sampler has a limit."""
-        if self._limiter is not None:
-            async with self._limiter:
-                return await self._chain(state)
-        return await self._chain(state)
 
     def _priced(
         self, response: ConversationResponse | None, config: SamplerConfig | None
@@ -208,19 +207,27 @@ class RequestRunner:
         return legs
 
     def _gate_for(self, route: str | None) -> AdmissionGate | None:
-        """The gate ``route``'s attempts go through: the route's own, when the admission
-        has one per route (``None``: a request without routing)."""
-        return None if self._admission is None else self._admission.for_route(route)
+        """The gate ``route``'s attempts go through (``None``: a request without
+        routing): from the route's own admission (``Route.admission``), else the
+        sampler's; either may give each route a gate of its own."""
+        owner = self._admission if route is None else self._owner(route)
+        return None if owner is None else owner.for_route(route)
+
+    def _owner(self, route: str) -> AdmissionGate | None:
+        """The open admission that gives ``route`` its gate and shares its breaker."""
+        own = self._route_admissions.get(route)
+        return own if own is not None else self._admission
 
     def _route_state(self, route: Route) -> RouteState:
         found = self._routes.get(route.name)
         if found is None or found.route is not route:
             breaker: CircuitBreaker | None = None
             routing = self._routing
+            owner = self._owner(route.name)
             if routing is not None and routing.breaker is not None:
                 breaker = RouteBreaker(route.name, routing.breaker, routing.on_breaker_change)
-                if self._admission is not None:  # it may share the breaker (a fleet does)
-                    breaker = self._admission.share_breaker(route.name, breaker)
+                if owner is not None:  # it may share the breaker (a fleet does)
+                    breaker = owner.share_breaker(route.name, breaker)
             found = self._routes[route.name] = RouteState(
                 route, breaker, admission=self._gate_for(route.name)
             )
@@ -374,23 +381,52 @@ class RequestRunner:
             if priced is not None:  # kept for the terminal, whatever the next attempt shows
                 state.last_partial = priced
             facts = _facts(result, priced, armed, state, context_window, has_next, request)
-            step = self._decide(leg, facts, history, policies)
+            step, let_through = self._decide(leg, facts, history, policies)
             resume = step.point if isinstance(step, Resume) else None
             if prefix is not None:  # a failed continuation is not tried again
                 prefix, request = None, state.request
-            followed = await self._follow(state, leg, step, facts, request, budget)
+            followed = await self._next(state, leg, step, facts, request, budget, let_through)
             if not isinstance(followed, tuple):
                 return followed
             request, history = followed
 
-    def _decide(self, leg: Leg, facts: Facts, history: History, policies: Policies) -> Step:
+    def _decide(
+        self, leg: Leg, facts: Facts, history: History, policies: Policies
+    ) -> tuple[Step, bool]:
         """The plan's next step (``_plan.RULES``), with the sampler's jitter and the
-        route's breaker."""
+        route's breaker; and whether the breaker, asked, let another attempt through
+        (its verdict then comes from that attempt's hold, or :meth:`_next` frees it)."""
+        let_through = False
 
         def circuit_open() -> bool:
-            return leg.blocked(trio.current_time()) is not None
+            nonlocal let_through
+            let_through = leg.blocked(trio.current_time()) is None
+            return not let_through
 
-        return decide(facts, history, policies, uniform=self._rng.random, circuit_open=circuit_open)
+        step = decide(facts, history, policies, uniform=self._rng.random, circuit_open=circuit_open)
+        return step, let_through
+
+    async def _next(
+        self,
+        state: RequestState,
+        leg: Leg,
+        step: Step,
+        facts: Facts,
+        request: ConversationRequest,
+        budget: RetryBudget | None,
+        let_through: bool,
+    ) -> TerminalEvent | FailOver | tuple[ConversationRequest, History]:
+        """:meth:`_follow`; a breaker's permission the plan took (``let_through``) is
+        given back when no attempt on the route follows (a half-open probe stays free)."""
+        try:
+            followed = await self._follow(state, leg, step, facts, request, budget)
+        except BaseException:
+            if let_through:
+                leg.abandon(trio.current_time())
+            raise
+        if let_through and not isinstance(followed, tuple):
+            leg.abandon(trio.current_time())
+        return followed
 
     async def _open_route(
         self,
@@ -411,13 +447,14 @@ class RequestRunner:
         if blocked is not None:
             return Skipped(blocked)
         prepared = None
-        if steer:
-            chosen = await self._prepare(state, leg, request, armed=policies.max_resamples > 0)
-            if isinstance(chosen, Skipped):
-                leg.abandon(trio.current_time())
-                return chosen
-            prepared = chosen
         try:
+            if steer:
+                armed = policies.max_resamples > 0
+                chosen = await self._prepare(state, leg, request, armed=armed)
+                if isinstance(chosen, Skipped):
+                    leg.abandon(trio.current_time())
+                    return chosen
+                prepared = chosen
             if budget is not None and state.metrics.started == 0:  # the first attempt
                 budget.record_request(trio.current_time())
             if failure is not None:
@@ -426,7 +463,8 @@ class RequestRunner:
                 await self._emit_retry(
                     state, state.metrics.started, max_retries, failure.error, 0.0, discard, (), leg
                 )
-        except BaseException:
+        except BaseException:  # no attempt will run: the breaker's permission goes back
+            leg.abandon(trio.current_time())
             if prepared is not None:
                 await self.gates.discard(prepared)
             raise
@@ -550,7 +588,7 @@ class RequestRunner:
             usage=None if priced is None else priced.usage,
             cost_usd_ticks=None if priced is None else priced.cost_usd_ticks,
         )
-        served.record(result.error, ended_at, metrics)
+        served.record(result.error, metrics)
         if priced is not None and cost != priced.cost_usd_ticks:  # billed per model
             priced = attrs.evolve(priced, cost_usd_ticks=cost)
         return priced
@@ -652,7 +690,8 @@ class RequestRunner:
             wire = prepared.wire
         else:
             built = self.attempts.wire(request, leg.config, armed)
-            if isinstance(built, SamplingErrorInfo):
+            if isinstance(built, SamplingErrorInfo):  # never reached its gates
+                leg.abandon(trio.current_time())
                 return AttemptResult(error=built)
             wire = built if resume is None else self.attempts.resume_wire(built, resume)
         deadline = self._deadline(state, leg.config)

@@ -83,6 +83,7 @@ CONTENT_EVENTS: Final = frozenset(
 
 _TERMINALS = (Completed, Failed, Cancelled)
 _TOKENS_ONLY: Final = {ChannelToken}
+_NO_EVENTS: Final[list[SamplingEvent]] = []
 
 #: What a queued event costs beyond its text, as the memory account counts it: the event
 #: object (88 bytes for a ``ChannelToken``), its string's header (49) and its list slot.
@@ -264,6 +265,11 @@ class RequestState:
                 transform = discarded
                 break
         return partial_output(transform)
+
+    @property
+    def emit_may_wait(self) -> bool:
+        """Whether :meth:`emit` would wait for credit (the consumer is behind)."""
+        return self.credits.value == 0
 
     async def emit(self, batch: list[SamplingEvent], received_at: float | None = None) -> None:
         """Send one batch of non-terminal events, waiting for buffer credit (backpressure);
@@ -456,15 +462,16 @@ class RequestStream:
         if type(state.terminal) is Cancelled:
             return self._take_cancelled()
         try:
+            # A batch already waiting is taken without a schedule point (the request task
+            # yields at every read anyway), but a cancelled consumer still stops here.
+            # Whether one waits is known from the counts (every batch but the terminal is
+            # counted in ``sent``): with one token per read none does, and trying first
+            # raised a ``WouldBlock`` per token, kept alive with its traceback across the
+            # wait by an ``await`` in its ``except`` clause (the collector's share).
+            await trio.lowlevel.checkpoint_if_cancelled()
             if state.read < state.sent or state.terminal is not None:
-                # A batch already waiting is taken without a schedule point (the request
-                # task yields at every read anyway), but a cancelled consumer still stops.
-                await trio.lowlevel.checkpoint_if_cancelled()
-                try:
-                    batch = self._receive.receive_nowait()
-                except trio.WouldBlock:
-                    batch = await self._receive.receive()
-            else:  # nothing sent yet: wait (not first a WouldBlock raised and caught)
+                batch = self._receive.receive_nowait()
+            else:
                 batch = await self._receive.receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
             self._ended = True
@@ -480,8 +487,10 @@ class RequestStream:
             state.credits.release()
             if type(state.terminal) is Cancelled:  # cancelled while this batch waited
                 return self._take_cancelled()
-        self._batch = batch
-        self._size = len(batch)
+        # A batch of one event is not kept: its list would live across the wait for the
+        # next read, for nothing.
+        self._size = size = len(batch)
+        self._batch = batch if size > 1 else _NO_EVENTS
         self._position = 1
         return batch[0]
 

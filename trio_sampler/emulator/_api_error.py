@@ -19,6 +19,7 @@ class ApiError(TrioSamplerError):
         param: str | None = None,
         code: str | None = None,
         error_type: str | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -26,3 +27,5 @@ class ApiError(TrioSamplerError):
         self.param = param
         self.code = code
         self.error_type = error_type
+        #: Seconds the client should wait before trying again (``retry-after`` headers).
+        self.retry_after = retry_after

@@ -7,7 +7,7 @@ import hashlib
 import math
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -29,7 +29,7 @@ from ._billing import (
     settle_body,
     settle_stream,
 )
-from ._budget import DEFAULT_MAX_REPLY_BYTES, ReplyBudget, frames_size
+from ._budget import DEFAULT_MAX_REPLY_BYTES, Frames, ReplyBudget, stream_deltas
 from ._cache import SHARED_CACHE, PromptCache
 from ._faults import AttemptPlan, FaultBook, OutcomeFault
 from ._log import (
@@ -340,6 +340,7 @@ class EmulatorApp:
             return
         except ApiError as error:
             extra = [(renderer.request_id_header(), request_id.encode())]
+            extra += retry_after_headers(error.retry_after)
             await _respond(send, error.status, renderer.error_body(error, request_id), extra)
 
     async def _bedrock(
@@ -531,14 +532,18 @@ class EmulatorApp:
                 send, outcome.status, error_body, base + retry_after_headers(outcome.retry_after)
             )
             return
-        # Refused before its reply is rendered, when the replies held fill the budget.
-        self.replies.check(anthropic=renderer.backend == "messages")
+        # Refused before its reply is planned when the replies held fill the budget, and
+        # before it is rendered when it would not fit.
+        anthropic = renderer.backend == "messages"
+        self.replies.check(anthropic=anthropic)
         if isinstance(outcome, ContentFilterFault):
             script = attrs.evolve(script, stop="content_filter")
         if isinstance(outcome, EmptyFault):
             reply = empty_reply(view, body)
         else:
             reply = plan_reply(view, script, body)
+        deltas = stream_deltas(reply) if view.stream else 0
+        self.replies.check(anthropic=anthropic, api=renderer.backend, deltas=deltas)
         if charge is not None and self.rate_limits is not None:
             # The emulator knows the reply's length up front: the output charge is corrected
             # now rather than when the body ends (the provider's bucket is never tighter).
@@ -557,15 +562,15 @@ class EmulatorApp:
                 script.delay_ms / 1000,
             )
         if view.stream:
-            frames = renderer.stream(reply, view)
+            frames = Frames(renderer.stream(reply, view))
             if bench:
-                self._bench_store(
-                    renderer, script, data, 200, base + _SSE_HEADERS, b"".join(frames)
-                )
-            anthropic = renderer.backend == "messages"
+                self._bench_store(renderer, script, data, 200, base + _SSE_HEADERS, frames.data)
             progress = StreamProgress()
+            held = self.replies.holding(
+                frames.nbytes, anthropic=anthropic, api=renderer.backend, deltas=deltas
+            )
             try:
-                with self.replies.holding(frames_size(frames), anthropic=anthropic):
+                with held:
                     await _send_start(send, 200, base + _SSE_HEADERS)
                     entry.status = 200
                     async with trio.open_nursery() as nursery:
@@ -600,7 +605,7 @@ class EmulatorApp:
             return
         if bench:
             self._bench_store(renderer, script, data, 200, [*base, _JSON], payload)
-        with self.replies.holding(len(payload), anthropic=renderer.backend == "messages"):
+        with self.replies.holding(len(payload), anthropic=anthropic):
             entry.status = 200
             await _send_payload(send, base, payload, outcome)
         settle_body(entry, reply.usage, cut=isinstance(outcome, DropFault | MalformedFault))
@@ -939,7 +944,7 @@ async def _emit(
     renderer: Renderer,
     reply: Reply,
     view: RequestView,
-    frames: list[bytes],
+    frames: Sequence[bytes],
     plan: AttemptPlan,
     delay: float,
     pacing: TokenPacing | None,
@@ -979,7 +984,7 @@ async def _emit_frames(
     renderer: Renderer,
     reply: Reply,
     view: RequestView,
-    frames: list[bytes],
+    frames: Sequence[bytes],
     plan: AttemptPlan,
     delay: float,
     pacing: TokenPacing | None,

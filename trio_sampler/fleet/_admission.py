@@ -11,8 +11,8 @@ import attrs
 import trio
 
 from ..admission import Admission, AdmissionGate, Ticket
+from ..breaker import CircuitBreaker, RouteBreaker
 from ..config import SamplerConfig
-from ..routing import CircuitBreaker, RouteBreaker
 from ..types import RateLimitSnapshot, SamplingErrorInfo, SamplingErrorKind, Usage
 from ..types._credential_names import redact_url
 from ..wire import WireRequest

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import trio
 
-from ..routing import BreakerState, RouteBreaker
+from ..breaker import BreakerState, RouteBreaker
 
 __all__ = ["BREAKERS", "SharedBreaker"]
 
