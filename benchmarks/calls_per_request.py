@@ -15,7 +15,12 @@ functions by calls are listed for ``ours``. Times are not reported: under a prof
 mean little.
 
     python benchmarks/calls_per_request.py [--tokens 1,200] [--requests 200]
-        [--json benchmarks/results/calls_per_request.json] [--top 25]
+        [--json benchmarks/results/calls_per_request.json] [--top 25] [--bytecode]
+
+``--bytecode`` counts, instead of calls, the bytecode instructions each Python function
+runs in itself (``sys.settrace`` opcode events; built-in and C functions run none): the
+weight of a loop body, which a call count does not see (a loop over a batch's events
+makes no call per event, yet costs per event).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import pstats
 import sys
 from collections import Counter
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import trio
@@ -81,11 +87,56 @@ async def _count(impl: str, origin: str, tokens: int, requests: int) -> pstats.S
     return pstats.Stats(profile)
 
 
-def count(impl: str, origin: str, tokens: int, requests: int, top: int) -> dict[str, Any]:
-    """One contender's calls per request: the total, per group, and its ``top`` functions."""
-    stats: dict[Any, Any] = trio.run(_count, impl, origin, tokens, requests).stats  # type: ignore[attr-defined]
+async def _count_bytecode(impl: str, origin: str, tokens: int, requests: int) -> Counter[Any]:
+    """Per code object, the bytecode instructions ``requests`` streams run (``sys.settrace``
+    opcode events: Python functions only, each counted in itself, not in its callees)."""
+    contender = Contender(impl, origin, tokens, "", headers={"x-bench-events": str(tokens)})
+    counts: Counter[Any] = Counter()
+
+    def opcodes(frame: FrameType, event: str, arg: object) -> Any:
+        if event == "opcode":
+            counts[frame.f_code] += 1
+        return opcodes
+
+    def calls(frame: FrameType, event: str, arg: object) -> Any:
+        frame.f_trace_opcodes = True
+        return opcodes
+
+    async def body() -> None:
+        for n in range(WARMUP + requests):
+            if n == WARMUP:
+                sys.settrace(calls)
+            rec = Rec()
+            await contender.stream(rec)
+            if not rec.ok:
+                sys.settrace(None)
+                raise RuntimeError(f"{impl}: a stream failed: {rec.error}")
+        sys.settrace(None)
+
+    await contender.run(body)
+    return counts
+
+
+def count(
+    impl: str, origin: str, tokens: int, requests: int, top: int, bytecode: bool = False
+) -> dict[str, Any]:
+    """One contender's calls per request (with ``bytecode``: bytecode instructions): the
+    total, per group, and its ``top`` functions."""
     groups: Counter[str] = Counter()
     functions: Counter[str] = Counter()
+    if bytecode:
+        ops = trio.run(_count_bytecode, impl, origin, tokens, requests)
+        for code, n in ops.items():
+            group, where = _where(code.co_filename)
+            groups[group] += n
+            functions[f"{where}:{code.co_firstlineno}:{code.co_name}"] += n
+        total = sum(groups.values())
+        return {
+            "bytecode_per_request": total / requests,
+            "by_group": {name: n / requests for name, n in groups.most_common()},
+            "top": [[name, n / requests] for name, n in functions.most_common(top)],
+        }
+    stats: dict[Any, Any] = trio.run(_count, impl, origin, tokens, requests).stats  # type: ignore[attr-defined]
     for (filename, line, function), (_, calls, *_rest) in stats.items():
         group, where = _where(filename)
         groups[group] += calls
@@ -104,15 +155,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=200, help="requests counted (200)")
     parser.add_argument("--top", type=int, default=25, help="functions listed for ours (25)")
     parser.add_argument(
-        "--json", default="benchmarks/results/calls_per_request.json", help="results file"
+        "--bytecode",
+        action="store_true",
+        help="count bytecode instructions per function instead of calls",
+    )
+    parser.add_argument(
+        "--json",
+        help="results file (benchmarks/results/calls_per_request.json, or "
+        "bytecode_per_request.json with --bytecode)",
     )
     parser.add_argument("--no-json", action="store_true", help="print the tables only")
     args = parser.parse_args(argv)
     if args.requests < 1 or args.top < 0:
         parser.error("--requests must be at least 1 and --top at least 0")
     sizes = [int(t) for t in args.tokens.split(",")]
+    measure = "bytecode" if args.bytecode else "calls"
+    key = f"{measure}_per_request"
     server = RawServer()
     results: dict[str, Any] = {
+        "measure": measure,
         "server": "benchmarks/sse_server.py",
         "requests": args.requests,
         "platform": f"{platform.platform()}, Python {platform.python_version()}",
@@ -121,28 +182,29 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for tokens in sizes:
             results["sizes"][str(tokens)] = {
-                impl: count(impl, server.origin, tokens, args.requests, args.top)
+                impl: count(impl, server.origin, tokens, args.requests, args.top, args.bytecode)
                 for impl in CONTENDERS
             }
     finally:
         server.close()
-    print(f"calls per request ({args.requests} requests each, C=1, {results['server']})")
-    print("| deltas | impl | calls/req | " + " | ".join(GROUPS) + " |")
+    print(f"{measure} per request ({args.requests} requests each, C=1, {results['server']})")
+    print(f"| deltas | impl | {measure}/req | " + " | ".join(GROUPS) + " |")
     print("|---|---|---|" + "---|" * len(GROUPS))
     for tokens, by_impl in results["sizes"].items():
         for impl, row in by_impl.items():
             cells = " | ".join(f"{row['by_group'].get(g, 0.0):,.0f}" for g in GROUPS)
-            print(f"| {int(tokens):>6,} | {impl} | {row['calls_per_request']:,.0f} | {cells} |")
+            print(f"| {int(tokens):>6,} | {impl} | {row[key]:,.0f} | {cells} |")
     for tokens, by_impl in results["sizes"].items():
-        ours = by_impl["ours"]["calls_per_request"]
-        skeleton = by_impl["skeleton"]["calls_per_request"]
-        print(f"{int(tokens):,} deltas: ours makes {ours - skeleton:+,.0f} calls over the skeleton")
+        ours = by_impl["ours"][key]
+        skeleton = by_impl["skeleton"][key]
+        gap = f"{ours - skeleton:+,.0f} {measure}"
+        print(f"{int(tokens):,} deltas: ours runs {gap} over the skeleton")
         if args.top:
-            print(f"  ours' top functions by calls ({int(tokens):,} deltas):")
+            print(f"  ours' top functions by {measure} ({int(tokens):,} deltas):")
             for name, calls in by_impl["ours"]["top"]:
                 print(f"    {calls:8.1f}  {name}")
     if not args.no_json:
-        write_results(args.json, results)
+        write_results(args.json or f"benchmarks/results/{key}.json", results)
     return 0
 
 

@@ -33,7 +33,7 @@ import trio
 
 from .._by_identity import ByIdentity
 from .._http import Transport
-from .._redact import Redactor, redactor_for
+from .._redact import Redactor, is_credential_name, redactor_for
 from ..admission import Admission, AdmissionGate
 from ..client import SamplingClient
 from ..config import RetryPolicy, SamplerConfig
@@ -142,12 +142,14 @@ class _SamplerActor:
         extra_headers: Mapping[str, str],
     ) -> Redactor:
         """The redactor of every credential the request may carry: its config's, each
-        route's, and credential-named headers of its own. Without headers of its own, the
-        same one for every request of a config and chain (both immutable), found by
-        identity (the sampler's config and its routing's chain come again each time),
-        unless a config's credentials change (SigV4: a refreshed session token)."""
+        route's, and credential-named headers of its own. Without credential-named
+        headers of its own (none, or others such as a trace id), the same one for every
+        request of a config and chain (both immutable), found by identity (the sampler's
+        config and its routing's chain come again each time), unless a config's
+        credentials change (SigV4: a refreshed session token)."""
         configs = (config, *(route.config for route in chain or ()))
-        cacheable = not extra_headers and not any(c.credentials_change for c in configs)
+        own = any(map(is_credential_name, extra_headers))
+        cacheable = not own and not any(c.credentials_change for c in configs)
         if cacheable:
             found = self._redactors.get(config, id(chain))
             if found is not None and found[0] is chain:

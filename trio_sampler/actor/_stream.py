@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import collections
 import math
+import operator
+import weakref
 from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
@@ -80,6 +82,7 @@ CONTENT_EVENTS: Final = frozenset(
 )
 
 _TERMINALS = (Completed, Failed, Cancelled)
+_TOKENS_ONLY: Final = {ChannelToken}
 _NO_EVENTS: Final[list[SamplingEvent]] = []
 
 #: What a queued event costs beyond its text, as the memory account counts it: the event
@@ -87,10 +90,18 @@ _NO_EVENTS: Final[list[SamplingEvent]] = []
 _EVENT_OVERHEAD: Final = 88 + 49 + 8
 
 
+_TEXT: Final = operator.attrgetter("text")
+
+
 def batch_bytes(batch: list[SamplingEvent]) -> int:
     """The memory a batch waiting for the consumer holds: the text of its deltas (no
     longer the fold's: the fold has appended it to a string of its own), and each event."""
     size = _EVENT_OVERHEAD * len(batch)
+    if set(map(type, batch)) == _TOKENS_ONLY:
+        # The usual batch, text deltas alone, summed in C: the loop below runs 17
+        # bytecode instructions a token, 3,400 of the 81,000 of a 200-delta request
+        # before this (``benchmarks/calls_per_request.py --bytecode``).
+        return size + sum(map(len, map(_TEXT, batch)))
     for event in batch:
         if isinstance(event, ChannelToken):
             size += len(event.text)
@@ -228,6 +239,9 @@ class RequestState:
         ),
         repr=False,
     )
+    #: The request's stream (weakly: dropping it is a cancel): a ``Cancelled``
+    #: terminal drops the batch it is going through (``RequestStream.drop_batch``).
+    consumer: weakref.ReferenceType[RequestStream] | None = attrs.field(default=None, repr=False)
 
     def cancel(self, reason: str) -> None:
         """Cancel the request and record its ``Cancelled`` terminal now (a no-op once it
@@ -323,6 +337,10 @@ class RequestState:
             terminal = self.partials.finish(terminal)
         terminal = self.redactor.event(terminal)
         self.terminal = terminal
+        if type(terminal) is Cancelled and self.consumer is not None:
+            consumer = self.consumer()
+            if consumer is not None:
+                consumer.drop_batch()
         self.transform = None
         if self.live.get(self.request_id) is self:
             del self.live[self.request_id]
@@ -386,10 +404,11 @@ class RequestStream:
         self._token = token
         self._batch: list[SamplingEvent] = []
         self._position = 0
-        self._size = 0  # len(self._batch)
+        self._size = 0  # len(self._batch); 0 once dropped (a cancel)
         #: Nothing more will be received (the terminal was taken, or the stream closed).
         self._ended = False
         self._received_at: float | None = None
+        state.consumer = weakref.ref(self)
 
     @property
     def request_id(self) -> str:
@@ -432,11 +451,9 @@ class RequestStream:
         return self
 
     async def __anext__(self) -> SamplingEvent:
-        # Per event: the next of the batch in hand, unless a cancel came since.
+        # Per event: the next of the batch in hand (a cancel drops it: ``drop_batch``).
         position = self._position
         if position < self._size:
-            if type(self._state.terminal) is Cancelled and not self._ended:
-                return self._take_cancelled()
             self._position = position + 1
             return self._batch[position]
         state = self._state
@@ -476,6 +493,13 @@ class RequestStream:
         self._batch = batch if size > 1 else _NO_EVENTS
         self._position = 1
         return batch[0]
+
+    def drop_batch(self) -> None:
+        """The request was cancelled: the rest of the batch in hand is not yielded, the
+        next event is the ``Cancelled``. (Told by the request's state rather than asked
+        per event: the check was 9 of the iterator's 29 bytecode instructions an event,
+        ``benchmarks/calls_per_request.py --bytecode``.)"""
+        self._size = 0
 
     def _take_cancelled(self) -> SamplingEvent:
         terminal = self._state.terminal
