@@ -46,6 +46,7 @@ from ..types import (
 )
 from ..wire import (
     BuildOptions,
+    PartialOutputs,
     SSEDecodeError,
     StreamDecoder,
     StreamTransform,
@@ -127,6 +128,12 @@ class AttemptSink(Protocol):
     def buffered_bytes(self) -> int:
         """Bytes of the events sent and not yet taken by the consumer (counted in the
         sampler's memory account)."""
+
+    @property
+    def partials(self) -> PartialOutputs | None:
+        """The request's tool arguments and structured answer as parsed so far (``None``
+        for a request with neither): their values grow with what the server sends, and
+        the sampler's memory account counts them (``buffered_bytes``)."""
 
     async def emit(self, batch: list[SamplingEvent], received_at: float | None = None) -> None:
         """Hand on ``batch``, produced by a read whose bytes arrived at ``received_at``."""
@@ -458,6 +465,8 @@ class Attempts:
             holding.count(sink, passing=True)
             if sink.last_partial is not None:
                 holding.count(KeptPartial(sink.last_partial))
+            if sink.partials is not None:  # the parsed values: 24 bytes a byte, at worst
+                holding.count(sink.partials)
         sink.transform = metrics.transform = transform
         metrics.prompt_estimate = math.ceil(len(wire.body) / 4)
         if observer is not None:
