@@ -33,13 +33,15 @@ from trio_sampler.types import (
     Reasoning,
     Retrying,
     SamplingEvent,
+    ToolArgumentsDelta,
     ToolCall,
     ToolCallDelta,
     ToolSpec,
     User,
 )
-from trio_sampler.wire import ResponseFold, collect, new_transform
+from trio_sampler.wire import PartialOutputs, ResponseFold, collect, new_transform
 from trio_sampler.wire._accumulate import StreamAccumulator
+from trio_sampler.wire._partial_output import CHANGE_BYTES
 
 _MIB = 1024 * 1024
 
@@ -638,3 +640,17 @@ async def test_parsed_tool_arguments_count_against_the_sampler_cap() -> None:
     assert code == "sampler_memory_cap"
     code, held = await _arguments_of_empty_objects(64 * _MIB, with_tools=True)
     assert code == "" and held > 20_000 * 64  # a dictionary each, at least
+
+
+def test_the_changes_a_parsed_batch_carries_are_counted_with_it() -> None:
+    """A batch's ``ToolArgumentsDelta`` carries a change for each value it placed (two
+    for a container: opened and closed); ``delta_bytes`` counts them for that batch."""
+    partials = PartialOutputs("r", None)
+    text = "[" + "{}," * 100  # an array still open: its items read one by one
+    out = partials.batch([ToolCallDelta("r", 0, "c1", "f", text)])
+    [delta] = [event for event in out if isinstance(event, ToolArgumentsDelta)]
+    assert len(delta.changes) > 2 * 99
+    assert partials.delta_bytes == len(delta.changes) * CHANGE_BYTES
+    assert partials.buffered_bytes > 100 * 64  # a dictionary each, at least
+    partials.batch([])
+    assert partials.delta_bytes == 0
