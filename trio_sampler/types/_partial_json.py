@@ -427,13 +427,12 @@ class PartialJSON:
             return 0
         out = self._out
         path = self._place(value)
-        self.held_bytes += _text_cost(text, i, end)
         out.append(_new(JSONChange, (_SET, path, value)))
         out.append(_new(JSONChange, (_CLOSE, path, value)))
         self._value_done()
         if self._state != _AFTER or self._stack[-1].is_object:
+            self.held_bytes += _text_cost(text, i, end)
             return end
-        first = end  # the items read below are counted from their text, in one go
         frame = self._stack[-1]
         items = frame.container
         limit = len(text) - _WHOLE_MIN
@@ -443,14 +442,15 @@ class PartialJSON:
                 value, end = _scan_once(text, match.end())
             except (StopIteration, ValueError):
                 self._state = _VALUE  # after the comma: the scanner reads the item
-                self.held_bytes += _text_cost(text, first, match.end())
+                self.held_bytes += _text_cost(text, i, match.end())
                 return match.end()
             items.append(value)  # type: ignore[union-attr]  # an array's
             path = (*frame.path, len(items) - 1)
             out.append(_new(JSONChange, (_SET, path, value)))
             out.append(_new(JSONChange, (_CLOSE, path, value)))
             match = _NEXT_ITEM.match(text, end)
-        self.held_bytes += _text_cost(text, first, end)
+        # What was read whole, counted from its text in one go (the items' commas too).
+        self.held_bytes += _text_cost(text, i, end)
         return end
 
     def _scalar(self, text: str, i: int, start: int) -> int:
