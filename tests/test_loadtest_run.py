@@ -658,6 +658,9 @@ def test_a_cap_that_cannot_hold_the_streams_is_refused_with_the_least_to_write()
     assert minimum_memory_cap(1000) == 344 << 20
     LoadTest(_config(), [Concurrency(1000)], max_buffered_response_bytes=344 << 20)
     LoadTest(_config(), [Concurrency(1000)], max_buffered_response_bytes=None)
+    # An open loop without a bound on the requests in flight counts 1,024 a worker.
+    with pytest.raises(ValueError, match="2,048 streams"):
+        LoadTest(_config(), [Rate(50)], workers=2, max_buffered_response_bytes=400 << 20)
 
 
 async def test_events_that_share_a_read_are_counted_and_noted(

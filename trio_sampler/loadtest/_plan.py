@@ -274,7 +274,7 @@ class LoadTest:
             if not isinstance(stage, Concurrency | Rate):
                 raise TypeError(f"a stage is a Concurrency or a Rate, not {stage!r}")
         cap = self.max_buffered_response_bytes
-        streams = max(stage.peak_streams for stage in self.stages)
+        streams = self.peak_streams
         if cap is not None and cap < streams * MIN_STREAM_BYTES:
             least = minimum_memory_cap(streams) >> 20
             raise ValueError(
@@ -284,6 +284,16 @@ class LoadTest:
                 f"--memory-cap={least}MiB (max_buffered_response_bytes={least} << 20), or "
                 "none for no cap"
             )
+
+    @property
+    def peak_streams(self) -> int:
+        """The most streams the run holds at once: over the workers, the sum of each
+        one's most streams in a stage (what the memory cap reserves for)."""
+        total = 0
+        for worker in range(self.workers):
+            shares = [stage.share(worker, self.workers) for stage in self.stages]
+            total += max((s.peak_streams for s in shares if s is not None), default=0)
+        return max(total, 1)
 
     def describe(self) -> dict[str, Any]:
         """The test as stored in the results (no key, no header values)."""
