@@ -9,7 +9,10 @@ buffers are not the sampler's). The cases:
   decoder, up to ``max_sse_event_bytes``);
 * ``endless-text``: text deltas without end (they grow in each stream's fold);
 * ``endless-wide-text``: the same in CJK characters (three bytes each in UTF-8, two in
-  the strings that hold them).
+  the strings that hold them);
+* ``endless-tool-objects``: a tool call whose arguments are ``[{},{},...]`` without end,
+  for a request with tools: parsed as they stream, they hold 24 bytes of dictionaries
+  per byte of text (the parsed values are counted too).
 
 Reported: the growth of the process's peak resident set (``VmHWM``, reset before the
 streams start) over the cap, how the streams ended, and the machine's load average at
@@ -33,6 +36,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -49,8 +53,18 @@ case = sys.argv[1]
 CHAR = "\u8bed" if case == "endless-wide-text" else "x"
 TEXT = b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": {"content": CHAR * 4096}}]})
 TEXT += b"\n\n"
+def tool(arguments, **opening):
+    call = {"index": 0, "function": {"arguments": arguments, **opening}}
+    if opening:
+        call.update(id="call_1", type="function")
+    delta = {"tool_calls": [call]}
+    return b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": delta}]}) + b"\n\n"
+TOOL_OPEN = tool("[", name="f")
+OBJECTS = tool("{}," * 1365)
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
 PIECE = b"x" * 65536 if case == "endless-event" else TEXT * 16
+if case == "endless-tool-objects":
+    PIECE = OBJECTS * 16
 
 async def handler(stream):
     try:
@@ -60,6 +74,8 @@ async def handler(stream):
         await stream.send_all(HEAD)
         if case == "endless-event":
             await stream.send_all(b"data: ")
+        if case == "endless-tool-objects":
+            await stream.send_all(TOOL_OPEN)
         while True:
             await stream.send_all(PIECE)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -81,9 +97,9 @@ import json, sys
 import trio
 from trio_sampler.actor import open_sampler
 from trio_sampler.config import RetryPolicy, SamplerConfig, Timeouts
-from trio_sampler.types import ConversationRequest, Failed, User
+from trio_sampler.types import ConversationRequest, Failed, ToolSpec, User
 
-port, streams, cap = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+port, streams, cap, case = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 
 def status(field):
     with open("/proc/self/status") as lines:
@@ -96,7 +112,8 @@ async def main():
         base_url=f"http://127.0.0.1:{port}/v1", model="m", api_key="sk-memory-bench-0000",
         timeouts=Timeouts(first_token=120, idle=120), retry=RetryPolicy(max_retries=0),
     )
-    request = ConversationRequest(items=[User("hi")])
+    tools = (ToolSpec(name="f"),) if case == "endless-tool-objects" else ()
+    request = ConversationRequest(items=[User("hi")], tools=tools)
     codes = []
     async with open_sampler(config, max_buffered_response_bytes=cap) as sampler:
         async def one():
@@ -131,9 +148,14 @@ with open("/proc/self/clear_refs", "w") as clear:
     clear.write("5")
 before = status("VmRSS:")
 try:
-    trio_sampler.cli.main(sys.argv[1:])
+    trio_sampler.cli.main(sys.argv[2:])
 finally:
-    print(json.dumps({"growth": status("VmHWM:") - before, "codes": []}))
+    growth = status("VmHWM:") - before
+    # What the report says stopped the streams (the stage's errors, by kind).
+    with open(sys.argv[1]) as results:
+        errors = json.load(results)["stages"][0]["requests"]["errors"]
+    codes = [kind for kind, count in errors.items() for _ in range(count)]
+    print(json.dumps({"growth": growth, "codes": codes}))
 """
 
 
@@ -143,17 +165,22 @@ def run_case(case: str, streams: int, cap: int, loadtest: float = 0) -> dict[str
         assert server.stdout is not None
         port = server.stdout.readline().decode().strip()
         if loadtest:
-            command = ["-c", LOADTEST, "loadtest", f"--base-url=http://127.0.0.1:{port}/v1"]
+            handle, report = tempfile.mkstemp(suffix=".json")
+            os.close(handle)
+            command = ["-c", LOADTEST, report, "loadtest", f"--json={report}"]
+            command += [f"--base-url=http://127.0.0.1:{port}/v1"]
             command += ["--model=m", f"--concurrency={streams}", f"--duration={loadtest}"]
             command += ["--warmup=0", f"--memory-cap={cap}", "--no-progress"]
         else:
-            command = ["-c", CHILD, port, str(streams), str(cap)]
+            command = ["-c", CHILD, port, str(streams), str(cap), case]
         done = subprocess.run(
             [sys.executable, *command], capture_output=True, timeout=600, check=not loadtest
         )
     finally:
         server.terminate()
         server.wait()
+        if loadtest:
+            os.unlink(report)
     result: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
     return result
 
@@ -167,11 +194,16 @@ def main() -> None:
     parser.add_argument("--loadtest-cap-mib", type=int, nargs="+", default=[1024])
     args = parser.parse_args()
     rows = []
-    print(f"{'case':<17} {'streams':>7} {'cap':>7} {'RSS growth':>11} {'x cap':>6}  endings")
+    print(f"{'case':<20} {'streams':>7} {'cap':>7} {'RSS growth':>11} {'x cap':>6}  endings")
     cases = [
         (cap_mib, case, args.streams)
         for cap_mib in args.cap_mib
-        for case in ("endless-event", "endless-text", "endless-wide-text")
+        for case in (
+            "endless-event",
+            "endless-text",
+            "endless-wide-text",
+            "endless-tool-objects",
+        )
     ]
     if args.loadtest:
         cases += [(cap_mib, "loadtest", args.loadtest) for cap_mib in args.loadtest_cap_mib]
@@ -196,7 +228,7 @@ def main() -> None:
             }
         )
         print(
-            f"{case:<17} {streams:>7} {cap_mib:>5}Mi {growth / _MIB:>8.1f}MiB "
+            f"{case:<20} {streams:>7} {cap_mib:>5}Mi {growth / _MIB:>8.1f}MiB "
             f"{growth / cap:>6.2f}  {endings}"
         )
     write_results(

@@ -114,3 +114,30 @@ async def test_generation_goes_on_without_a_reader_and_stops_when_cancelled(
         assert numbers == list(range(5, 13))
     record = app.background.records[response_id]
     assert (record.generations, record.cancelled) == (1, True)
+
+
+async def test_kept_responses_are_held_in_the_reply_budget() -> None:
+    """A kept response's frames count in the reply budget while kept: past it, a new
+    background response is refused (503, retry-after) as a reply is; once the kept ones
+    expire, one is taken again."""
+    limit = 1024 * 1024
+    app = EmulatorApp(cache=PromptCache(), max_reply_bytes=limit)
+    headers = script_headers(text="word " * 200)
+    body = {**BODY, "stream": False}
+    async with httpx2.AsyncClient(transport=EmulatorTransport(app)) as client:
+        first = await client.post("http://emulator/v1/responses", json=body, headers=headers)
+        assert first.status_code == 200
+        held = app.background.held_bytes
+        assert held > 200 * len("word ") and app.replies.held == held
+        answers = [
+            await client.post("http://emulator/v1/responses", json=body, headers=headers)
+            for _ in range(limit // held)
+        ]
+        refused = answers[-1]
+        assert refused.status_code == 503, [a.status_code for a in answers]
+        assert refused.headers["retry-after"] == "1"
+        assert app.replies.held == app.background.held_bytes <= limit
+        app.background.ttl_s = 0.0  # every kept response expires: the budget frees
+        again = await client.post("http://emulator/v1/responses", json=body, headers=headers)
+        assert again.status_code == 200
+        assert app.replies.held == app.background.held_bytes == held

@@ -22,6 +22,7 @@ from trio_sampler.loadtest import (
     SyntheticWorkload,
     run_load_test,
 )
+from trio_sampler.loadtest._plan import minimum_memory_cap
 from trio_sampler.testing import EmulatorTransport
 
 _MIB = 1024 * 1024
@@ -52,7 +53,7 @@ async def test_one_cap_for_the_run_and_the_report_names_the_streams_it_stopped(
         [Concurrency(streams)],
         SyntheticWorkload(Fixed(8), Fixed(3)),
         Limits(duration_s=None, requests=streams),
-        max_buffered_response_bytes=8 * _MIB,
+        max_buffered_response_bytes=minimum_memory_cap(streams) + 8 * _MIB,
     )
     async with EmulatorTransport(EndlessEvent()) as transport:
         result = await run_load_test(test, transport=transport)

@@ -33,6 +33,7 @@ from trio_sampler.loadtest import (
     run_load_test,
 )
 from trio_sampler.loadtest._display import summary_table
+from trio_sampler.loadtest._plan import LOADGEN_STREAM_BYTES, MIN_STREAM_BYTES, minimum_memory_cap
 from trio_sampler.loadtest._runner import _NEVER, cpu_wait
 from trio_sampler.loadtest._words import shared_read_words
 from trio_sampler.testing import EmulatorTransport
@@ -600,35 +601,41 @@ async def test_token_counts_are_the_servers_on_the_generic_provider(
 async def test_one_memory_cap_for_the_run_reported_when_it_stops_streams(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    # Four streams of 400 tokens (4 characters each) hold 6,400 bytes together at the end;
-    # the run's cap of 2,000 bytes stops the largest until the rest fit.
+    # The smallest cap for four streams leaves each 16 KiB of text; four streams of 6,000
+    # tokens (4 characters each) hold 24,000 bytes each at the end: the cap stops the
+    # largest until the rest fit.
+    cap = 4 * MIN_STREAM_BYTES
     test = LoadTest(
         _paced(10, 1),
         [Concurrency(4)],
-        SyntheticWorkload(Fixed(8), Fixed(400)),
+        SyntheticWorkload(Fixed(8), Fixed(6000)),
         Limits(duration_s=None, requests=4),
-        max_buffered_response_bytes=2_000,
+        max_buffered_response_bytes=cap,
     )
     [stage] = (await _run(test)).stages
     requests = stage.summary["requests"]
     assert requests["errors"]["memory_cap"] >= 1
     assert "max_buffered_response_bytes" in requests["error_examples"]["memory_cap"]
     client = stage.summary["client"]
-    assert client["memory_cap_bytes"] == 2_000
+    assert client["memory_cap_bytes"] == cap
     assert client["client_bound"]
     stopped = requests["errors"]["memory_cap"]
-    prefix = f"the run's memory cap (2,000 bytes) stopped {stopped} "
+    prefix = f"the run's memory cap ({cap:,} bytes) stopped {stopped} "
     assert any(reason.startswith(prefix) for reason in client["reasons"])
 
 
 def test_the_runs_memory_cap_is_shared_by_its_samplers() -> None:
     from trio_sampler.loadtest._runner import sampler_cap, worker_peaks
 
-    # One GiB for 1,000 streams over two workers: each worker's 500 streams run on five
-    # samplers of 100, each with a tenth of the whole (one cap, not one per 100 streams).
+    # One GiB for 1,000 streams over two workers: the load generator's own cost per
+    # stream is kept aside, and each worker's 500 streams run on five samplers of 100,
+    # each with a tenth of the rest (one cap, not one per 100 streams).
     gib = 1 << 30
-    assert sampler_cap(gib, worker_streams=500, all_streams=1000, samplers=5) == gib // 10
-    assert sampler_cap(gib, worker_streams=8, all_streams=8, samplers=1) == gib
+    rest = gib - 1000 * LOADGEN_STREAM_BYTES
+    assert sampler_cap(gib, worker_streams=500, all_streams=1000, samplers=5) == rest // 10
+    assert sampler_cap(gib, worker_streams=8, all_streams=8, samplers=1) == (
+        gib - 8 * LOADGEN_STREAM_BYTES
+    )
     assert sampler_cap(None, worker_streams=8, all_streams=8, samplers=1) is None
     assert sampler_cap(10, worker_streams=1, all_streams=1000, samplers=1) == 1
     # The workers' most streams at once add up to the whole: closed loop, and an open
@@ -637,7 +644,23 @@ def test_the_runs_memory_cap_is_shared_by_its_samplers() -> None:
     assert worker_peaks(three) == [334, 333, 333]
     two = LoadTest(_config(), [Rate(50)], workers=2)
     assert worker_peaks(two) == [1024, 1024]
-    assert sampler_cap(gib, worker_streams=1024, all_streams=2048, samplers=11) == gib // 2 // 11
+    rest = gib - 2048 * LOADGEN_STREAM_BYTES
+    assert sampler_cap(gib, worker_streams=1024, all_streams=2048, samplers=11) == rest // 2 // 11
+
+
+def test_a_cap_that_cannot_hold_the_streams_is_refused_with_the_least_to_write() -> None:
+    # 1,000 streams at once cost 352 KiB each before any text: 344 MiB at least.
+    with pytest.raises(ValueError, match="--memory-cap=344MiB") as refused:
+        LoadTest(
+            _config(), [Concurrency(8), Concurrency(1000)], max_buffered_response_bytes=1 << 20
+        )
+    assert "max_buffered_response_bytes" in str(refused.value)
+    assert minimum_memory_cap(1000) == 344 << 20
+    LoadTest(_config(), [Concurrency(1000)], max_buffered_response_bytes=344 << 20)
+    LoadTest(_config(), [Concurrency(1000)], max_buffered_response_bytes=None)
+    # An open loop without a bound on the requests in flight counts 1,024 a worker.
+    with pytest.raises(ValueError, match="2,048 streams"):
+        LoadTest(_config(), [Rate(50)], workers=2, max_buffered_response_bytes=400 << 20)
 
 
 async def test_events_that_share_a_read_are_counted_and_noted(

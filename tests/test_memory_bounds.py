@@ -33,12 +33,15 @@ from trio_sampler.types import (
     Reasoning,
     Retrying,
     SamplingEvent,
+    ToolArgumentsDelta,
     ToolCall,
     ToolCallDelta,
+    ToolSpec,
     User,
 )
-from trio_sampler.wire import ResponseFold, collect, new_transform
+from trio_sampler.wire import PartialOutputs, ResponseFold, collect, new_transform
 from trio_sampler.wire._accumulate import StreamAccumulator
+from trio_sampler.wire._partial_output import CHANGE_BYTES
 
 _MIB = 1024 * 1024
 
@@ -600,3 +603,54 @@ async def test_the_partial_kept_from_a_failed_attempt_is_counted_by_the_next(
     assert any(isinstance(event, Retrying) for event in events)
     assert isinstance(events[-1], Completed)
     assert len(kept) == 1 and kept[0] > 900 * len("word ")
+
+
+async def _arguments_of_empty_objects(cap: int, *, with_tools: bool) -> tuple[str, int]:
+    """A tool call whose arguments are 20,000 empty objects (about 60 KB of text, 1.5 MB
+    once parsed), read under ``cap``: the terminal's error code ('' when it completed) and
+    what the parsed values were estimated to hold at the end."""
+    arguments: dict[str, list[dict[str, int]]] = {"a": [{} for _ in range(20_000)]}
+    config = SamplerConfig(
+        base_url="http://emulator/v1",
+        model="m",
+        extra_headers=tuple(
+            script_headers(tool_calls=[{"name": "f", "arguments": arguments}]).items()
+        ),
+    )
+    tools = (ToolSpec(name="f"),) if with_tools else ()
+    async with (
+        EmulatorTransport(EmulatorApp()) as transport,
+        open_sampler(config, transport=transport, max_buffered_response_bytes=cap) as sampler,
+    ):
+        stream = await sampler.submit(ConversationRequest(items=[User("hi")], tools=tools))
+        partials = sampler._actor.live[stream.request_id].partials
+        events = [event async for event in stream]
+    terminal = events[-1]
+    code = terminal.error.error_code or "" if isinstance(terminal, Failed) else ""
+    return code, 0 if partials is None else partials.buffered_bytes
+
+
+async def test_parsed_tool_arguments_count_against_the_sampler_cap() -> None:
+    """Parsed, ``[{},{},...]`` holds 24 bytes a byte of text: under a cap its text fits
+    (the same stream completes when nothing parses it), the parsed values stop it."""
+    cap = 1_000_000  # the stream peaks at about 0.73 MB unparsed, 2.4 MB parsed
+    code, _ = await _arguments_of_empty_objects(cap, with_tools=False)
+    assert code == ""
+    code, held = await _arguments_of_empty_objects(cap, with_tools=True)
+    assert code == "sampler_memory_cap"
+    code, held = await _arguments_of_empty_objects(64 * _MIB, with_tools=True)
+    assert code == "" and held > 20_000 * 64  # a dictionary each, at least
+
+
+def test_the_changes_a_parsed_batch_carries_are_counted_with_it() -> None:
+    """A batch's ``ToolArgumentsDelta`` carries a change for each value it placed (two
+    for a container: opened and closed); ``delta_bytes`` counts them for that batch."""
+    partials = PartialOutputs("r", None)
+    text = "[" + "{}," * 100  # an array still open: its items read one by one
+    out = partials.batch([ToolCallDelta("r", 0, "c1", "f", text)])
+    [delta] = [event for event in out if isinstance(event, ToolArgumentsDelta)]
+    assert len(delta.changes) > 2 * 99
+    assert partials.delta_bytes == len(delta.changes) * CHANGE_BYTES
+    assert partials.buffered_bytes > 100 * 64  # a dictionary each, at least
+    partials.batch([])
+    assert partials.delta_bytes == 0

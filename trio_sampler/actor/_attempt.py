@@ -46,6 +46,7 @@ from ..types import (
 )
 from ..wire import (
     BuildOptions,
+    PartialOutputs,
     SSEDecodeError,
     StreamDecoder,
     StreamTransform,
@@ -131,6 +132,12 @@ class AttemptSink(Protocol):
     @property
     def emit_may_wait(self) -> bool:
         """Whether :meth:`emit` may wait for the consumer (no credit left for it)."""
+
+    @property
+    def partials(self) -> PartialOutputs | None:
+        """The request's tool arguments and structured answer as parsed so far (``None``
+        for a request with neither): their values grow with what the server sends, and
+        the sampler's memory account counts them (``buffered_bytes``)."""
 
     async def emit(self, batch: list[SamplingEvent], received_at: float | None = None) -> None:
         """Hand on ``batch``, produced by a read whose bytes arrived at ``received_at``."""

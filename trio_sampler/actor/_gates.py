@@ -200,6 +200,8 @@ class Hold:
         holding.count(sink, passing=True)
         if sink.last_partial is not None:
             holding.count(KeptPartial(sink.last_partial))
+        if sink.partials is not None:  # the parsed values: 24 bytes a byte, at worst
+            holding.count(sink.partials)
         return holding
 
     def sending(self) -> None:

@@ -16,7 +16,7 @@ import trio
 from ..config import SamplerConfig
 from ..routing import HedgePolicy, hedge_delay
 from ..types import AttemptOutcome, ConversationResponse, SamplingEvent
-from ..wire import StreamTransform
+from ..wire import PartialOutputs, StreamTransform
 from ._attempt import AttemptResult, AttemptSink
 from ._chain import Leg
 from ._metrics import AttemptMetrics
@@ -82,6 +82,12 @@ class Lane:
         """What the request's channel holds, once this lane is the one feeding it (the
         batches a lane holds before it wins have no content)."""
         return self.race.state.buffered_bytes if self.race.winner is self else 0
+
+    @property
+    def partials(self) -> PartialOutputs | None:
+        """The request's parsed values: only the lane that wins feeds them (the others
+        are cancelled then), so each lane counts them."""
+        return self.race.state.partials
 
 
 class Race:

@@ -289,6 +289,8 @@ class RequestState:
             self.send.send_nowait(batch)
             self.arrivals.append(received_at)
             size = batch_bytes(batch)
+            if self.partials is not None:  # the changes its parsed deltas carry
+                size += self.partials.delta_bytes
             self.queued.append(size)
             self.buffered_bytes += size
         except (trio.BrokenResourceError, trio.ClosedResourceError):

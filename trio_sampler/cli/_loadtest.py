@@ -180,8 +180,9 @@ def add_parser(commands: Any) -> None:
         default=1 << 30,
         metavar="SIZE",
         help=(
-            "response text all streams of the run may hold together (default 1GiB; none: "
-            "no cap); past it the largest streams fail as memory_cap errors"
+            "what all streams of the run may hold together (default 1GiB; none: no cap), "
+            "at least 352KiB per stream at once; past it the largest streams fail as "
+            "memory_cap errors"
         ),
     )
     run.add_argument("--json", type=Path, metavar="PATH", help="write the results JSON")

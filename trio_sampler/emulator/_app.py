@@ -205,7 +205,7 @@ class EmulatorApp:
         self.models = _checked_models(models)
         self._epoch: float | None = None
         #: Responses background mode: the responses kept for retrieval and their record.
-        self.background = BackgroundStore()
+        self.background = BackgroundStore(budget=self.replies)
         #: What every sampling request was billed, by the request id sent back (see
         #: :meth:`billed`).
         self.billing = BillingBook(max_billed)
@@ -553,14 +553,15 @@ class EmulatorApp:
             # A kept response's id is its own (ids are otherwise a function of the body).
             unique = hashlib.sha256((reply.id_seed + request_id).encode()).hexdigest()
             reply = attrs.evolve(reply, id_seed=unique)
-            self.billing.kept(entry, response_id(reply), reply.usage)
-            self.background.keep(
+            self.background.keep(  # refused (overloaded) past the reply budget
                 response_id(reply),
                 renderer.stream(reply, view),
                 renderer.body(reply, view),
                 trio.current_time(),
                 script.delay_ms / 1000,
+                anthropic=anthropic,
             )
+            self.billing.kept(entry, response_id(reply), reply.usage)
         if view.stream:
             frames = Frames(renderer.stream(reply, view))
             if bench:

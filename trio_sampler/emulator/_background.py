@@ -15,15 +15,22 @@ answers 404, and a client falls back to starting over.
 :attr:`BackgroundStore.records` is the emulator's own account per response id: how many
 times it was generated (always once), how many delta events that generation held, how
 many times it was retrieved, and whether it was cancelled while it ran.
+
+A kept response's frames are packed (:class:`~trio_sampler.emulator._budget.Frames`) and
+held in the emulator's reply budget while they are kept: past it, a new background
+request is refused as a reply is (503, Anthropic's 529, with ``retry-after``), after the
+expired responses are let go.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any, Final
 
 import attrs
 
+from ._budget import Frames, ReplyBudget
 from ._sse import is_token_frame
 
 __all__ = ["BackgroundRecord", "BackgroundStore", "StoredResponse"]
@@ -56,7 +63,7 @@ class StoredResponse:
     (the script's ``delay_ms``), whether or not a client is reading it."""
 
     response_id: str
-    frames: list[bytes]
+    frames: Frames
     body: dict[str, Any]
     kept_at: float
     interval: float = 0.0
@@ -93,8 +100,10 @@ class StoredResponse:
 class BackgroundStore:
     """The background responses kept, by id, for ``ttl_s`` seconds each."""
 
-    def __init__(self, ttl_s: float = DEFAULT_TTL_S) -> None:
+    def __init__(self, ttl_s: float = DEFAULT_TTL_S, budget: ReplyBudget | None = None) -> None:
         self.ttl_s = ttl_s
+        #: Where the kept frames are held (``None``: not counted).
+        self.budget = budget
         self._kept: OrderedDict[str, StoredResponse] = OrderedDict()
         #: The emulator's account of every background response (bounded like the store).
         self.records: OrderedDict[str, BackgroundRecord] = OrderedDict()
@@ -102,23 +111,52 @@ class BackgroundStore:
     def keep(
         self,
         response_id: str,
-        frames: list[bytes],
+        frames: Iterable[bytes],
         body: dict[str, Any],
         now: float,
         interval: float = 0.0,
+        *,
+        anthropic: bool = False,
     ) -> None:
         """Keep a response whose generation starts now (``frames``: its stream, numbered;
-        ``interval``: seconds between two events)."""
-        self._kept[response_id] = StoredResponse(response_id, frames, body, now, interval)
-        self._kept.move_to_end(response_id)
+        ``interval``: seconds between two events).
+
+        Raises:
+            ApiError: 503 (529 with ``anthropic``), when the budget cannot hold its frames.
+        """
+        packed = Frames(frames)
+        self._expire(now)
+        if self.budget is not None:
+            self.budget.take(packed.nbytes, anthropic=anthropic)
+        self._drop(response_id)
+        self._kept[response_id] = StoredResponse(response_id, packed, body, now, interval)
         record = self.records.setdefault(response_id, BackgroundRecord(response_id))
         self.records.move_to_end(response_id)
         record.generations += 1
-        record.generated_deltas += sum(map(is_token_frame, frames))
+        record.generated_deltas += sum(map(is_token_frame, packed))
         while len(self._kept) > MAX_KEPT:
-            self._kept.popitem(last=False)
+            self._drop(next(iter(self._kept)))
         while len(self.records) > MAX_KEPT:
             self.records.popitem(last=False)
+
+    @property
+    def held_bytes(self) -> int:
+        """The memory the kept frames take (as the reply budget counts it)."""
+        return sum(stored.frames.nbytes for stored in self._kept.values())
+
+    def _drop(self, response_id: str) -> None:
+        stored = self._kept.pop(response_id, None)
+        if stored is not None and self.budget is not None:
+            self.budget.give_back(stored.frames.nbytes)
+
+    def _expire(self, now: float) -> None:
+        """Let go of the expired responses (kept in the order they were kept)."""
+        kept = self._kept
+        while kept:
+            oldest = next(iter(kept.values()))
+            if now - oldest.kept_at < self.ttl_s:
+                return
+            self._drop(oldest.response_id)
 
     def find(self, response_id: str, now: float) -> StoredResponse | None:
         """The kept response ``response_id`` (``None``: unknown or expired)."""
@@ -126,7 +164,7 @@ class BackgroundStore:
         if stored is None:
             return None
         if now - stored.kept_at >= self.ttl_s:
-            del self._kept[response_id]
+            self._drop(response_id)
             return None
         return stored
 

@@ -17,6 +17,11 @@ socket before the app's ``send`` returns; HTTP/2 stops taking a stream's data pa
 small buffer, Hypercorn's ``BUFFER_HIGH_WATER``, until its flow-control window opens),
 so the reply's producer is held back, not buffered.
 
+A background response (Responses background mode) is kept after its stream ends, for
+retrieval: its frames are packed and held in the budget too, from when it is kept until
+it expires or is dropped (``_background``), and a new one that would not fit is refused
+as a reply is.
+
 A reply that would not fit is refused before it is rendered: its size is estimated from
 its deltas (:func:`stream_deltas`) at the bytes per delta of the last stream rendered for
 the same API (:meth:`ReplyBudget.check`). Rendering a long reply takes a good part of a
@@ -148,13 +153,22 @@ class ReplyBudget:
         """
         if deltas:
             self.per_delta[api] = size / deltas
-        if self.held and self.held + size > self.limit:
-            raise _overloaded(anthropic)
-        self.held += size
+        self.take(size, anthropic=anthropic)
         try:
             yield
         finally:
             self.held -= size
+
+    def take(self, size: int, *, anthropic: bool) -> None:
+        """Hold ``size`` bytes until :meth:`give_back` (what :meth:`holding` does for a
+        block: a background response is held while it is kept). Refused as
+        :meth:`holding` refuses."""
+        if self.held and self.held + size > self.limit:
+            raise _overloaded(anthropic)
+        self.held += size
+
+    def give_back(self, size: int) -> None:
+        self.held -= size
 
 
 #: The ``retry-after`` of a reply refused as overloaded, in seconds: replies are let go

@@ -8,15 +8,45 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
+from ..actor._memory import STREAM_OVERHEAD
 from ..config import SamplerConfig
 from ..wire import backend_name
 from ._stats import SLO
 from ._workload import SyntheticWorkload, Workload
 
-__all__ = ["RUN_MEMORY_CAP", "Concurrency", "Limits", "Load", "LoadTest", "Rate"]
+__all__ = [
+    "LOADGEN_STREAM_BYTES",
+    "MIN_STREAM_BYTES",
+    "RUN_MEMORY_CAP",
+    "Concurrency",
+    "Limits",
+    "Load",
+    "LoadTest",
+    "Rate",
+    "minimum_memory_cap",
+]
 
 #: The response text a whole run may hold by default: 1 GiB (a sampler's own default).
 RUN_MEMORY_CAP = 1 << 30
+
+#: What the load generator holds per stream in flight beyond what its samplers' memory
+#: accounts count: the request's record and timings, its task, the worker's
+#: per-request state, and the memory the process keeps as the streams the cap stops are
+#: replaced (their text freed in pieces the allocator keeps). Measured with
+#: ``benchmarks/memory_cap.py --loadtest 1000`` against a server that never ends its
+#: answers (the process's RSS growth less the samplers' part of the cap): 280 MiB at a
+#: 256 MiB cap, where streams are stopped and replaced all the time, 156 MiB at 1 GiB.
+#: The run's cap reserves this much per stream.
+LOADGEN_STREAM_BYTES = 288 * 1024
+#: The least a run's cap must give each stream it runs at once: the load generator's
+#: part, the sampler's overhead and 16 KiB of response text.
+MIN_STREAM_BYTES = LOADGEN_STREAM_BYTES + STREAM_OVERHEAD + 16 * 1024
+
+
+def minimum_memory_cap(streams: int) -> int:
+    """The smallest run memory cap that holds ``streams`` streams at once, rounded up to a
+    whole MiB."""
+    return -(-streams * MIN_STREAM_BYTES // (1 << 20)) * (1 << 20)
 
 
 def _finite_seconds(_: object, attribute: attrs.Attribute[Any], value: float) -> None:
@@ -214,9 +244,12 @@ class LoadTest:
             Chat Completions profiles that leave ``stream_options.include_usage`` off
             (``openai_compatible``). Turn it off only for a strict server that rejects the
             field; the counts are then the client's (see ``docs/loadtest.md``).
-        max_buffered_response_bytes: the response text all the run's streams may hold
-            together (1 GiB; ``None``: no limit). Past it the largest streams fail
-            (counted as ``memory_cap`` errors, and the stage marked client-bound).
+        max_buffered_response_bytes: what all the run's streams may hold together (1 GiB;
+            ``None``: no limit). Past it the largest streams fail (counted as
+            ``memory_cap`` errors, and the stage marked client-bound). The load
+            generator's own cost per stream (:data:`LOADGEN_STREAM_BYTES`) is reserved
+            from it for the most streams a stage runs at once; a cap that cannot give
+            each of them :data:`MIN_STREAM_BYTES` is refused (:func:`minimum_memory_cap`).
     """
 
     config: SamplerConfig
@@ -240,6 +273,27 @@ class LoadTest:
         for stage in self.stages:
             if not isinstance(stage, Concurrency | Rate):
                 raise TypeError(f"a stage is a Concurrency or a Rate, not {stage!r}")
+        cap = self.max_buffered_response_bytes
+        streams = self.peak_streams
+        if cap is not None and cap < streams * MIN_STREAM_BYTES:
+            least = minimum_memory_cap(streams) >> 20
+            raise ValueError(
+                f"max_buffered_response_bytes (--memory-cap) of {cap:,} bytes cannot hold "
+                f"{streams:,} streams at once: each costs the load generator and its sampler "
+                f"{MIN_STREAM_BYTES >> 10} KiB before its response text; write at least "
+                f"--memory-cap={least}MiB (max_buffered_response_bytes={least} << 20), or "
+                "none for no cap"
+            )
+
+    @property
+    def peak_streams(self) -> int:
+        """The most streams the run holds at once: over the workers, the sum of each
+        one's most streams in a stage (what the memory cap reserves for)."""
+        total = 0
+        for worker in range(self.workers):
+            shares = [stage.share(worker, self.workers) for stage in self.stages]
+            total += max((s.peak_streams for s in shares if s is not None), default=0)
+        return max(total, 1)
 
     def describe(self) -> dict[str, Any]:
         """The test as stored in the results (no key, no header values)."""

@@ -47,7 +47,7 @@ from ..types import (
     SamplingErrorInfo,
     ToolCallDelta,
 )
-from ._plan import Concurrency, Limits, Load, LoadTest, Rate
+from ._plan import LOADGEN_STREAM_BYTES, Concurrency, Limits, Load, LoadTest, Rate
 from ._stats import SLO, StageStats, quantize
 from ._workload import WorkItem
 
@@ -518,14 +518,17 @@ def sampler_cap(
 ) -> int | None:
     """One sampler's part of the run's memory cap ``run_cap``.
 
-    A sampler accounts for the streams it carries; a worker's streams are spread evenly
-    over its samplers, and the workers get the cap in proportion to their most streams
-    at once (``worker_streams`` of ``all_streams``, the sum over the workers), so each
-    sampler gets its share (never less than a byte) and the run as a whole holds at most
-    ``run_cap``.
+    The load generator's own cost per stream (:data:`LOADGEN_STREAM_BYTES`, outside any
+    sampler's account) is reserved first, for the most streams at once. A sampler
+    accounts for the streams it carries; a worker's streams are spread evenly over its
+    samplers, and the workers get the rest of the cap in proportion to their most
+    streams at once (``worker_streams`` of ``all_streams``, the sum over the workers), so
+    each sampler gets its share (never less than a byte) and the run as a whole holds at
+    most ``run_cap``.
     """
     if run_cap is None:
         return None
+    run_cap = max(1, run_cap - all_streams * LOADGEN_STREAM_BYTES)
     share = run_cap * min(worker_streams, all_streams) // all_streams
     return max(1, share // samplers)
 
