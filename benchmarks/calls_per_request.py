@@ -198,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         ours = by_impl["ours"][key]
         skeleton = by_impl["skeleton"][key]
         gap = f"{ours - skeleton:+,.0f} {measure}"
-        print(f"{int(tokens):,} deltas: ours runs {gap} over the skeleton")
+        verb = "runs" if args.bytecode else "makes"  # bytecode is run; calls are made
+        print(f"{int(tokens):,} deltas: ours {verb} {gap} over the skeleton")
         if args.top:
             print(f"  ours' top functions by {measure} ({int(tokens):,} deltas):")
             for name, calls in by_impl["ours"]["top"]:
