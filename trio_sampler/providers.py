@@ -151,6 +151,50 @@ NO_PROVIDER = ProviderProfile(name="", base_url=None, backend=ApiBackend.CHAT_CO
 _XAI_CONTEXT_HEADER = "x-grok-context-window"
 _XAI_MAX_OUTPUT_HEADER = "x-grok-max-completion-tokens"
 
+#: Amazon Bedrock's OpenAI-compatible endpoint, per region:
+#: https://bedrock-runtime.<region>.amazonaws.com/openai/v1 (a Bedrock API key).
+_BEDROCK = ProviderProfile(
+    name="bedrock",
+    base_url=None,
+    backend=ApiBackend.CHAT_COMPLETIONS,
+    api_key_env="AWS_BEARER_TOKEN_BEDROCK",
+    max_tokens_field="max_tokens",
+    developer_role=False,
+    otel_name="aws.bedrock",
+)
+
+#: Anthropic models on Amazon Bedrock, in their own Messages format
+#: (https://docs.aws.amazon.com/bedrock/latest/userguide/model-parameters-anthropic-claude-messages.html):
+#: https://bedrock-runtime.<region>.amazonaws.com, a Bedrock API key; the model (a model
+#: id or an inference profile) goes in the path, the stream comes in AWS event-stream
+#: framing.
+_BEDROCK_MESSAGES = ProviderProfile(
+    name="bedrock_messages",
+    base_url=None,
+    backend=ApiBackend.MESSAGES,
+    api_key_env="AWS_BEARER_TOKEN_BEDROCK",
+    developer_role=False,
+    messages_path="/model/{model}/{method}",
+    messages_methods=("invoke-with-response-stream", "invoke"),
+    anthropic_version_body="bedrock-2023-05-31",
+    stream_in_body=False,
+    beta_in_body=True,
+    stream_media_type="application/vnd.amazon.eventstream",
+    otel_name="aws.bedrock",
+)
+
+
+def _sigv4(profile: ProviderProfile) -> ProviderProfile:
+    """``profile``'s endpoint with each request signed with AWS credentials (SigV4)
+    instead of a Bedrock API key: ``<name>_sigv4``."""
+    return attrs.evolve(
+        profile,
+        name=f"{profile.name}_sigv4",
+        auth_scheme=AuthScheme.AWS_SIGV4,
+        requires_api_key=False,
+        api_key_env=None,
+    )
+
 
 PROFILES: dict[str, ProviderProfile] = {
     p.name: p
@@ -251,64 +295,10 @@ PROFILES: dict[str, ProviderProfile] = {
             api_key_env="AZURE_OPENAI_API_KEY",
             otel_name="azure.ai.openai",
         ),
-        ProviderProfile(
-            name="bedrock",
-            # Amazon Bedrock's OpenAI-compatible endpoint, per region:
-            # https://bedrock-runtime.<region>.amazonaws.com/openai/v1 (a Bedrock API key).
-            base_url=None,
-            backend=ApiBackend.CHAT_COMPLETIONS,
-            api_key_env="AWS_BEARER_TOKEN_BEDROCK",
-            max_tokens_field="max_tokens",
-            developer_role=False,
-            otel_name="aws.bedrock",
-        ),
-        ProviderProfile(
-            name="bedrock_sigv4",
-            # The same endpoint, each request signed with AWS credentials (SigV4) instead
-            # of a Bedrock API key.
-            base_url=None,
-            backend=ApiBackend.CHAT_COMPLETIONS,
-            auth_scheme=AuthScheme.AWS_SIGV4,
-            requires_api_key=False,
-            max_tokens_field="max_tokens",
-            developer_role=False,
-            otel_name="aws.bedrock",
-        ),
-        ProviderProfile(
-            name="bedrock_messages",
-            # Anthropic models on Amazon Bedrock, in their own Messages format
-            # (https://docs.aws.amazon.com/bedrock/latest/userguide/model-parameters-anthropic-claude-messages.html):
-            # https://bedrock-runtime.<region>.amazonaws.com, a Bedrock API key; the
-            # model (a model id or an inference profile) goes in the path, the stream
-            # comes in AWS event-stream framing.
-            base_url=None,
-            backend=ApiBackend.MESSAGES,
-            api_key_env="AWS_BEARER_TOKEN_BEDROCK",
-            developer_role=False,
-            messages_path="/model/{model}/{method}",
-            messages_methods=("invoke-with-response-stream", "invoke"),
-            anthropic_version_body="bedrock-2023-05-31",
-            stream_in_body=False,
-            beta_in_body=True,
-            stream_media_type="application/vnd.amazon.eventstream",
-            otel_name="aws.bedrock",
-        ),
-        ProviderProfile(
-            name="bedrock_messages_sigv4",
-            # The same, each request signed with AWS credentials (SigV4).
-            base_url=None,
-            backend=ApiBackend.MESSAGES,
-            auth_scheme=AuthScheme.AWS_SIGV4,
-            requires_api_key=False,
-            developer_role=False,
-            messages_path="/model/{model}/{method}",
-            messages_methods=("invoke-with-response-stream", "invoke"),
-            anthropic_version_body="bedrock-2023-05-31",
-            stream_in_body=False,
-            beta_in_body=True,
-            stream_media_type="application/vnd.amazon.eventstream",
-            otel_name="aws.bedrock",
-        ),
+        _BEDROCK,
+        _sigv4(_BEDROCK),
+        _BEDROCK_MESSAGES,
+        _sigv4(_BEDROCK_MESSAGES),
         ProviderProfile(
             name="vertex",
             # Anthropic models on Vertex AI: https://<region>-aiplatform.googleapis.com/v1/
