@@ -333,9 +333,19 @@ class EmulatorApp:
             # When the request arrived (the read of its last bytes, where the server
             # says): paced streams count from here.
             arrived = request_arrived()
-            await self._billed_sample(
-                renderer, view_of, path, headers, body, receive, send, request_id, arrived
-            )
+            with self.billing.serving(request_id, renderer.backend) as entry:
+                await self._sample(
+                    renderer,
+                    view_of,
+                    path,
+                    headers,
+                    body,
+                    receive,
+                    send,
+                    request_id,
+                    arrived,
+                    entry,
+                )
         except _ClientGone:
             return
         except ApiError as error:
@@ -362,9 +372,10 @@ class EmulatorApp:
         renderer, view_of = _ROUTES["/v1/messages"]
         out = EventStreamSend(send) if streaming else send
         # Recorded under its own path, with the Messages body it stands for.
-        await self._billed_sample(
-            renderer, view_of, route[0], headers, body, receive, out, request_id, arrived
-        )
+        with self.billing.serving(request_id, renderer.backend) as entry:
+            await self._sample(
+                renderer, view_of, route[0], headers, body, receive, out, request_id, arrived, entry
+            )
 
     def _authorized(self, headers: Mapping[str, str]) -> bool:
         return self._require_key is None or _api_key(headers) == self._require_key
@@ -399,31 +410,6 @@ class EmulatorApp:
                 status=408,
             )
         return body
-
-    async def _billed_sample(
-        self,
-        renderer: Renderer,
-        view_of: Callable[[Mapping[str, Any], PromptCache], RequestView],
-        path: str,
-        headers: Mapping[str, str],
-        body: bytes,
-        receive: Receive,
-        send: Send,
-        request_id: str,
-        arrived: float,
-    ) -> None:
-        """Sample one request with its entry in the billing record, whatever ends it."""
-        entry = self.billing.open(request_id, renderer.backend)
-        try:
-            await self._sample(
-                renderer, view_of, path, headers, body, receive, send, request_id, arrived, entry
-            )
-        except ApiError as error:  # answered with an error status: nothing generated
-            entry.status, entry.outcome = error.status, BillingOutcome.REFUSED
-            raise
-        finally:
-            if entry.outcome is BillingOutcome.OPEN:  # left before anything was billed
-                entry.outcome = BillingOutcome.CLIENT_GONE
 
     async def _sample(
         self,

@@ -33,11 +33,13 @@ from __future__ import annotations
 
 import enum
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Final
 
 import attrs
 
+from ._api_error import ApiError
 from ._reply import ReplyUsage
 from ._sse import is_token_frame
 
@@ -228,6 +230,21 @@ class BillingBook:
             if dropped.response_id is not None:
                 self._background.pop(dropped.response_id, None)
         return entry
+
+    @contextmanager
+    def serving(self, request_id: str, backend: str) -> Iterator[BillingEntry]:
+        """The entry of a request while it is served, settled whatever ends it: an error
+        status bills nothing (refused), a client gone before anything was billed is
+        recorded as gone."""
+        entry = self.open(request_id, backend)
+        try:
+            yield entry
+        except ApiError as error:  # answered with an error status: nothing generated
+            entry.status, entry.outcome = error.status, BillingOutcome.REFUSED
+            raise
+        finally:
+            if entry.outcome is BillingOutcome.OPEN:  # left before anything was billed
+                entry.outcome = BillingOutcome.CLIENT_GONE
 
     def kept(self, entry: BillingEntry, response_id: str, usage: ReplyUsage) -> None:
         """``entry`` is a background response: billed in full as it is generated."""
