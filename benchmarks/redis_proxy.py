@@ -5,6 +5,7 @@ server's, so only the answers to the limiter's scripts are wrong."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -53,11 +54,32 @@ class RedisProxy:
         self.port = 0
         self.wrong: bytes | None = None
         self.replaced = 0
-        #: Each reply is held this long before it is passed on (a slow Redis).
-        self.delay = 0.0
+        self._delay = 0.0
+        self._delay_changed = trio.Event()
         #: While down, connections are cut and new ones closed at once (a partition).
         self.down = False
+        #: While stalled, new connections are accepted and never answered (a server that
+        #: hangs in the handshake); the connections made before are served as usual.
+        self.stalled = False
         self._scopes: set[trio.CancelScope] = set()
+
+    @property
+    def delay(self) -> float:
+        """Each reply is held this long before it is passed on (a slow Redis); a reply
+        being held when the delay changes waits only the new delay from its arrival (set
+        to 0, the replies held go at once: Redis is fast again)."""
+        return self._delay
+
+    @delay.setter
+    def delay(self, seconds: float) -> None:
+        self._delay = seconds
+        self._delay_changed.set()
+        self._delay_changed = trio.Event()
+
+    async def _hold(self, since: float) -> None:
+        while trio.current_time() < since + self._delay:
+            with trio.move_on_at(since + self._delay):
+                await self._delay_changed.wait()
 
     def cut(self) -> None:
         """A partition: every connection is cut, and new ones are closed, until
@@ -80,6 +102,8 @@ class RedisProxy:
         with trio.CancelScope() as scope:
             self._scopes.add(scope)
             try:
+                if self.stalled:
+                    await trio.sleep_forever()
                 await self._forward(client)
             finally:
                 self._scopes.discard(scope)
@@ -98,16 +122,28 @@ class RedisProxy:
             await sink.send_all(data)
 
     async def _replies(self, server: trio.abc.Stream, client: trio.abc.Stream) -> None:
-        pending = b""
-        while data := await server.receive_some():
-            pending += data
-            while pending and (length := reply_length(pending)) is not None:
-                reply, pending = pending[:length], pending[length:]
-                if self.wrong is not None:
-                    reply = self.wrong
-                    self.replaced += 1
-                if self.delay:
-                    await trio.sleep(self.delay)
+        """Pass each whole reply on (or its replacement), held ``delay`` from its arrival."""
+        send, receive = trio.open_memory_channel[tuple[float, bytes]](math.inf)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._pass_on, receive, client)
+            async with send:
+                pending = b""
+                while data := await server.receive_some():
+                    arrived = trio.current_time()
+                    pending += data
+                    while pending and (length := reply_length(pending)) is not None:
+                        reply, pending = pending[:length], pending[length:]
+                        if self.wrong is not None:
+                            reply = self.wrong
+                            self.replaced += 1
+                        send.send_nowait((arrived, reply))
+
+    async def _pass_on(
+        self, replies: trio.MemoryReceiveChannel[tuple[float, bytes]], client: trio.abc.Stream
+    ) -> None:
+        async with replies:
+            async for arrived, reply in replies:
+                await self._hold(arrived)
                 await client.send_all(reply)
 
 
@@ -118,8 +154,8 @@ async def running_proxy(socket_path: str) -> AsyncIterator[RedisProxy]:
     async def serve(stream: trio.SocketStream) -> None:
         try:
             await proxy._serve(stream)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass  # either side went away
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass  # either side went away (both pipes may say so at once: a group)
 
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))

@@ -168,6 +168,42 @@ async def test_one_slow_round_trip_is_not_an_outage(redis_server: RedisServer) -
         assert stats.redis_failures == 1 and stats.degradations == 0
 
 
+async def test_a_reconnect_that_hangs_is_bounded_by_the_admission_timeout(
+    redis_server: RedisServer,
+) -> None:
+    # The connection is lost, and the new one hangs in its handshake (the connect timeout
+    # is 1 s): each admission decides within its own admission timeout, and while the
+    # limiter is degraded one call at a time probes (the others decide at once).
+    spec = _spec(
+        FleetLimits(requests_per_minute=100_000), admission_timeout=0.2, probe_interval=0.05
+    )
+    async with (
+        running_proxy(str(redis_server.socket_path)) as proxy,
+        open_limiter(spec, proxy.url) as limiter,
+    ):
+        await limiter.release(await limiter.acquire(Cost()), None)
+        proxy.stalled = True
+        proxy.cut()
+        proxy.heal()
+        took: list[float] = []
+
+        async def one() -> None:
+            start = trio.current_time()
+            with pytest.raises(AdmissionRefusedError):
+                await limiter.acquire(Cost())
+            took.append(trio.current_time() - start)
+
+        await one()  # the connection was lost: degraded at once, or the reconnect hangs
+        await trio.sleep(spec.probe_interval)
+        async with trio.open_nursery() as nursery:
+            for _ in range(50):
+                nursery.start_soon(one)
+        assert limiter.degraded
+    took.sort()
+    assert spec.admission_timeout - 0.01 < took[-1] < spec.admission_timeout + 0.1  # the probe
+    assert took[-2] < 0.05
+
+
 async def test_a_refused_connection_is_down_at_once() -> None:
     from benchmarks.redis_server import running_redis
 

@@ -141,6 +141,11 @@ class LeaseBook:
 
     # -- giving back ---------------------------------------------------------------------
 
+    def return_now(self, now: float) -> None:
+        """Give back the rest (and a give-back not confirmed yet) now, not after ``hold``."""
+        self.expires = min(self.expires, now)
+        self.wake.set()
+
     def give_back(self, ident: str) -> GiveBack | None:
         """The rest to give back (moved out of the book into :attr:`pending`): the
         pending one when there is one, else every unit held or owed and every idle slot

@@ -469,6 +469,10 @@ class FleetLimiter:
         )
         self._emit(LimiterRecovered(self.spec.name, degraded_for))
         self._charge_local_spending()
+        book = self._book
+        if book is not None and book.pending is not None:
+            # A give-back that failed while degraded goes now, not at its next retry.
+            book.return_now(trio.current_time())
 
     def _charge_local_spending(self) -> None:
         """Back from an outage: what the local floor admitted meanwhile is charged to the
@@ -1050,8 +1054,7 @@ class FleetLimiter:
             self._lease_granted(reply, prefix)
         else:
             # The fleet is out of room: what this process holds idle goes back now.
-            book.expires = min(book.expires, now)
-            book.wake.set()
+            book.return_now(now)
         return status
 
     async def _lease_call(
@@ -1104,14 +1107,16 @@ class FleetLimiter:
         self._stats["lease_refills"] += 1
 
     async def _lease_late(self, prefix: str, slots: int, reply: Any) -> None:
-        """The reply of a lease call nobody waits for: a batch it granted joins the
-        lease (it is charged; unused, it goes back with the rest). Lost with the
-        connection (or garbled), the ``slots`` it may have granted are released when
-        Redis answers (the units it may have charged are not known here: they refill
-        at the rate)."""
+        """The reply of a lease call nobody waits for: a batch it granted is given back
+        at once, with the lease's rest (nobody asked for it: the requests that wanted it
+        have applied the policy). Lost with the connection (or garbled), the ``slots``
+        it may have granted are released when Redis answers (the units it may have
+        charged are not known here: they refill at the rate)."""
         if reply is not LOST and _lease_reply(reply, 0):
             if reply[0] == Status.ADMITTED:
                 self._lease_granted(reply, prefix)
+                assert self._book is not None
+                self._book.return_now(trio.current_time())
             return
         unchanged = [0] * len(DIMENSIONS) + ["x"] * len(DIMENSIONS)
         for index in range(1, slots + 1):
@@ -1137,11 +1142,10 @@ class FleetLimiter:
         if book is None:
             return
         while True:
-            if math.isinf(book.expires):
+            # Woken when the time changes (a refill, or the rest due now), else at it.
+            with trio.move_on_at(book.expires):
                 await book.wake.wait()
-                book.wake = trio.Event()
-                continue
-            await trio.sleep_until(book.expires)
+            book.wake = trio.Event()
             if trio.current_time() >= book.expires:
                 await self._give_back_rest()
 
