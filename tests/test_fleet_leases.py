@@ -165,6 +165,33 @@ async def test_slots_asked_for_are_the_requests_waiting(
     assert book.slots_wanted() == (1, 0)
 
 
+async def test_while_the_fleet_is_full_what_is_freed_goes_back_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Another process waits for a slot (the fleet refused a refill): a slot this process
+    # frees goes back now, not ``hold`` later; once a refill is granted, hold again.
+    book = _book(LeasePolicy(hold=5.0), slots=True)
+    book.granted([0, 0, 0, 0], ["slot:1", "slot:2"], 0.0)
+    held = book.take(Cost(0, 0, 0))
+    book.take(Cost(0, 0, 0))
+    assert book.expires == 5.0
+    book.fleet_full(1.0)
+    assert book.expires == 1.0  # the idle rest (none here) goes back now
+    book.give_back("id-1")
+    book.pending = None
+    assert math.isinf(book.expires)
+    book.settle(Cost(0, 0, 0), None, held, 2.0)
+    assert book.expires == 2.0 and book.wake.is_set()  # the freed slot: now
+    book.give_back("id-2")
+    book.pending = None
+    book.granted([0, 0, 0, 0], ["slot:3"], 3.0)
+    slot = book.take(Cost(0, 0, 0))
+    book.give_back("id-3")
+    book.pending = None
+    book.settle(Cost(0, 0, 0), None, slot, 4.0)
+    assert book.expires == 4.0 + 5.0  # room again: held for hold
+
+
 # -- against Redis -------------------------------------------------------------------------
 
 
@@ -484,6 +511,69 @@ async def test_a_slot_granted_on_a_connection_lost_before_its_reply_is_released(
         assert permit.shared
         await other.release(permit, None)
         assert limiter.statistics().leases == 0
+
+
+@pytest.mark.parametrize("lost", ["cut", "garbled"])
+async def test_the_units_of_a_refill_whose_reply_was_lost_are_given_back(
+    redis_server: RedisServer, lost: str
+) -> None:
+    # Redis grants a refill (a unit of an hour's 100, and a slot) whose reply never
+    # reaches the process: what it granted is given back once Redis answers again, so
+    # the fleet has its whole burst, not 99 until the unit refills an hour later.
+    limits = FleetLimits(requests_per_minute=100, window_s=HOUR, max_in_flight=1)
+    timeout = 0.1
+    spec = _spec(limits, admission_timeout=timeout, probe_interval=0.05)
+    other_spec = LimiterSpec(spec.name, limits, on_failure=FailurePolicy.FAIL_CLOSED)
+    async with (
+        running_proxy(str(redis_server.socket_path)) as proxy,
+        open_limiter(spec, proxy.url) as limiter,
+    ):
+        if lost == "cut":
+            proxy.delay = 0.5
+        else:
+            proxy.wrong = b"+OK\r\n"
+        with pytest.raises(AdmissionRefusedError):  # timed out, or not understood
+            await limiter.acquire(Cost())
+        if lost == "cut":
+            proxy.cut()  # the reply is lost with the connection
+            await trio.sleep(0.05)
+        proxy.delay, proxy.wrong = 0.0, None
+        proxy.heal()
+        await trio.sleep(3 * timeout)  # the reclaim goes when Redis answers
+        assert limiter._unsettled == {}
+        assert limiter._book is not None and limiter._book.balance == [0, 0, 0, 0]
+        async with open_limiter(other_spec, redis_server.url) as other:
+            assert await _drain(other) == 1  # the slot is free
+        plain = LimiterSpec(
+            spec.name,
+            FleetLimits(requests_per_minute=100, window_s=HOUR),
+            on_failure=FailurePolicy.FAIL_CLOSED,
+            leases=None,
+        )
+        async with open_limiter(plain, redis_server.url) as other:
+            assert await _drain(other) == 99  # and the unit: 100 less the one drained
+
+
+async def test_a_reclaim_sent_twice_gives_back_once(redis_server: RedisServer) -> None:
+    from trio_sampler.fleet._limiter import _RECLAIM
+
+    limits = FleetLimits(requests_per_minute=100, window_s=HOUR)
+    spec = _spec(limits)
+    plain = LimiterSpec(spec.name, limits, on_failure=FailurePolicy.FAIL_CLOSED, leases=None)
+    async with (
+        open_limiter(spec, redis_server.url) as limiter,
+        open_limiter(plain, redis_server.url) as other,
+    ):
+        await limiter.acquire(Cost())  # a refill of one unit, recorded (and spent)
+        for _ in range(10):
+            await other.acquire(Cost())
+        prefix = limiter._answered_refill
+        keys = [limiter._keys_admit[0], *limiter._keys_admit[3:], limiter._granted_prefix + prefix]
+        args = [*(repr(i) for i in limiter._intervals), prefix]
+        assert await limiter._call(_RECLAIM, keys, args) == 1
+        assert await limiter._call(_RECLAIM, keys, args) == 0  # the record went with it
+        # 100 - 1 - 10, and the unit back once (twice: 91).
+        assert await _drain(other) == 90
 
 
 async def test_a_refill_behind_a_give_back_decides_within_one_admission_timeout(

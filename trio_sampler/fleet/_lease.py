@@ -52,6 +52,9 @@ class LeaseBook:
         self.pending: GiveBack | None = None
         #: When the rest goes back (trio's clock; inf: nothing held).
         self.expires = math.inf
+        #: The fleet said it has no room (others wait): what is freed here goes back at
+        #: once, not after ``hold``, until a refill is granted again.
+        self.contended = False
         self.wake = trio.Event()
         self._rates = [0.0, 0.0, 0.0, 0.0]
         self._spent = [0, 0, 0, 0]
@@ -89,7 +92,9 @@ class LeaseBook:
             ):
                 if self.limited[index]:
                     self.balance[index] += held - used
-        if math.isinf(self.expires):
+        if self.contended:
+            self.return_now(now)
+        elif math.isinf(self.expires):
             self.expires = now + self.policy.hold
             self.wake.set()
 
@@ -136,6 +141,7 @@ class LeaseBook:
         for index, amount in enumerate(units):
             self.balance[index] += amount
         self.free_slots.extend(slots)
+        self.contended = False
         self.expires = now + self.policy.hold
         self.wake.set()
 
@@ -145,6 +151,12 @@ class LeaseBook:
         """Give back the rest (and a give-back not confirmed yet) now, not after ``hold``."""
         self.expires = min(self.expires, now)
         self.wake.set()
+
+    def fleet_full(self, now: float) -> None:
+        """The fleet has no room for a refill: what this process holds idle goes back
+        now, and what it frees from now on at once (:attr:`contended`)."""
+        self.contended = True
+        self.return_now(now)
 
     def give_back(self, ident: str) -> GiveBack | None:
         """The rest to give back (moved out of the book into :attr:`pending`): the

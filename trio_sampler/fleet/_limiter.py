@@ -55,7 +55,7 @@ from ._breaker import BREAKERS, SharedBreaker
 from ._events import EventHook, FleetEvent, LimiterDegraded, LimiterRecovered, LimiterStatistics
 from ._lease import LeaseBook
 from ._local import LocalLimits
-from ._scripts import ADMIT, LEASE, NOTE_RETRY_AFTER, RENEW, SETTLE, SPEND_RETRY, Status
+from ._scripts import ADMIT, LEASE, NOTE_RETRY_AFTER, RECLAIM, RENEW, SETTLE, SPEND_RETRY, Status
 from ._spec import DIMENSIONS, Cost, FailurePolicy, LimiterSpec
 
 __all__ = ["FleetLimiter", "Permit", "open_limiter", "open_limiters", "redis_client"]
@@ -221,7 +221,8 @@ _SPEND = _Script(SPEND_RETRY, _pair)
 _RETRY_AFTER = _Script(NOTE_RETRY_AFTER, _integer)
 _BREAKERS = _Script(BREAKERS, _per_key)
 _LEASE = _Script(LEASE, _lease_reply)
-_SCRIPTS = (_ADMIT, _SETTLE, _RENEW, _SPEND, _RETRY_AFTER, _BREAKERS, _LEASE)
+_RECLAIM = _Script(RECLAIM, _integer)
+_SCRIPTS = (_ADMIT, _SETTLE, _RENEW, _SPEND, _RETRY_AFTER, _BREAKERS, _LEASE, _RECLAIM)
 #: What to do with the reply of a call given up on (cancelled, or timed out on our side):
 #: the reply, or :data:`LOST` when the connection was lost before it came.
 _OnLateReply = Callable[[Any], Awaitable[None]]
@@ -311,24 +312,32 @@ class FleetLimiter:
         self._slow_calls = 0
         self._set_up_give_backs()
         self._stats: dict[str, Any] = attrs.asdict(LimiterStatistics())
+        self._set_up_lease(prefix)
+
+    def _set_up_lease(self, prefix: str) -> None:
+        limits = self.spec.limits
         #: This process's lease (``spec.leases``), refilled one call at a time.
         self._book = (
             None
-            if spec.leases is None
-            else LeaseBook(spec.leases, self._intervals, bool(limits.max_in_flight))
+            if self.spec.leases is None
+            else LeaseBook(self.spec.leases, self._intervals, bool(limits.max_in_flight))
         )
         self._refilling = trio.Lock()
         self._refill_on_wire: trio.Event | None = None
         self._refill_status: int | None = Status.ADMITTED
         self._returned_prefix = f"{prefix}:returned:"
+        self._granted_prefix = f"{prefix}:granted:"
+        #: The last refill Redis answered: its record is dropped with the next lease call.
+        self._answered_refill = "-"
 
     def _set_up_give_backs(self) -> None:
         #: Calls that timed out on our side: their request (resolved when the late reply
         #: comes; None: the reply was lost) and what to do with that reply (a late grant
         #: is given back).
         self._late: list[tuple[Any, _OnLateReply]] = []
-        #: Settlements of leases that failed, by lease: sent again until Redis has them.
-        self._unsettled: dict[str, list[Any]] = {}
+        #: Settlements that failed (a lease's release, a lost refill's reclaim), by lease:
+        #: the script, keys and arguments, sent again until Redis has them.
+        self._unsettled: dict[str, tuple[_Script, list[str], list[Any]]] = {}
         self._wake_give_backs = trio.Event()
 
     def _set_up_local_floor(self) -> None:
@@ -486,7 +495,11 @@ class FleetLimiter:
         for interval, amount in zip(self._intervals, spent.amounts(), strict=True):
             changes.append(repr(min(interval * amount, self._tau)) if interval else 0)
         changes += ["x"] * len(DIMENSIONS)
-        self._unsettled[f"spent-locally:{self._next_lease()}"] = changes
+        self._unsettled[f"spent-locally:{self._next_lease()}"] = (
+            _SETTLE,
+            self._keys_settle,
+            changes,
+        )
         self._wake_give_backs.set()
 
     async def _give_back(self, request: Any, on_reply: _OnLateReply) -> None:
@@ -523,7 +536,7 @@ class FleetLimiter:
     def _release_when_back(self, lease: str, changes: list[Any]) -> None:
         """Settle ``lease`` with ``changes`` as soon as Redis answers (retried every
         admission timeout by :meth:`run_give_backs`; idempotent)."""
-        self._unsettled[lease] = [lease, *changes]
+        self._unsettled[lease] = (_SETTLE, self._keys_settle, [lease, *changes])
         self._wake_give_backs.set()
 
     def _failed(self, exc: BaseException) -> None:
@@ -945,7 +958,11 @@ class FleetLimiter:
     async def run_give_backs(self) -> None:
         """Forever (run it in a nursery): give back the late grants of admissions that
         timed out, and send again the settlements that failed, every admission timeout
-        while any wait (so capacity is back within one admission timeout of Redis)."""
+        (or ``probe_interval``, when shorter) while any wait, so capacity is back within
+        one admission timeout of Redis. Degraded, a settlement sent again is a probe (at
+        most one at a time, every ``probe_interval``)."""
+        spec = self.spec
+        every = min(spec.admission_timeout, spec.probe_interval)
         while True:
             await self._wake_give_backs.wait()
             self._wake_give_backs = trio.Event()
@@ -953,7 +970,7 @@ class FleetLimiter:
                 await self._give_back_late()
                 await self._settle_again()
                 if self._late or self._unsettled:
-                    await trio.sleep(self.spec.admission_timeout)
+                    await trio.sleep(every)
 
     async def _give_back_late(self) -> None:
         late, self._late = self._late, []
@@ -968,12 +985,13 @@ class FleetLimiter:
             await on_reply(LOST if reply is None else reply)  # None: the connection failed
 
     async def _settle_again(self) -> None:
-        for lease, changes in list(self._unsettled.items()):
-            if self._probing:
+        for lease, (script, keys, args) in list(self._unsettled.items()):
+            degraded = self._degraded_since is not None
+            if self._probing or (degraded and trio.current_time() < self._probe_at):
                 return
             self._probing = True  # one call at a time probes a degraded Redis
             try:
-                reply = await self._round_trip(_SETTLE, self._keys_settle, changes, None)
+                reply = await self._round_trip(script, keys, args, None)
             finally:
                 self._probing = False
             if reply is None:
@@ -1045,7 +1063,7 @@ class FleetLimiter:
         now = trio.current_time()
         prefix = self._next_lease()
         wanted = (book.want(cost, now), book.need(cost), *book.slots_wanted())
-        given_up = functools.partial(self._lease_late, prefix, wanted[2])
+        given_up = functools.partial(self._lease_late, prefix)
         reply = await self._lease_call(*wanted, prefix=prefix, abandoned=given_up, until=until)
         if reply is None:
             return None
@@ -1054,7 +1072,7 @@ class FleetLimiter:
             self._lease_granted(reply, prefix)
         else:
             # The fleet is out of room: what this process holds idle goes back now.
-            book.return_now(now)
+            book.fleet_full(now)
         return status
 
     async def _lease_call(
@@ -1089,12 +1107,19 @@ class FleetLimiter:
         for index, (interval, tau) in enumerate(self._admit_rates):
             given = back.units[index] if back else 0
             args += (interval, tau, want[index], need[index], given, clamps[index])
-        keys = [*self._keys_admit, self._returned_prefix + (back.ident if back else "-")]
+        keys = [
+            *self._keys_admit,
+            self._returned_prefix + (back.ident if back else "-"),
+            self._granted_prefix + (prefix or "-"),
+            self._granted_prefix + self._answered_refill,
+        ]
         slots_back = back.slots if back else ()
         reply = await self._call(_LEASE, keys, [*args, *slots_back], abandoned, until)
         if reply is None:
             book.first_attempts += first_attempts
-        elif back is not None and book.pending is back:
+            return None
+        self._answered_refill = prefix or "-"
+        if back is not None and book.pending is back:
             book.pending = None
             self._leases.difference_update(back.slots)
         return reply
@@ -1106,21 +1131,22 @@ class FleetLimiter:
         self._book.granted([int(units) for units in reply[4:8]], slots, trio.current_time())
         self._stats["lease_refills"] += 1
 
-    async def _lease_late(self, prefix: str, slots: int, reply: Any) -> None:
+    async def _lease_late(self, prefix: str, reply: Any) -> None:
         """The reply of a lease call nobody waits for: a batch it granted is given back
         at once, with the lease's rest (nobody asked for it: the requests that wanted it
-        have applied the policy). Lost with the connection (or garbled), the ``slots``
-        it may have granted are released when Redis answers (the units it may have
-        charged are not known here: they refill at the rate)."""
+        have applied the policy). Lost with the connection (or garbled), what Redis
+        recorded it granted (slots and units) is given back when Redis answers
+        (:data:`RECLAIM`; nothing if it never ran)."""
         if reply is not LOST and _lease_reply(reply, 0):
             if reply[0] == Status.ADMITTED:
                 self._lease_granted(reply, prefix)
                 assert self._book is not None
                 self._book.return_now(trio.current_time())
             return
-        unchanged = [0] * len(DIMENSIONS) + ["x"] * len(DIMENSIONS)
-        for index in range(1, slots + 1):
-            self._release_when_back(f"{prefix}:{index}", unchanged)
+        keys = [self._keys_admit[0], *self._keys_admit[3:], self._granted_prefix + prefix]
+        intervals = [repr(interval) for interval in self._intervals]
+        self._unsettled[f"reclaim:{prefix}"] = (_RECLAIM, keys, [*intervals, prefix])
+        self._wake_give_backs.set()
 
     async def _give_back_rest(self) -> None:
         """Give back what the lease holds idle (units, owed usage, slots), once."""

@@ -17,11 +17,22 @@ Key layout for a limiter ``name`` (the hash tag keeps them in one cluster slot):
     trio_sampler:{name}:retry_budget  retry tokens left
     trio_sampler:{name}:gcra:<dim>    TAT per rate dimension
     trio_sampler:{name}:returned:<id> a lease's rest was given back (for a day)
+    trio_sampler:{name}:granted:<id>  what a lease refill granted (for lease_ttl, or until
+                                      the process's next refill is answered)
 """
 
 from __future__ import annotations
 
-__all__ = ["ADMIT", "LEASE", "NOTE_RETRY_AFTER", "RENEW", "SETTLE", "SPEND_RETRY", "Status"]
+__all__ = [
+    "ADMIT",
+    "LEASE",
+    "NOTE_RETRY_AFTER",
+    "RECLAIM",
+    "RENEW",
+    "SETTLE",
+    "SPEND_RETRY",
+    "Status",
+]
 
 
 class Status:
@@ -183,7 +194,9 @@ return current - now
 
 # A process's lease: give back the rest of its last one, then take a batch of units per
 # dimension and of in-flight slots, to spend locally without a round trip each.
-# KEYS: inflight, retry_after, retry_budget, gcra x4, the give-back's marker.
+# KEYS: inflight, retry_after, retry_budget, gcra x4, the give-back's marker, this
+#       refill's record (what it grants, kept lease ttl: RECLAIM gives it back if the
+#       reply is lost), the record of the last refill answered (dropped: not lost).
 # ARGV: [1] lease ttl, [2] max in flight (0: none), [3] slot id prefix, [4] slots wanted,
 #       [5] slots needed (0 or 1), [6] retry-budget deposit, [7] budget capacity,
 #       [8] the largest share of the room left one batch takes, [9] '1': give back (once:
@@ -205,6 +218,7 @@ local function write(i, tat)
     redis.call('DEL', KEYS[3 + i])
   end
 end
+redis.call('DEL', KEYS[10])
 if ARGV[9] == '1' and redis.call('SET', KEYS[8], '1', 'NX', 'EX', 86400) then
   for i = 1, 4 do
     local base = 10 + (i - 1) * 6
@@ -281,5 +295,39 @@ for i, tat in pairs(tats) do
   if units > 0 then write(i, tat + units * interval) end
   reply[4 + i] = units
 end
+if slots + reply[5] + reply[6] + reply[7] + reply[8] > 0 then
+  redis.call('SET', KEYS[9], string.format('%d %d %d %d %d', slots, reply[5], reply[6],
+             reply[7], reply[8]), 'PX', math.ceil(tonumber(ARGV[1]) / 1000))
+end
 return reply
+"""
+
+# Give back what a lease refill granted when its reply was lost (the connection, or a
+# garbled reply): its record says what (nothing: the refill never ran, or was given back
+# already; the record goes with the first reclaim, so a reclaim sent twice counts once).
+# KEYS: inflight, gcra x4, the refill's record. ARGV: interval x4, the refill's slot id
+# prefix. Returns 1: given back, 0: nothing recorded.
+RECLAIM = """
+local record = redis.call('GET', KEYS[6])
+if not record then return 0 end
+redis.call('DEL', KEYS[6])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local granted = {}
+for word in string.gmatch(record, '%S+') do granted[#granted + 1] = tonumber(word) end
+for j = 1, granted[1] do redis.call('ZREM', KEYS[1], ARGV[5] .. ':' .. j) end
+for i = 1, 4 do
+  local interval = tonumber(ARGV[i])
+  local units = granted[1 + i]
+  if interval > 0 and units > 0 then
+    local tat = tonumber(redis.call('GET', KEYS[1 + i]) or '0') - units * interval
+    if tat > now then
+      redis.call('SET', KEYS[1 + i], string.format('%.0f', tat),
+                 'PX', math.ceil((tat - now) / 1000) + 1)
+    else
+      redis.call('DEL', KEYS[1 + i])
+    end
+  end
+end
+return 1
 """
