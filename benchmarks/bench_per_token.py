@@ -241,6 +241,8 @@ async def _ours_loop(sampler: Any, counter: Counter) -> None:
 async def _loadtest_loop(sampler: Any, counter: Counter) -> None:
     """The load generator's consumer (``trio_sampler.loadtest._runner``), per token: the
     bytes' arrival, the gap since the last, kept."""
+    from array import array
+
     import trio
 
     from trio_sampler.types import ChannelToken, Completed, ConversationRequest, User
@@ -248,7 +250,7 @@ async def _loadtest_loop(sampler: Any, counter: Counter) -> None:
     request = ConversationRequest(items=[User("hi")])
     while True:
         stream = await sampler.submit(request)
-        gaps: list[int] = []
+        gaps = array("q")
         first: float | None = None
         last = 0.0
         async with stream:

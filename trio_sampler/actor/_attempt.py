@@ -304,8 +304,7 @@ class _Body:
         else:
             holding = self._holding
             if holding is not None:
-                holding.report()
-                holding.guard(self.scope)  # the memory's stop cancels the read
+                holding.reading(self.scope)  # the memory's stop cancels the read
             read: bytes | None
             if self.scope.deadline == self.deadline or self._rearm():
                 try:
@@ -315,8 +314,7 @@ class _Body:
             else:
                 read = await self._late_read()
             if holding is not None:
-                holding.guard(None)
-                holding.check()
+                holding.read_done()
             if read is None:
                 return self._end()
             chunk = read
