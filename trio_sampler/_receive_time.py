@@ -162,7 +162,8 @@ class StampedSocketStream(trio.abc.HalfCloseableStream):
         """A read, as ``trio.SocketStream``'s (its errors too); a stamped one notes when
         its bytes arrived.
 
-        A plain read waits for the socket first and reads once. ``trio.SocketStream``
+        A plain read waits for the socket first and reads once, and so does a stamped one
+        (one ``recvmsg``: :meth:`_stamped_read`). ``trio.SocketStream``
         tries the read first and waits only when it fails; with one token per read (a
         model server's pace) the bytes are never there yet, so every read was two
         ``recv`` calls, a ``BlockingIOError`` and four coroutines of the socket wrapper
