@@ -202,6 +202,45 @@ async def test_terminal_produced_before_it_is_read(autojump_clock: trio.testing.
     assert isinstance(one_terminal(events), Completed)
 
 
+async def test_a_consumer_cancelled_while_waiting_reads_on(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The consumer waits to be handed each batch: a cancel of that wait ends it alone
+    # (the request goes on) and the next read gets the next event, nothing lost.
+    transport = ScriptedTransport([Reply(chunks=chat_stream("a", "b", pause=10.0))])
+    async with open_sampler(make_config(), transport=transport) as sampler:
+        stream = await sampler.submit(REQUEST)
+        events: list[SamplingEvent] = []
+        while not any(isinstance(event, ChannelToken) for event in events):
+            events.append(await stream.__anext__())
+        with trio.move_on_after(1.0) as waited:
+            await stream.__anext__()  # "b" is 10 s away
+        assert waited.cancelled_caught
+        events += await drain(stream)
+    assert [e.text for e in events if isinstance(e, ChannelToken)] == ["a", "b"]
+    assert isinstance(one_terminal(events), Completed)
+
+
+async def test_closing_the_stream_ends_a_consumer_waiting_in_another_task(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    transport = ScriptedTransport([Reply(chunks=chat_stream("a", "b", pause=10.0))])
+    async with open_sampler(make_config(), transport=transport) as sampler:
+        stream = await sampler.submit(REQUEST)
+        events: list[SamplingEvent] = []
+
+        async def consume() -> None:
+            events.extend(await drain(stream))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume)
+            await trio.sleep(1.0)  # the consumer has "a" and waits for "b"
+            await stream.aclose()
+    terminal = one_terminal(events)
+    assert isinstance(terminal, Cancelled)
+    assert [e.text for e in events if isinstance(e, ChannelToken)] == ["a"]
+
+
 async def test_consumer_leaving_early_cancels(autojump_clock: trio.testing.MockClock) -> None:
     transport = ScriptedTransport([Reply(chunks=chat_stream(*["tok"] * 50, pause=1.0))])
     async with open_sampler(make_config(), transport=transport) as sampler:

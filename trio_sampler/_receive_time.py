@@ -152,12 +152,18 @@ class StampedSocketStream(trio.abc.HalfCloseableStream):
                 self._stamped = True
             except OSError:
                 pass
+        #: The standard-library socket under trio's, for a stamped read made once the
+        #: socket is readable (trio's ``recvmsg`` tries first; see :meth:`receive_some`).
+        #: ``None`` where trio keeps none: its ``recvmsg`` then.
+        raw = getattr(inner.socket, "_sock", None)
+        self._raw: socket.socket | None = raw if isinstance(raw, socket.socket) else None
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         """A read, as ``trio.SocketStream``'s (its errors too); a stamped one notes when
         its bytes arrived.
 
-        A plain read waits for the socket first and reads once. ``trio.SocketStream``
+        A plain read waits for the socket first and reads once, and so does a stamped one
+        (one ``recvmsg``: :meth:`_stamped_read`). ``trio.SocketStream``
         tries the read first and waits only when it fails; with one token per read (a
         model server's pace) the bytes are never there yet, so every read was two
         ``recv`` calls, a ``BlockingIOError`` and four coroutines of the socket wrapper
@@ -185,15 +191,33 @@ class StampedSocketStream(trio.abc.HalfCloseableStream):
             data = await self._inner.receive_some(max_bytes)
             at = trio.current_time()
         else:
-            try:
-                data, ancillary, _, _ = await self.socket.recvmsg(max_bytes, _ANCILLARY_SPACE)
-            except OSError as exc:
-                _raise_stream_error(exc)
-            at = _arrival(ancillary)
+            at, data = await self._stamped_read(max_bytes)
         if data:
             self.received_at = at
             LAST_RECEIVED.set(at)
         return data
+
+    async def _stamped_read(self, max_bytes: int) -> tuple[float, bytes]:
+        """When the bytes arrived, and the bytes: one ``recvmsg`` once the socket is
+        readable, as a plain read (trio's ``recvmsg`` tried first and failed with one
+        token per read: a second system call and a ``BlockingIOError`` a read)."""
+        raw = self._raw
+        try:
+            if raw is None:
+                data, ancillary, _, _ = await self.socket.recvmsg(max_bytes, _ANCILLARY_SPACE)
+                return _arrival(ancillary), data
+            while True:
+                fd = raw.fileno()
+                if fd < 0:
+                    raise trio.ClosedResourceError("this socket was already closed")
+                await trio.lowlevel.wait_readable(fd)
+                try:
+                    data, ancillary, _, _ = raw.recvmsg(max_bytes, _ANCILLARY_SPACE)
+                except BlockingIOError:  # woken for nothing (a spurious wake)
+                    continue
+                return _arrival(ancillary), data
+        except OSError as exc:
+            _raise_stream_error(exc)
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         """Send ``data``, and set :data:`LAST_SENT` to when the kernel took its last byte.

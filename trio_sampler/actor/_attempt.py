@@ -255,7 +255,7 @@ class _Body:
         holding: Holding | None,
     ) -> None:
         self.stream = stream
-        self._chunks: AsyncIterator[bytes] = stream.__aiter__()
+        self.chunks: AsyncIterator[bytes] = stream.__aiter__()
         self.transform = transform
         self._decoder = stream_decoder(config.stream_media_type, config.max_sse_event_bytes)
         self._timeouts = config.timeouts
@@ -285,8 +285,10 @@ class _Body:
         received = self.stream.received_at
         return now if received is None else received
 
-    async def events(self) -> list[SamplingEvent]:
-        """The events of the next read (or of the rest of the last one).
+    def read_due(self) -> bool:
+        """Before a read: the memory account's report (its stop cancels the read, in the
+        attempt's scope); whether the read timer still runs (``False``: it passed while
+        ``emit`` waited, see :meth:`late_read`).
 
         A read is made within the read timer, in the attempt's scope (:attr:`scope`,
         entered by the read loop), whose deadline is the timer's. The deadline stays
@@ -295,35 +297,31 @@ class _Body:
         wait for the consumer (a scope per read did not cover it either). One scope per
         attempt whose deadline moves, not a scope per read: entering and leaving a scope
         costs about three deadline moves, and makes a scope and its cancel status that
-        live across the wait (the collector's share); the read is made here, not in a
-        coroutine of its own, for the same reason.
+        live across the wait (the collector's share); the read is awaited by the read
+        loop itself, not in a coroutine of its own, for the same reason.
         Measured with ``benchmarks/bench_per_token.py`` (``docs/benchmarks-actor.md``)."""
-        transform = self.transform
-        if self.pending:
-            chunk, self.pending = self.pending, b""
-        else:
-            holding = self._holding
-            if holding is not None:
-                holding.report()
-                holding.guard(self.scope)  # the memory's stop cancels the read
-            read: bytes | None
-            if self.scope.deadline == self.deadline or self._rearm():
-                try:
-                    read = await self._chunks.__anext__()
-                except StopAsyncIteration:
-                    read = None
-            else:
-                read = await self._late_read()
-            if holding is not None:
-                holding.guard(None)
-                holding.check()
-            if read is None:
-                return self._end()
-            chunk = read
-            self._reads.longest = max(self._reads.longest, len(chunk))
+        if self._holding is not None:
+            self._holding.reading(self.scope)
+        return self.scope.deadline == self.deadline or self._rearm()
+
+    def events(self, read: bytes | None) -> list[SamplingEvent]:
+        """The events of ``read`` (``None``: the body's end), after :meth:`read_due`."""
+        if self._holding is not None:
+            self._holding.read_done()
+        if read is None:
+            return self._end()
+        self._reads.longest = max(self._reads.longest, len(read))
+        return self._parse(read)
+
+    def pending_events(self) -> list[SamplingEvent]:
+        """The events of the rest of the last read (first-token slicing)."""
+        chunk, self.pending = self.pending, b""
+        return self._parse(chunk)
+
+    def _parse(self, chunk: bytes) -> list[SamplingEvent]:
         if self.emitted:
-            return _feed(transform, self._decoder, chunk)
-        events, self.pending = _feed_to_content(transform, self._decoder, chunk)
+            return _feed(self.transform, self._decoder, chunk)
+        events, self.pending = _feed_to_content(self.transform, self._decoder, chunk)
         return events
 
     def _end(self) -> list[SamplingEvent]:
@@ -341,13 +339,13 @@ class _Body:
         self.scope.deadline = self.deadline
         return True
 
-    async def _late_read(self) -> bytes | None:
+    async def late_read(self) -> bytes | None:
         """A read whose timer ran out while ``emit`` waited for the consumer, as a scope
         per read made it: it fails at its first schedule point, and what is already
         buffered (a read that does not wait) is taken."""
         with trio.move_on_at(self.deadline):
             try:
-                return await self._chunks.__anext__()
+                return await self.chunks.__anext__()
             except StopAsyncIteration:
                 return None
         self.scope.cancel()  # the timer fired: the attempt's scope ends the read loop
@@ -620,9 +618,21 @@ class Attempts:
         timeouts = config.timeouts
         body.timer = timeouts.first_token
         body.deadline = headers_at + body.timer
+        chunks = body.chunks
         with body.scope:
             while not transform.finished:
-                events = await body.events()
+                if body.pending:
+                    events = body.pending_events()
+                else:
+                    read: bytes | None
+                    if body.read_due():
+                        try:
+                            read = await chunks.__anext__()
+                        except StopAsyncIteration:
+                            read = None
+                    else:
+                        read = await body.late_read()
+                    events = body.events(read)
                 batch, at, done, content = _take(events, body, timeouts, metrics, watch)
                 if batch:
                     if sink.emit_may_wait:

@@ -246,9 +246,23 @@ class Holding:
             self._memory.update(self, *self.held())
         self.check()
 
-    def guard(self, scope: trio.CancelScope | None) -> None:
-        """The scope of the read in progress (``None`` once it is over)."""
+    def reading(self, scope: trio.CancelScope) -> None:
+        """Before a read: :meth:`report`, and ``scope`` is the read's (the memory's stop
+        cancels it until :meth:`read_done`). One call a read, where a report, a check
+        and a guard were three (``benchmarks/bench_per_token.py``)."""
+        if self._transform.finished:
+            self.release()
+        else:
+            self._memory.update(self, *self.held())
+        if self.stopped:
+            raise SamplingClientError(self._memory.error())
         self._scope = scope
+
+    def read_done(self) -> None:
+        """After a read: no scope to cancel, and :meth:`check`."""
+        self._scope = None
+        if self.stopped:
+            raise SamplingClientError(self._memory.error())
 
     def check(self) -> None:
         """Raise the memory's error (a :class:`SamplingClientError`) if stopped."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from array import array
 from typing import TYPE_CHECKING
 
 import attrs
@@ -143,7 +144,9 @@ class AttemptMetrics:
         self.headers_at: float | None = None
         self.first_token_at: float | None = None
         self.last_byte_at: float | None = None
-        self.token_times: list[float] = []
+        #: When each read that carried content arrived: raw doubles, not a float object
+        #: a read kept for the request's life (``benchmarks/bench_per_token.py``).
+        self.token_times = array("d")
         self.token_count = 0
         #: What the attempt's response said of the rate limits.
         self.rate_limit: RateLimitSnapshot | None = None

@@ -242,6 +242,11 @@ class RequestState:
     #: The request's stream (weakly: dropping it is a cancel): a ``Cancelled``
     #: terminal drops the batch it is going through (``RequestStream.drop_batch``).
     consumer: weakref.ReferenceType[RequestStream] | None = attrs.field(default=None, repr=False)
+    #: The consumer's task while it waits for the next batch with none in the channel
+    #: (``RequestStream.__anext__``), and the batch handed to it straight (``None``
+    #: with the task woken: its stream was closed).
+    waiter: trio.lowlevel.Task | None = attrs.field(default=None, repr=False)
+    handed: list[SamplingEvent] | None = attrs.field(default=None, repr=False)
 
     def cancel(self, reason: str) -> None:
         """Cancel the request and record its ``Cancelled`` terminal now (a no-op once it
@@ -286,7 +291,10 @@ class RequestState:
             batch = self.partials.batch(batch)
         try:
             batch = self.redactor.events(batch)
-            self.send.send_nowait(batch)
+            if self.waiter is not None:
+                self.hand(batch)
+            else:
+                self.send.send_nowait(batch)
             self.arrivals.append(received_at)
             size = batch_bytes(batch)
             if self.partials is not None:  # the changes its parsed deltas carry
@@ -300,6 +308,20 @@ class RequestState:
             await trio.lowlevel.checkpoint()
         else:
             self.sent += 1
+
+    def hand(self, batch: list[SamplingEvent] | None) -> None:
+        """Wake the consumer waiting for a batch with ``batch`` (``None``: its stream was
+        closed). The channel is empty while it waits, so the order of the batches holds.
+
+        Per token (one token per read) the consumer waits for every batch: waking it
+        here, where trio's ``receive`` raised a ``WouldBlock`` per wait, entered its
+        cancel check twice and registered the task in two tables, costs a reschedule
+        and no object but the batch (``benchmarks/bench_per_token.py``)."""
+        waiter = self.waiter
+        assert waiter is not None
+        self.waiter = None
+        self.handed = batch
+        trio.lowlevel.reschedule(waiter)
 
     async def hand_over(self) -> None:
         """Let the consumer take the batch just sent before the attempt parses the rest
@@ -347,10 +369,13 @@ class RequestState:
         if self.live.get(self.request_id) is self:
             del self.live[self.request_id]
         with self.send:
-            try:
-                self.send.send_nowait([terminal])
-            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
-                pass  # the consumer is gone; ``result()`` still reads ``terminal``
+            if self.waiter is not None:
+                self.hand([terminal])
+            else:
+                try:
+                    self.send.send_nowait([terminal])
+                except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
+                    pass  # the consumer is gone; ``result()`` still reads ``terminal``
         self.done.set()
 
 
@@ -470,9 +495,17 @@ class RequestStream:
             # counted in ``sent``): with one token per read none does, and trying first
             # raised a ``WouldBlock`` per token, kept alive with its traceback across the
             # wait by an ``await`` in its ``except`` clause (the collector's share).
-            await trio.lowlevel.checkpoint_if_cancelled()
+            # None waiting: the consumer's task waits to be handed the next batch
+            # (``RequestState.hand``), waited on here, not in a coroutine of its own
+            # alive across the wait; a second task reading the stream at once waits in
+            # the channel.
             if state.read < state.sent or state.terminal is not None:
+                await trio.lowlevel.checkpoint_if_cancelled()
                 batch = self._receive.receive_nowait()
+            elif state.waiter is None:
+                state.waiter = trio.lowlevel.current_task()
+                await trio.lowlevel.wait_task_rescheduled(self._abort_wait)
+                batch = self._handed()
             else:
                 batch = await self._receive.receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
@@ -496,6 +529,18 @@ class RequestStream:
         self._position = 1
         return batch[0]
 
+    def _handed(self) -> list[SamplingEvent]:
+        """The batch handed over while the consumer waited (its stream closed: none)."""
+        state = self._state
+        batch, state.handed = state.handed, None
+        if batch is None:
+            raise trio.ClosedResourceError
+        return batch
+
+    def _abort_wait(self, raise_cancel: object) -> trio.lowlevel.Abort:
+        self._state.waiter = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
     def drop_batch(self) -> None:
         """The request was cancelled: the rest of the batch in hand is not yielded, the
         next event is the ``Cancelled``. (Told by the request's state rather than asked
@@ -516,6 +561,8 @@ class RequestStream:
         self._size = 0
         self._position = 0
         self._receive.close()
+        if self._state.waiter is not None:  # read by another task, waiting: it ends
+            self._state.hand(None)
 
     async def result(self) -> RequestResult:
         """Read the rest of the stream; return how the request ended."""

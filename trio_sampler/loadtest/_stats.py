@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import collections
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -87,7 +88,7 @@ class LatencyHistogram:
         if self.total is not None:
             self.total += value
 
-    def record_many(self, values: list[int]) -> None:
+    def record_many(self, values: Sequence[int]) -> None:
         self._pending.update(map(quantize, values))
         if self.total is not None:
             self.total += sum(values)

@@ -197,6 +197,9 @@ class StreamAccumulator:
                 fold.text_chunks += len(deltas)
                 chunk = self.chunk_index
                 self.chunk_index = chunk + len(deltas)
+                if len(deltas) == 1:  # one token per read: no iterators for one event
+                    out.append(ChannelToken(self.request_id, _TEXT, deltas[0], chunk + 1, item))
+                    return
                 out.extend(
                     map(
                         ChannelToken,

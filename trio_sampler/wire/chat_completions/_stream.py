@@ -199,7 +199,9 @@ class ChatCompletionsTransform(StreamTransform):
                         content = None  # not one JSON value there: parsed whole, below
                     if type(content) is str:
                         texts.append(content)
-                        if runs:
+                        # (Nothing after it, as with one token per read: no run to look
+                        # for, and no iterators built for none.)
+                        if runs and position < count:
                             taken = self._alike_run(items, position, texts)
                             runs = taken >= 0
                             position += max(taken, 0)
