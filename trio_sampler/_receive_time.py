@@ -236,7 +236,7 @@ class StampedSocketStream(trio.abc.HalfCloseableStream):
         """What the socket did not take, through the wrapped stream, waiting at most
         ``wait_s``. The scope of that bound is made here, only for a write that waits:
         a request the socket takes whole (the usual one) makes none, where a scope around
-        every write cost about 55,000 machine instructions a request
+        every write cost about 66,000 machine instructions a request of one text delta
         (``benchmarks/instructions_per_request.py``)."""
         if wait_s == math.inf:
             await self._inner.send_all(rest)

@@ -285,9 +285,9 @@ class _Body:
         """Start the read timer (``timer`` seconds from ``since``) and make the scope of
         the attempt's reads (:attr:`scope`, entered by the read loop) with its deadline.
         Made with it rather than given it at the first read: a deadline set on a scope
-        not entered yet is a field, where setting one moves the run's registered
-        deadlines (2,910 → 2,885 thousand machine instructions per request of one text
-        delta, ``benchmarks/instructions_per_request.py``)."""
+        not entered yet is a field, where setting one on the entered scope moved the
+        run's registered deadlines again (about 7,000 machine instructions a request,
+        ``benchmarks/instructions_per_request.py``)."""
         self.timer, self.deadline = timer, since + timer
         self.scope = trio.CancelScope(deadline=self.deadline)
 
