@@ -11,6 +11,7 @@ over a recording stream, the way httpcore drives it.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from math import inf
 
 import httpcore2
 import pytest
@@ -32,9 +33,11 @@ def sends(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bytes]]:
     seen: list[bytes] = []
     original = StampedSocketStream.send_all
 
-    async def send_all(self: StampedSocketStream, data: bytes | bytearray | memoryview) -> None:
+    async def send_all(
+        self: StampedSocketStream, data: bytes | bytearray | memoryview, *, wait_s: float = inf
+    ) -> None:
         seen.append(bytes(data))
-        await original(self, data)
+        await original(self, data, wait_s=wait_s)
 
     monkeypatch.setattr(StampedSocketStream, "send_all", send_all)
     yield seen
@@ -200,3 +203,37 @@ async def test_closing_drops_what_is_held() -> None:
     await conn.write(b"head;")
     await conn.aclose()
     assert inner.closed and inner.log == []
+
+
+class Stalled(Recording):
+    """A socket stream whose writes never complete (a peer that stopped reading)."""
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await trio.sleep_forever()
+
+
+async def test_a_write_that_outlasts_its_timeout_is_a_write_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    conn = connection(Stalled())
+    started = trio.current_time()
+    with pytest.raises(httpcore2.WriteTimeout) as raised:
+        await conn.write(b"x" * (JOIN_MAX_BYTES + 1), timeout=5.0)
+    assert trio.current_time() - started == pytest.approx(5.0)
+    assert isinstance(raised.value.__cause__, trio.TooSlowError)
+
+
+async def test_a_socket_write_that_waits_past_its_timeout_is_a_write_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The socket takes what fits at once; the rest waits for a peer that does not read,
+    # and that wait is bounded by the write timeout.
+    ours, peer = trio.socket.socketpair()
+    with ours, peer:
+        stream = StampedSocketStream(trio.SocketStream(ours), stamp_reads=False)
+        conn = _Connection(stream, stamped=False)
+        started = trio.current_time()
+        with pytest.raises(httpcore2.WriteTimeout) as raised:
+            await conn.write(b"x" * (16 * 1024 * 1024), timeout=5.0)
+        assert trio.current_time() - started == pytest.approx(5.0)
+        assert isinstance(raised.value.__cause__, trio.TooSlowError)

@@ -214,6 +214,19 @@ def test_events_scrubbed_and_content_untouched() -> None:
     assert R.events(clean) is clean
 
 
+def test_each_response_model_is_scrubbed_whatever_came_before() -> None:
+    # The redactor remembers the last model name it scrubbed: the same name again, a
+    # clean one after it and the first one back are each what scrubbing them gives.
+    redactor = Redactor([("api_key", KEY)])
+    leaked, clean = f"ft:{KEY}", "gpt-4o-mini-2024-07-18"
+    for model in (leaked, leaked, clean, leaked, clean):
+        response = redactor.response(ConversationResponse(items=[Assistant("hi")], model=model))
+        assert response is not None
+        assert response.model == R.identifier(model)
+        assert (KEY in repr(response)) is False
+    assert R.identifier(clean) == clean
+
+
 def test_config_credentials_and_cached_redactor() -> None:
     config = SamplerConfig(
         base_url="https://x.test",

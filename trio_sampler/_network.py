@@ -121,9 +121,20 @@ class _Connection(httpcore2.AsyncNetworkStream):
         await self._send(buffer, timeout)
 
     async def _send(self, data: bytes, timeout: float | None) -> None:  # noqa: ASYNC109
+        stream = self._stream
+        limit = _limit(timeout)
         try:
-            with trio.fail_after(_limit(timeout)):
-                await self._stream.send_all(data)
+            if type(stream) is StampedSocketStream:
+                # Tried at once: only a write the socket does not take whole waits, and
+                # only that one is bounded in a scope of its own (``send_all``).
+                await stream.send_all(data, wait_s=limit)
+            else:
+                # A bare scope rather than ``fail_after`` (the same scope inside two
+                # generator context managers).
+                with trio.CancelScope(relative_deadline=limit) as scope:
+                    await stream.send_all(data)
+                if scope.cancelled_caught:
+                    raise trio.TooSlowError
         except trio.TooSlowError as exc:
             raise httpcore2.WriteTimeout(exc) from exc
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import errno
+import math
 import os
 import platform
 import socket
@@ -219,7 +220,9 @@ class StampedSocketStream(trio.abc.HalfCloseableStream):
         except OSError as exc:
             _raise_stream_error(exc)
 
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+    async def send_all(
+        self, data: bytes | bytearray | memoryview, *, wait_s: float = math.inf
+    ) -> None:
         """Send ``data``, and set :data:`LAST_SENT` to when the kernel took its last byte.
 
         As ``trio.SocketStream`` does, but the write is tried at once, timed by the clock
@@ -230,7 +233,11 @@ class StampedSocketStream(trio.abc.HalfCloseableStream):
         at 0.45 ms with the server at a higher priority). What the socket does not take
         (or a full socket) goes through the wrapped stream, and is timed when that returns.
         A connection already broken (the write refused whole) raises
-        :class:`NothingWritten`."""
+        :class:`NothingWritten`.
+
+        ``wait_s`` bounds the wait for the socket to take the rest: ``trio.TooSlowError``
+        past it. A write the socket takes whole waits for nothing, so its bound needs no
+        cancel scope (see :meth:`_send_rest`)."""
         await trio.lowlevel.checkpoint_if_cancelled()
         with memoryview(data) as view:
             written = 0
@@ -243,11 +250,25 @@ class StampedSocketStream(trio.abc.HalfCloseableStream):
                         raise NothingWritten(f"socket connection broken: {exc}") from exc
                     written = 0  # full, or closed: the wrapped stream waits or says so
             if not view or written < len(view):
-                await self._inner.send_all(view[written:])
+                await self._send_rest(view[written:], wait_s)
                 LAST_SENT.set(trio.current_time())
                 return
         LAST_SENT.set(before)
         await trio.lowlevel.cancel_shielded_checkpoint()
+
+    async def _send_rest(self, rest: memoryview, wait_s: float) -> None:
+        """What the socket did not take, through the wrapped stream, waiting at most
+        ``wait_s``. The scope of that bound is made here, only for a write that waits:
+        a request the socket takes whole (the usual one) makes none, where a scope around
+        every write cost about 66,000 machine instructions a request of one text delta
+        (``benchmarks/instructions_per_request.py``)."""
+        if wait_s == math.inf:
+            await self._inner.send_all(rest)
+            return
+        with trio.CancelScope(relative_deadline=wait_s) as scope:
+            await self._inner.send_all(rest)
+        if scope.cancelled_caught:
+            raise trio.TooSlowError
 
     async def wait_send_all_might_not_block(self) -> None:
         await self._inner.wait_send_all_might_not_block()

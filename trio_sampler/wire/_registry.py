@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import attrs
-
 from ..types import ApiBackend, ConversationRequest
 from . import chat_completions, messages, responses
 from ._backend import get_backend, register_backend
@@ -45,7 +43,7 @@ def build_request(
     if request.extra_headers:
         extra = tuple(request.extra_headers.items())
         validate_headers(extra, what="request header")
-        result = attrs.evolve(result, headers=(*result.headers, *extra))
+        result = result.with_headers(extra)
     return result
 
 

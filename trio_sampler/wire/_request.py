@@ -169,6 +169,22 @@ class WireRequest:
     #: (``SamplerConfig.query_params``): a retrieval's ``stream`` and ``starting_after``.
     query: tuple[tuple[str, str], ...] = ()
 
+    def with_headers(self, extra: tuple[tuple[str, str], ...]) -> WireRequest:
+        """This request with ``extra`` after its headers. Built field by field rather
+        than by ``attrs.evolve``, which reads every field back through the class's field
+        list (a request's own headers come this way on every attempt: 172 fewer bytecode
+        instructions each, ``benchmarks/calls_per_request.py --bytecode``); a new field
+        is passed on here too (``tests/test_wire_request.py`` holds the list)."""
+        return WireRequest(
+            path=self.path,
+            body=self.body,
+            data=self.data,
+            headers=(*self.headers, *extra),
+            report=self.report,
+            method=self.method,
+            query=self.query,
+        )
+
 
 def refuse_chained(request: ConversationRequest, api: str) -> None:
     """Refuse the Responses-only server-side state on ``api``: a chain dropped in
