@@ -139,8 +139,15 @@ class AttemptSink(Protocol):
         for a request with neither): their values grow with what the server sends, and
         the sampler's memory account counts them (``buffered_bytes``)."""
 
-    async def emit(self, batch: list[SamplingEvent], received_at: float | None = None) -> None:
-        """Hand on ``batch``, produced by a read whose bytes arrived at ``received_at``."""
+    async def emit(
+        self,
+        batch: list[SamplingEvent],
+        received_at: float | None = None,
+        holding: Holding | None = None,
+    ) -> None:
+        """Hand on ``batch``, produced by a read whose bytes arrived at ``received_at``;
+        ``holding``: the attempt's memory share, to look at while the batch's tool
+        arguments or answer are parsed (``RequestState.emit``)."""
 
     async def hand_over(self) -> None:
         """Let the consumer take what was sent before the rest of the read is parsed."""
@@ -259,7 +266,9 @@ class _Body:
         self.transform = transform
         self._decoder = stream_decoder(config.stream_media_type, config.max_sse_event_bytes)
         self._timeouts = config.timeouts
-        self._holding = holding
+        #: The attempt's share of the memory account (``None``: no account); it may cancel
+        #: :attr:`scope`, the reads' and the parse's (``RequestState.emit``).
+        self.holding = holding
         self._reads = _Reads()
         if holding is not None:  # these grow with server input too
             holding.count(self._decoder)
@@ -302,10 +311,12 @@ class _Body:
         if self.pending:
             chunk, self.pending = self.pending, b""
         else:
-            holding = self._holding
+            holding = self.holding
             if holding is not None:
-                holding.report()
                 holding.guard(self.scope)  # the memory's stop cancels the read
+                holding.report()
+                if holding.short:  # the streams it stopped have not ended yet
+                    await holding.room()
             read: bytes | None
             if self.scope.deadline == self.deadline or self._rearm():
                 try:
@@ -315,8 +326,9 @@ class _Body:
             else:
                 read = await self._late_read()
             if holding is not None:
-                holding.guard(None)
                 holding.check()
+                if holding.short:  # stopped during the read: parsed once they ended
+                    await holding.room()
             if read is None:
                 return self._end()
             chunk = read
@@ -361,8 +373,8 @@ class _Body:
     def timed_out(self) -> list[SamplingEvent]:
         """The events of a read the scope stopped: the memory's stop raises its error; the
         read timer fails the transform (a background stream is cut, to be read on)."""
-        if self._holding is not None:
-            self._holding.check()
+        if self.holding is not None:
+            self.holding.check()
         error = _timeout_error(self.emitted, self._timeouts)
         if self.resumable:  # the server keeps the response: a cut, read on later
             raise SamplingClientError(error)
@@ -627,7 +639,7 @@ class Attempts:
                 if batch:
                     if sink.emit_may_wait:
                         body.hold_timer()
-                    await sink.emit(batch, at)
+                    await sink.emit(batch, at, body.holding)
                 if done:
                     break
                 if content and body.pending:
