@@ -13,6 +13,7 @@ import itertools
 import json
 from typing import Any
 
+import pydantic
 import pytest
 import trio
 import trio.testing
@@ -25,6 +26,9 @@ from trio_sampler.types import (
     ConversationRequest,
     Failed,
     JSONChangeKind,
+    OutputDelta,
+    Retrying,
+    SamplingErrorKind,
     SamplingEvent,
     ToolArgumentsDelta,
     ToolCallDelta,
@@ -33,6 +37,12 @@ from trio_sampler.types import (
 )
 from trio_sampler.wire import PartialOutputs, new_transform
 from trio_sampler.wire._partial_output import CHANGE_BYTES, GUARD_SLICE
+
+
+class Point(pydantic.BaseModel):
+    x: int
+    y: int = 0
+
 
 #: At most what one character makes once parsed, values and changes (``[{},...]``: about
 #: 115 bytes), with room for the estimate's rounding.
@@ -226,3 +236,28 @@ def test_a_stopped_stream_that_fits_beside_the_others_lets_them_go_on() -> None:
     third.release()
     third.release()  # a second release counts nothing twice
     assert memory.unwinding == 0 and memory.total == 50
+
+
+def test_a_retry_in_a_batch_forgets_the_answer_call_where_it_stands() -> None:
+    """A batch's runs are found first, then read: a ``Retrying`` that discards the attempt
+    starts the readers over where it stands, and the forced answer call is forgotten
+    there too, so a call after it is read as what it is in the new attempt."""
+    request = ConversationRequest([User("x")], output=Point, tools=[ToolSpec("f")])
+    partials = PartialOutputs.for_request("r", request)
+    assert partials is not None and partials.structured is not None
+    name = partials.structured.schema.name
+    retry = Retrying("r", 1, 2, SamplingErrorKind.TRANSPORT, "cut", 0.0, discard_partial=True)
+    partials.batch(
+        [
+            ToolCallDelta("r", 0, "call_1", name, '{"x": 1'),  # the answer, forced
+            retry,
+            ToolCallDelta("r", 0, "call_2", "f", '{"city": "Paris"}'),  # now a plain call
+        ]
+    )
+    assert partials.output() is None
+    assert partials.arguments(0) == {"city": "Paris"}
+    out = partials.batch(
+        [retry, ToolCallDelta("r", 0, "call_3", name, '{"x": 2, "y": 3}')]  # forced again
+    )
+    assert partials.output() == {"x": 2, "y": 3} and partials.arguments(0) is None
+    assert any(isinstance(event, OutputDelta) for event in out)

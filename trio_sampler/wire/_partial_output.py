@@ -71,6 +71,23 @@ _CLOSE = JSONChangeKind.CLOSE
 _ANSWER = -1
 
 
+def _merged(
+    events: list[SamplingEvent], inserts: list[tuple[int, SamplingEvent]]
+) -> list[SamplingEvent]:
+    """``events`` with each delta of ``inserts`` placed before the event it names (the
+    same list when there is none), built from slices."""
+    if not inserts:
+        return events
+    out: list[SamplingEvent] = []
+    done = 0
+    for position, delta in inserts:
+        out += events[done:position]
+        out.append(delta)
+        done = position
+    out += events[done:]
+    return out
+
+
 def read_output(output: StructuredOutput, response: ConversationResponse) -> ConversationResponse:
     """``response`` with its answer read by ``output``: ``output_parsed`` set, or
     ``output_error`` (a refusal, text that is not JSON, JSON that does not validate).
@@ -131,10 +148,15 @@ class PartialOutputs:
 
     def reset(self) -> None:
         """Forget what was read (a retry that discards the attempt's output)."""
+        self._restart()
+        self._answer_call = -1
+
+    def _restart(self) -> None:
+        """The readers start over (a batch's runs are found first, then read: the forced
+        answer call is forgotten where the runs are found, :meth:`_runs`)."""
         self._answer = PartialJSON() if self.structured is not None else None
         self._held = 0 if self._answer is None else READER_BYTES
         self._arguments = {}
-        self._answer_call = -1
         self._reported = set()
 
     @property
@@ -172,13 +194,17 @@ class PartialOutputs:
         load average of 5 to 9 on 2 cores (``benchmarks/bench_partial_json.py``,
         "ours, sampler per read"). A batch of one tool call's fragments alone skips the
         loop (:meth:`_one_call`): 5.0 to 4.2 ms and 2.6 to 2.0 ms more, back to back."""
-        parse = self.parse(events)
-        try:
-            while True:
-                next(parse)
-        except StopIteration as end:
-            out: list[SamplingEvent] = end.value
-        return out
+        self.delta_bytes = self._unchecked = 0
+        inserts: list[tuple[int, SamplingEvent]] = []  # (before which event, the delta)
+        for run in self._runs(events):
+            if run is None:
+                self._restart()
+                continue
+            sliced = self._end_run(*run, inserts)
+            if sliced is not None:  # a run of more than a slice: read without stops
+                for _ in sliced:
+                    pass
+        return _merged(events, inserts)
 
     def parse(self, events: list[SamplingEvent]) -> Generator[None, None, list[SamplingEvent]]:
         """:meth:`batch` a step at a time: the generator stops (yields) before it reads
@@ -186,20 +212,29 @@ class PartialOutputs:
         last stop, and returns the new list. What it has made so far is in
         :attr:`buffered_bytes` at each stop: a caller that bounds memory looks at its
         account there (and may wait, or drop the generator to end the stream)."""
-        self.delta_bytes = 0
-        self._unchecked = 0
+        self.delta_bytes = self._unchecked = 0
+        inserts: list[tuple[int, SamplingEvent]] = []
         try:
-            if self.structured is None and events and type(events[0]) is ToolCallDelta:
-                whole = yield from self._one_call(events)
-                if whole is not None:
-                    return whole
-            return (yield from self._runs(events))
+            for run in self._runs(events):
+                if run is None:
+                    self._restart()
+                    continue
+                sliced = self._end_run(*run, inserts)
+                if sliced is not None:
+                    yield from sliced
         finally:
             self._parsing = 0
+        return _merged(events, inserts)
 
-    def _runs(self, events: list[SamplingEvent]) -> Generator[None, None, list[SamplingEvent]]:
-        """The general :meth:`parse`: the runs of any events, read one after the other."""
-        inserts: list[tuple[int, SamplingEvent]] = []  # (before which event, the delta)
+    def _runs(self, events: list[SamplingEvent]) -> list[tuple[int, list[str], int] | None]:
+        """The runs of ``events`` to read, in order, each as ``(document, its fragments,
+        the position of the event after it)``; ``None`` where a ``Retrying`` discards
+        what was read (the readers start over there)."""
+        if self.structured is None and events and type(events[0]) is ToolCallDelta:
+            whole = self._one_call(events)
+            if whole is not None:
+                return whole
+        runs: list[tuple[int, list[str], int] | None] = []
         run: int | None = None  # the document of the run in progress (_ANSWER or a call)
         pieces: list[str] = []  # the run's text
         answer = self._answer
@@ -222,43 +257,32 @@ class PartialOutputs:
                 document = _ANSWER
                 text = event.text
             if run is not None and document != run:
-                yield from self._end_run(run, pieces, position, inserts)
+                runs.append((run, pieces, position))
                 run = None
                 pieces = []
             if document is not None:
                 pieces.append(text)
                 run = document
             elif isinstance(event, Retrying) and event.discard_partial:
-                self.reset()
-                answer = self._answer
+                self._answer_call = -1
+                runs.append(None)
         if run is not None:
-            yield from self._end_run(run, pieces, len(events), inserts)
-        if not inserts:
-            return events
-        out: list[SamplingEvent] = []
-        done = 0
-        for position, delta in inserts:
-            out += events[done:position]
-            out.append(delta)
-            done = position
-        out += events[done:]
-        return out
+            runs.append((run, pieces, len(events)))
+        return runs
 
     def _one_call(
         self, events: list[SamplingEvent]
-    ) -> Generator[None, None, list[SamplingEvent] | None]:
-        """A batch of nothing but one tool call's fragments (a burst's usual read),
-        read with three comprehensions instead of the loop; ``None`` for any other."""
+    ) -> list[tuple[int, list[str], int] | None] | None:
+        """The run of a batch of nothing but one tool call's fragments (a burst's usual
+        read), found with three comprehensions instead of the loop; ``None`` for any
+        other batch."""
         if {type(e) for e in events} != {ToolCallDelta}:
             return None
         calls: list[ToolCallDelta] = events  # type: ignore[assignment]  # checked above
         indexes = {e.tool_index for e in calls}
         if len(indexes) != 1:
             return None
-        inserts: list[tuple[int, SamplingEvent]] = []
-        pieces = [e.arguments_delta for e in calls]
-        yield from self._end_run(indexes.pop(), pieces, len(events), inserts)
-        return [*events, inserts[0][1]] if inserts else events
+        return [(indexes.pop(), [e.arguments_delta for e in calls], len(events))]
 
     def _reader(self, document: int) -> PartialJSON:
         if document == _ANSWER:
@@ -276,35 +300,32 @@ class PartialOutputs:
         pieces: list[str],
         position: int,
         inserts: list[tuple[int, SamplingEvent]],
-    ) -> Generator[None, None, None]:
+    ) -> Generator[None, None, None] | None:
         """Read the run that ended before event ``position``; its changes go there. The
-        text is read :data:`GUARD_SLICE` characters at a time where the batch has read
-        that much since its last stop: :meth:`parse` stops before each such slice."""
+        usual run is read at once (``None``); a run that would take the batch past
+        :data:`GUARD_SLICE` characters since its last stop is returned as a generator to
+        drive (``yield from``: :meth:`parse` stops before each slice)."""
         text = pieces[0] if len(pieces) == 1 else "".join(pieces)
         reader = self._reader(document)
-        unchecked = self._unchecked
-        if unchecked + len(text) <= GUARD_SLICE:  # the usual run: read at once
-            self._unchecked = unchecked + len(text)
-            held = reader.held_bytes
-            changes = reader.feed(text)
-            self._held += reader.held_bytes - held
-        else:
-            changes = yield from self._read_sliced(reader, text)
-        self.delta_bytes += len(changes) * CHANGE_BYTES
-        if not changes:
-            return
-        if document == _ANSWER:
-            delta: SamplingEvent = OutputDelta(
-                self.request_id, tuple(changes), self._problems(changes)
-            )
-        else:
-            delta = ToolArgumentsDelta(self.request_id, document, tuple(changes))
-        inserts.append((position, delta))
+        unchecked = self._unchecked + len(text)
+        if unchecked > GUARD_SLICE:
+            return self._sliced_run(reader, document, text, position, inserts)
+        self._unchecked = unchecked
+        held = reader.held_bytes
+        changes = reader.feed(text)
+        self._held += reader.held_bytes - held
+        self._deliver(document, changes, position, inserts)
+        return None
 
-    def _read_sliced(
-        self, reader: PartialJSON, text: str
-    ) -> Generator[None, None, list[JSONChange]]:
-        """Feed ``text`` to ``reader`` a slice at a time, stopping before each slice once
+    def _sliced_run(
+        self,
+        reader: PartialJSON,
+        document: int,
+        text: str,
+        position: int,
+        inserts: list[tuple[int, SamplingEvent]],
+    ) -> Generator[None, None, None]:
+        """:meth:`_end_run` for a run read in slices, stopping before each slice once
         :data:`GUARD_SLICE` characters were read since the last stop (what the values and
         the changes so far take counted in :attr:`buffered_bytes` there)."""
         changes: list[JSONChange] = []
@@ -322,7 +343,26 @@ class PartialOutputs:
             held = reader.held_bytes
             changes += reader.feed(piece)
             self._held += reader.held_bytes - held
-        return changes
+        self._deliver(document, changes, position, inserts)
+
+    def _deliver(
+        self,
+        document: int,
+        changes: list[JSONChange],
+        position: int,
+        inserts: list[tuple[int, SamplingEvent]],
+    ) -> None:
+        """The delta of a run's ``changes``, to go before event ``position``."""
+        self.delta_bytes += len(changes) * CHANGE_BYTES
+        if not changes:
+            return
+        if document == _ANSWER:
+            delta: SamplingEvent = OutputDelta(
+                self.request_id, tuple(changes), self._problems(changes)
+            )
+        else:
+            delta = ToolArgumentsDelta(self.request_id, document, tuple(changes))
+        inserts.append((position, delta))
 
     def _problems(self, changes: list[JSONChange]) -> tuple[str, ...]:
         """What the subtrees these changes closed break of the answer's type or schema
