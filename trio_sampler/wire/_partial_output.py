@@ -19,7 +19,11 @@ running sum), which a sampler's memory account counts while an attempt runs. The
 changes a batch's deltas carry are as large again (a change and its path for each value
 placed: ``[{},{},...]`` makes about 70 bytes of them per byte of text), held while the
 batch waits for its consumer: :attr:`PartialOutputs.delta_bytes` estimates them for the
-last batch read, for the channel's account of the batch.
+last batch read, for the channel's account of the batch. One read can hold 64 KiB of such
+text, about 7 MB once parsed: :meth:`PartialOutputs.parse` reads a batch a step at a
+time, stopping every :data:`GUARD_SLICE` characters with what it has made so far in
+``buffered_bytes``, for a caller that looks at its account there (a sampler's request
+stream does, and stops the stream partway through the read).
 """
 
 from __future__ import annotations
@@ -78,6 +82,8 @@ def _merged(
     same list when there is none), built from slices."""
     if not inserts:
         return events
+    if len(inserts) == 1 and inserts[0][0] == len(events):  # the usual: one run, at the end
+        return [*events, inserts[0][1]]
     out: list[SamplingEvent] = []
     done = 0
     for position, delta in inserts:
