@@ -139,8 +139,15 @@ class AttemptSink(Protocol):
         for a request with neither): their values grow with what the server sends, and
         the sampler's memory account counts them (``buffered_bytes``)."""
 
-    async def emit(self, batch: list[SamplingEvent], received_at: float | None = None) -> None:
-        """Hand on ``batch``, produced by a read whose bytes arrived at ``received_at``."""
+    async def emit(
+        self,
+        batch: list[SamplingEvent],
+        received_at: float | None = None,
+        holding: Holding | None = None,
+    ) -> None:
+        """Hand on ``batch``, produced by a read whose bytes arrived at ``received_at``;
+        ``holding``: the attempt's memory share, to look at while the batch's tool
+        arguments or answer are parsed (``RequestState.emit``)."""
 
     async def hand_over(self) -> None:
         """Let the consumer take what was sent before the rest of the read is parsed."""
@@ -262,7 +269,9 @@ class _Body:
         self.transform = transform
         self._decoder = stream_decoder(config.stream_media_type, config.max_sse_event_bytes)
         self._timeouts = config.timeouts
-        self._holding = holding
+        #: The attempt's share of the memory account (``None``: no account); it may cancel
+        #: :attr:`scope`, the reads' and the parse's (``RequestState.emit``).
+        self.holding = holding
         self._reads = _Reads()
         if holding is not None:  # these grow with server input too
             holding.count(self._decoder)
@@ -311,14 +320,25 @@ class _Body:
         live across the wait (the collector's share); the read is awaited by the read
         loop itself, not in a coroutine of its own, for the same reason.
         Measured with ``benchmarks/bench_per_token.py`` (``docs/benchmarks-actor.md``)."""
-        if self._holding is not None:
-            self._holding.reading(self.scope)
+        if self.holding is not None:
+            self.holding.reading(self.scope)
         return self.scope.deadline == self.deadline or self._rearm()
+
+    @property
+    def short(self) -> bool:
+        """The memory is short: streams it stopped have not ended yet (:meth:`room`)."""
+        holding = self.holding
+        return holding is not None and holding.short
+
+    async def room(self) -> None:
+        """Wait until the streams the memory stopped have ended (after :attr:`short`)."""
+        assert self.holding is not None
+        await self.holding.room()
 
     def events(self, read: bytes | None) -> list[SamplingEvent]:
         """The events of ``read`` (``None``: the body's end), after :meth:`read_due`."""
-        if self._holding is not None:
-            self._holding.read_done()
+        if self.holding is not None:
+            self.holding.read_done()
         if read is None:
             return self._end()
         self._reads.longest = max(self._reads.longest, len(read))
@@ -370,8 +390,8 @@ class _Body:
     def timed_out(self) -> list[SamplingEvent]:
         """The events of a read the scope stopped: the memory's stop raises its error; the
         read timer fails the transform (a background stream is cut, to be read on)."""
-        if self._holding is not None:
-            self._holding.check()
+        if self.holding is not None:
+            self.holding.check()
         error = _timeout_error(self.emitted, self._timeouts)
         if self.resumable:  # the server keeps the response: a cut, read on later
             raise SamplingClientError(error)
@@ -635,19 +655,24 @@ class Attempts:
                     events = body.pending_events()
                 else:
                     read: bytes | None
-                    if body.read_due():
+                    due = body.read_due()
+                    if body.short:  # the streams the memory stopped have not ended yet
+                        await body.room()
+                    if due:
                         try:
                             read = await chunks.__anext__()
                         except StopAsyncIteration:
                             read = None
                     else:
                         read = await body.late_read()
+                    if body.short:  # stopped during the read: parsed once they ended
+                        await body.room()
                     events = body.events(read)
                 batch, at, done, content = _take(events, body, timeouts, metrics, watch)
                 if batch:
                     if sink.emit_may_wait:
                         body.hold_timer()
-                    await sink.emit(batch, at)
+                    await sink.emit(batch, at, body.holding)
                 if done:
                     break
                 if content and body.pending:

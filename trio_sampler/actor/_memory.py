@@ -35,9 +35,24 @@ as the process holds it, so that the limit bounds the resident memory, not only 
   what the allocator keeps. The peak is forgotten when no stream is left.
 
 An attempt reports what it holds before every body read (:meth:`Holding.report`) and
-lets the memory cancel the read's scope when the attempt is the one to stop. So the total
-is exact at every read, and exceeds the limit by at most what each stream's last read
-added.
+lets the memory cancel its scope (its reads, and the parse of what they bring) when the
+attempt is the one to stop. So the total is exact at every read, and exceeds the limit by
+at most what each stream's last read added.
+
+A read's tool arguments or structured answer, parsed as JSON, can make far more than the
+read brought: 64 KiB of ``[{},{},...]`` makes about 1.5 MB of values and 5.5 MB of changes
+for the consumer. So the parse reports too, every ``GUARD_SLICE`` characters
+(``RequestState.emit`` over ``PartialOutputs.parse``): a stream is stopped partway
+through the read that takes it past the limit.
+
+A stream stopped holds its memory until it ends (its task unwinds, its consumer takes its
+terminal): the account counts it as :attr:`ResponseMemory.unwinding` from the stop to its
+release. While that does not fit beside what the live streams hold
+(:attr:`ResponseMemory.short`), a stream about to hold more (a read, the next slice of a
+parse) waits for the stopped ones to end (:meth:`Holding.room`): without it, the 20
+streams of ``benchmarks/memory_cap.py`` each parsed a read into fresh memory in the
+scheduling round the ones stopped took to end, and the process grew to 4.8 times the cap
+with ``[{},{},...]``.
 """
 
 from __future__ import annotations
@@ -88,6 +103,21 @@ class ResponseMemory:
         self.passing_peak = 0
         self._sum = 0  # what the live attempts hold, passing buffers included
         self._live: set[Holding] = set()
+        #: What the attempts stopped and not yet ended held when they were stopped: still
+        #: in memory until they end (within a scheduling round, as a rule).
+        self.unwinding = 0
+        self._unwound = trio.Event()
+        self._unwound.set()
+
+    @property
+    def short(self) -> bool:
+        """Whether the stopped attempts still hold what the limit has no room for: an
+        attempt that would hold more waits for them to end (:meth:`Holding.room`)."""
+        return self.unwinding > 0 and self.total + self.unwinding > self.limit
+
+    async def unwound(self) -> None:
+        """Wait until every stopped attempt has ended."""
+        await self._unwound.wait()
 
     @property
     def retained(self) -> int:
@@ -115,14 +145,25 @@ class ResponseMemory:
             self.peak = self.total
         while self.total > self.limit and self._live:
             victim = max(self._live, key=_held)
-            # Counted as released once stopped: it ends within a scheduling round, and
-            # waiting for that would stop more streams than needed.
+            # Counted as released once stopped (it ends within a scheduling round, and
+            # waiting for that would stop more streams than needed), but as unwinding until
+            # it ends: the others wait for it before they hold more (:attr:`short`).
+            held = victim.bytes
             self.release(victim)
+            victim.unwinding = held
+            if held and not self.unwinding:
+                self._unwound = trio.Event()
+            self.unwinding += held
             victim.stop()
 
     def release(self, holding: Holding) -> None:
         """The attempt ended (or was stopped): what it held is no longer counted, but
         for its passing buffers, which the allocator keeps (:attr:`retained`)."""
+        if holding.unwinding:  # a stopped attempt has ended
+            self.unwinding -= holding.unwinding
+            holding.unwinding = 0
+            if not self.unwinding:
+                self._unwound.set()
         if holding in self._live:
             self._live.discard(holding)
             self._sum -= holding.bytes
@@ -191,10 +232,11 @@ def _held(holding: Holding) -> int:
 class Holding:
     """What one attempt holds, and the way the memory stops it.
 
-    The attempt calls :meth:`report` before every body read and runs the read in a
-    cancel scope it hands over (:meth:`guard`: the read's own timer scope, so a read
-    needs no second scope), which :meth:`stop` cancels; :meth:`check` after the read
-    turns a stop into the memory's error."""
+    The attempt calls :meth:`reading` before every body read (:meth:`report` between
+    the slices of its parse), handing over the cancel scope it runs in (its reads' own
+    timer scope, so a read needs no second scope), which :meth:`stop` cancels wherever
+    the attempt waits (a read, the consumer's credit, :meth:`room`); :meth:`read_done`
+    after the read turns a stop into the memory's error."""
 
     def __init__(self, memory: ResponseMemory, transform: StreamTransform) -> None:
         self._memory = memory
@@ -207,6 +249,8 @@ class Holding:
         self.passing = 0
         #: Chosen to stop: every read from now on fails with the memory's error.
         self.stopped = False
+        #: What it held when it was stopped, until it ends (:attr:`ResponseMemory.unwinding`).
+        self.unwinding = 0
         self._scope: trio.CancelScope | None = None
 
     def stop(self) -> None:
@@ -247,20 +291,35 @@ class Holding:
         self.check()
 
     def reading(self, scope: trio.CancelScope) -> None:
-        """Before a read: :meth:`report`, and ``scope`` is the read's (the memory's stop
-        cancels it until :meth:`read_done`). One call a read, where a report, a check
-        and a guard were three (``benchmarks/bench_per_token.py``)."""
+        """Before a read: :meth:`report`, and ``scope`` is the attempt's, which
+        :meth:`stop` cancels wherever the attempt waits (a read, the consumer's credit,
+        :meth:`room`). One call a read, where a report, a check and a guard were three
+        (``benchmarks/bench_per_token.py``)."""
+        self._scope = scope
         if self._transform.finished:
             self.release()
         else:
             self._memory.update(self, *self.held())
         if self.stopped:
             raise SamplingClientError(self._memory.error())
-        self._scope = scope
+
+    @property
+    def short(self) -> bool:
+        """Whether the memory is short (:attr:`ResponseMemory.short`): the attempt is to
+        wait (:meth:`room`) before it holds more."""
+        return self._memory.short
+
+    async def room(self) -> None:
+        """Wait while the attempts the memory stopped have not ended and hold what the
+        limit has no room for (this attempt holds no more meanwhile), reporting again
+        after each: the memory's error if this attempt is stopped meanwhile."""
+        memory = self._memory
+        while memory.short:
+            await memory.unwound()
+            self.report()
 
     def read_done(self) -> None:
-        """After a read: no scope to cancel, and :meth:`check`."""
-        self._scope = None
+        """After a read: :meth:`check`."""
         if self.stopped:
             raise SamplingClientError(self._memory.error())
 

@@ -19,6 +19,7 @@ from ..types import AttemptOutcome, ConversationResponse, SamplingEvent
 from ..wire import PartialOutputs, StreamTransform
 from ._attempt import AttemptResult, AttemptSink
 from ._chain import Leg
+from ._memory import Holding
 from ._metrics import AttemptMetrics
 from ._stream import CONTENT_EVENTS, RequestState, partial_output
 
@@ -52,7 +53,12 @@ class Lane:
         and the batch, a credit each."""
         return self.race.state.credits.value <= len(self.held)
 
-    async def emit(self, batch: list[SamplingEvent], received_at: float | None = None) -> None:
+    async def emit(
+        self,
+        batch: list[SamplingEvent],
+        received_at: float | None = None,
+        holding: Holding | None = None,
+    ) -> None:
         race = self.race
         if race.winner is None and any(type(event) in CONTENT_EVENTS for event in batch):
             race.win(self)
@@ -60,7 +66,7 @@ class Lane:
             for earlier, arrived in held:
                 await race.state.emit(earlier, arrived)
         if race.winner is self:
-            await race.state.emit(batch, received_at)
+            await race.state.emit(batch, received_at, holding)
         else:
             self.held.append((batch, received_at))
             await trio.lowlevel.checkpoint()

@@ -57,6 +57,7 @@ from ..types import (
     TrioSamplerError,
 )
 from ..wire._partial_output import PartialOutputs
+from ._memory import Holding
 from ._metrics import MetricsRecorder
 
 if TYPE_CHECKING:
@@ -276,19 +277,36 @@ class RequestState:
         """Whether :meth:`emit` would wait for credit (the consumer is behind)."""
         return self.credits.value == 0
 
-    async def emit(self, batch: list[SamplingEvent], received_at: float | None = None) -> None:
+    async def emit(
+        self,
+        batch: list[SamplingEvent],
+        received_at: float | None = None,
+        holding: Holding | None = None,
+    ) -> None:
         """Send one batch of non-terminal events, waiting for buffer credit (backpressure);
         ``received_at`` is when the bytes of the read that produced it arrived.
 
         Not a checkpoint while credit is left: every attempt's read that produced the
         batch was one already, so yielding here too would only add a scheduling round
-        per read."""
+        per read. With the attempt's memory share (``holding``), the batch's tool
+        arguments and answer are parsed a slice at a time (``PartialOutputs.parse``), the
+        account told between slices: what one read's text makes once parsed (24 bytes of
+        values and 70 of changes a byte, for ``[{},{},...]``) is bounded as it is made,
+        the stream stopped midway if it is the largest, or waiting while the streams
+        stopped have not ended yet (a checkpoint only then)."""
         try:
             self.credits.acquire_nowait()
         except trio.WouldBlock:
             await self.credits.acquire()
         if self.partials is not None:
-            batch = self.partials.batch(batch)
+            if holding is None:
+                batch = self.partials.batch(batch)
+            else:
+                try:
+                    batch = await _parse(self.partials, batch, holding)
+                except BaseException:  # the memory stopped the stream, or a cancel
+                    self.credits.release()
+                    raise
         try:
             batch = self.redactor.events(batch)
             if self.waiter is not None:
@@ -616,3 +634,24 @@ class RequestStream:
                 self._token.run_sync_soon(state.cancel, "the consumer dropped the stream")
             except trio.RunFinishedError:
                 pass
+
+
+async def _parse(
+    partials: PartialOutputs, batch: list[SamplingEvent], holding: Holding
+) -> list[SamplingEvent]:
+    """``partials.batch(batch)``, the attempt's memory share told of what the parse has
+    made at each of its stops (see ``RequestState.emit``). Its first slice waits too
+    while the memory is short: it was not when the attempt read, but the memory may have
+    stopped streams since (each of the others parsing its read's first slice)."""
+    if holding.short:
+        await holding.room()
+    parse = partials.parse(batch)
+    try:
+        while True:
+            next(parse)
+            holding.report()  # the memory's error if this stream is the one stopped
+            if holding.short:
+                await holding.room()
+    except StopIteration as end:
+        out: list[SamplingEvent] = end.value
+    return out

@@ -54,8 +54,9 @@ dictionaries. It is kept as the value grows, by a constant where a value is plac
 ``sys.getsizeof`` of an empty one and its slot in the container, :data:`HELD_COST`), and
 for a value decoded whole by the C decoder, from its text: its length (4 bytes a
 character if the text is not ASCII) and, counted in C with ``str.count``, its openers,
-quotes, colons and commas, each at the cost of what it makes. So it costs no step per
-byte. Against ``tracemalloc`` it is within 0.5x to 2.5x for the shapes of
+quotes (a member's cost with its key's) and commas, each at the cost of what it makes
+(a string decoded whole, from its length). So it costs no step per byte. Against
+``tracemalloc`` it is within 0.5x to 2.5x for the shapes of
 ``tests/test_partial_json_memory.py`` (arrays of empty objects, of empty arrays, of
 numbers, of records, a long string, a wide object): over for small integers, which
 CPython shares, and for a string of braces or commas, counted as the values they would
@@ -132,8 +133,11 @@ _DICT_MEMBER = 24  # an object's member: its entry and index, with the table's s
 _LIST_MEMBER = 9  # an array's item: its slot, with the list's spare room
 _PIECE = _STR + 8  # a piece of the open string, kept in a list until it is joined
 # A value decoded whole, from its text: per comma (an item's slot and, for a number, its
-# object: 16 is between a shared small integer's 9 and a large one's 37).
+# object: 16 is between a shared small integer's 9 and a large one's 37), and per quote
+# half a string and half a member (a key's two quotes make its string and its member; a
+# string value's are over by a member's 24 bytes, beside its own 49 and its characters).
 _COMMA = 16
+_QUOTE = (_STR + _DICT_MEMBER) // 2
 #: The costs :attr:`PartialJSON.held_bytes` adds up, by what a value makes.
 HELD_COST = {
     "object": _DICT,
@@ -144,19 +148,21 @@ HELD_COST = {
     "array item": _LIST_MEMBER,
     "string piece": _PIECE,
     "comma in a whole value": _COMMA,
+    "quote in a whole value": _QUOTE,
 }
 
 
 def _text_cost(text: str, start: int, end: int) -> int:
     """The memory the value(s) decoded whole from ``text[start:end]`` take, estimated from
-    the text: a few C calls, no step per byte."""
+    the text: four C passes over it, no step per byte. (A colon is not counted: a member's
+    cost rides on its key's quotes, which saves a fifth pass, a sixth of the parse of a
+    read of records.)"""
     count = text.count
     return (
         (end - start) * (1 if text.isascii() else 4)
         + count("{", start, end) * _DICT
         + count("[", start, end) * _LIST
-        + count('"', start, end) // 2 * _STR
-        + count(":", start, end) * _DICT_MEMBER
+        + count('"', start, end) * _QUOTE
         + count(",", start, end) * _COMMA
     )
 
@@ -431,7 +437,10 @@ class PartialJSON:
         out.append(_new(JSONChange, (_CLOSE, path, value)))
         self._value_done()
         if self._state != _AFTER or self._stack[-1].is_object:
-            self.held_bytes += _text_cost(text, i, end)
+            if type(value) is str:  # its size is known: no pass over its text
+                self.held_bytes += _STR + _chars(value)
+            else:
+                self.held_bytes += _text_cost(text, i, end)
             return end
         frame = self._stack[-1]
         items = frame.container
