@@ -12,7 +12,9 @@ against the same independent server (``benchmarks/sse_server.py``) in a process 
 own, ``--warmup`` requests then ``--requests``, one at a time:
 
 * **rounds**: a Trio instrument, added after the warm-up, counts the scheduler's rounds
-  (``after_io_wait``) and task steps (``before_task_step``);
+  (``after_io_wait``) and task steps (``before_task_step``); ``getrusage`` splits the
+  same requests' CPU time into user space and the kernel (``--requests 1000`` for
+  times steadier than the default's);
 * **system calls** (with ``strace`` on the ``PATH``): the process runs under
   ``strace -f -c`` twice, with ``--requests`` and three times as many; the difference of
   the two counts per call, divided by the difference in requests, is one request's (calls
@@ -32,6 +34,7 @@ import argparse
 import json
 import platform
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -69,8 +72,11 @@ class _Rounds(trio.abc.Instrument):
 
 def drive(impl: str, origin: str, tokens: int, warmup: int, requests: int) -> dict[str, float]:
     """Run ``warmup`` then ``requests`` streams of ``impl`` one after the other; the
-    rounds and task steps per request of the second part."""
+    rounds and task steps per request of the second part, and its CPU time in user
+    space and in the kernel (``getrusage``; the instrument's few calls a round
+    included)."""
     counter = _Rounds()
+    usage: list[resource.struct_rusage] = []
 
     async def run() -> None:
         contender = Contender(impl, origin, tokens, "", headers={"x-bench-events": str(tokens)})
@@ -79,16 +85,24 @@ def drive(impl: str, origin: str, tokens: int, warmup: int, requests: int) -> di
             for number in range(warmup + requests):
                 if number == warmup:
                     trio.lowlevel.add_instrument(counter)
+                    usage.append(resource.getrusage(resource.RUSAGE_SELF))
                 rec = Rec()
                 await contender.stream(rec)
                 if not rec.ok:
                     raise RuntimeError(f"{impl}: a stream failed: {rec.error}")
+            usage.append(resource.getrusage(resource.RUSAGE_SELF))
             trio.lowlevel.remove_instrument(counter)
 
         await contender.run(body)
 
     trio.run(run)
-    return {"rounds": counter.rounds / requests, "steps": counter.steps / requests}
+    first, last = usage
+    return {
+        "rounds": counter.rounds / requests,
+        "steps": counter.steps / requests,
+        "user_ms": (last.ru_utime - first.ru_utime) / requests * 1000.0,
+        "sys_ms": (last.ru_stime - first.ru_stime) / requests * 1000.0,
+    }
 
 
 def _drive_command(impl: str, origin: str, tokens: int, warmup: int, requests: int) -> list[str]:
@@ -202,8 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.close()
     print(f"scheduler rounds and system calls per request (C=1, {results['server']})")
-    print("| deltas | impl | rounds/req | task steps/req | syscalls/req | by name |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| deltas | impl | rounds/req | task steps/req | user ms/req | sys ms/req "
+        "| syscalls/req | by name |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for tokens, by_impl in results["sizes"].items():
         for impl, row in by_impl.items():
             total = row.get("syscalls")
@@ -211,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             shown = "-" if total is None else f"{total:.2f}"
             print(
                 f"| {int(tokens):>6,} | {impl} | {row['rounds']:.2f} | {row['steps']:.2f} "
-                f"| {shown} | {names or '-'} |"
+                f"| {row['user_ms']:.3f} | {row['sys_ms']:.3f} | {shown} | {names or '-'} |"
             )
     if not args.no_json:
         write_results(args.json, results)

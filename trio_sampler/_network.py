@@ -14,7 +14,7 @@ public network-backend interface (errors are httpcore's, as ``TrioBackend`` maps
   write (a sampling request whole) makes no schedule point of its own: what follows it
   is the end of the message (nothing to write for a body of known length) and the read
   of the answer, which is one; a yield between the two was a scheduler round (an
-  ``epoll_wait``) a request for nothing: 9.0 -> 7.9 rounds a 200-delta request
+  ``epoll_wait``) a request for nothing: 9.0 -> 8.0 rounds a 200-delta request
   (``benchmarks/rounds_per_request.py``). A body streamed in many pieces yields at each
   piece written alone, and at any write the socket does not take whole. An HTTP/2
   connection (its first write is the connection preface) is written as it comes: its
