@@ -34,10 +34,14 @@ def sends(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bytes]]:
     original = StampedSocketStream.send_all
 
     async def send_all(
-        self: StampedSocketStream, data: bytes | bytearray | memoryview, *, wait_s: float = inf
+        self: StampedSocketStream,
+        data: bytes | bytearray | memoryview,
+        *,
+        wait_s: float = inf,
+        schedule: bool = True,
     ) -> None:
         seen.append(bytes(data))
-        await original(self, data, wait_s=wait_s)
+        await original(self, data, wait_s=wait_s, schedule=schedule)
 
     monkeypatch.setattr(StampedSocketStream, "send_all", send_all)
     yield seen

@@ -10,7 +10,13 @@ public network-backend interface (errors are httpcore's, as ``TrioBackend`` maps
   alone. Here a piece of at most :data:`HOLD_MAX_BYTES` is held until the next one, and
   sent with it: a sampling request (a head and a JSON body) is one ``send``. What is held
   goes out no later than the next write, the end of the message, or a read (the
-  response is only read once the request is sent), so nothing waits on it. An HTTP/2
+  response is only read once the request is sent), so nothing waits on it. A joined
+  write (a sampling request whole) makes no schedule point of its own: what follows it
+  is the end of the message (nothing to write for a body of known length) and the read
+  of the answer, which is one; a yield between the two was a scheduler round (an
+  ``epoll_wait``) a request for nothing: 9.0 -> 8.0 rounds a 200-delta request
+  (``benchmarks/rounds_per_request.py``). A body streamed in many pieces yields at each
+  piece written alone, and at any write the socket does not take whole. An HTTP/2
   connection (its first write is the connection preface) is written as it comes: its
   streams share the connection, and a held frame could wait on another stream's read.
 * **A write is tried at once, and timed**: the TCP connection is a
@@ -80,7 +86,7 @@ class _Connection(httpcore2.AsyncNetworkStream):
             # for the read to report the connection's state (or the server's answer).
             self._held = b""
             try:
-                await self._send(held, timeout)
+                await self._send(held, timeout, schedule=False)
             except httpcore2.WriteError:
                 pass
         try:
@@ -112,7 +118,8 @@ class _Connection(httpcore2.AsyncNetworkStream):
         if held:
             self._held = b""
             if len(buffer) <= JOIN_MAX_BYTES:  # one write; a large body is not copied
-                await self._send(held + buffer, timeout)
+                # No schedule point after it: see the module doc.
+                await self._send(held + buffer, timeout, schedule=False)
                 return
             await self._send(held, timeout)
         elif self._holding and len(buffer) <= HOLD_MAX_BYTES:
@@ -120,14 +127,22 @@ class _Connection(httpcore2.AsyncNetworkStream):
             return
         await self._send(buffer, timeout)
 
-    async def _send(self, data: bytes, timeout: float | None) -> None:  # noqa: ASYNC109
+    async def _send(
+        self,
+        data: bytes,
+        timeout: float | None,  # noqa: ASYNC109
+        *,
+        schedule: bool = True,
+    ) -> None:
+        """Write ``data``; ``schedule=False``: no schedule point after a write the socket
+        takes whole (see the module doc)."""
         stream = self._stream
         limit = _limit(timeout)
         try:
             if type(stream) is StampedSocketStream:
                 # Tried at once: only a write the socket does not take whole waits, and
                 # only that one is bounded in a scope of its own (``send_all``).
-                await stream.send_all(data, wait_s=limit)
+                await stream.send_all(data, wait_s=limit, schedule=schedule)
             else:
                 # A bare scope rather than ``fail_after`` (the same scope inside two
                 # generator context managers).

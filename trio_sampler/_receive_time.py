@@ -221,7 +221,11 @@ class StampedSocketStream(trio.abc.HalfCloseableStream):
             _raise_stream_error(exc)
 
     async def send_all(
-        self, data: bytes | bytearray | memoryview, *, wait_s: float = math.inf
+        self,
+        data: bytes | bytearray | memoryview,
+        *,
+        wait_s: float = math.inf,
+        schedule: bool = True,
     ) -> None:
         """Send ``data``, and set :data:`LAST_SENT` to when the kernel took its last byte.
 
@@ -237,7 +241,9 @@ class StampedSocketStream(trio.abc.HalfCloseableStream):
 
         ``wait_s`` bounds the wait for the socket to take the rest: ``trio.TooSlowError``
         past it. A write the socket takes whole waits for nothing, so its bound needs no
-        cancel scope (see :meth:`_send_rest`)."""
+        cancel scope (see :meth:`_send_rest`). ``schedule=False``: such a write is a cancel
+        point only, no schedule point, for a caller whose next step is one (the read of
+        the answer to the request written)."""
         await trio.lowlevel.checkpoint_if_cancelled()
         with memoryview(data) as view:
             written = 0
@@ -254,7 +260,8 @@ class StampedSocketStream(trio.abc.HalfCloseableStream):
                 LAST_SENT.set(trio.current_time())
                 return
         LAST_SENT.set(before)
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        if schedule:
+            await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def _send_rest(self, rest: memoryview, wait_s: float) -> None:
         """What the socket did not take, through the wrapped stream, waiting at most

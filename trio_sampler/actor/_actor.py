@@ -57,6 +57,20 @@ __all__ = [
 #: Batches (network reads) a request may buffer before its HTTP read waits for the consumer.
 DEFAULT_MAX_BUFFERED_BATCHES = 16
 
+#: Where generated request ids come from: a generator of their own, seeded from
+#: ``os.urandom`` (the source of ``uuid.uuid4``) once per process, and again in a forked
+#: child so that it does not repeat its parent's ids. An id has to be unique, not secret:
+#: it names the request in its events and in ``cancel``, and is never sent to a server.
+#: ``os.urandom`` per id was a ``getrandom`` system call per request.
+_IDS = random.Random()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_IDS.seed)
+
+
+def new_request_id() -> str:
+    """A generated request id: ``req_`` and 64 random bits in hex."""
+    return f"req_{_IDS.getrandbits(64):016x}"
+
 
 class SamplerClosedError(TrioSamplerError, RuntimeError):
     """The sampler was shut down; no more requests can be submitted."""
@@ -227,10 +241,7 @@ class SamplerHandle:
         routes = self._chain(chain, config)
         # The one checkpoint comes first: a cancellation lands before anything started.
         await trio.lowlevel.checkpoint()
-        # 64 random bits, from the same source as ``uuid.uuid4`` (which costs more).
-        return self._actor.submit(
-            request_id or f"req_{os.urandom(8).hex()}", request, config, routes
-        )
+        return self._actor.submit(request_id or new_request_id(), request, config, routes)
 
     def _chain(
         self, chain: Sequence[str | Route] | None, config: SamplerConfig | None
