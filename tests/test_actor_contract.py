@@ -373,6 +373,30 @@ async def test_idle_timeout_is_not_reset_by_pings(autojump_clock: trio.testing.M
     assert terminal.partial is not None and terminal.partial.text == "a"
 
 
+async def test_content_restarts_the_idle_timer_at_each_read(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Each content read restarts the idle timer from its own arrival: tokens 1.5 s apart
+    under a 2 s timer never time out, and the silence after the last one fails exactly 2 s
+    after it (content at 0, 1.5 and 3 s: the failure at 5 s)."""
+    chunks: list[bytes | float] = [
+        chat_chunk({"content": "a"}),
+        1.5,
+        chat_chunk({"content": "b"}),
+        1.5,
+        chat_chunk({"content": "c"}),
+    ]
+    transport = ScriptedTransport([Reply(chunks=chunks, then="stall")])
+    config = make_config(timeouts=Timeouts(idle=2.0), retry=RetryPolicy(max_retries=0))
+    async with open_sampler(config, transport=transport) as sampler:
+        start = trio.current_time()
+        events = await drain(await sampler.submit(REQUEST))
+        assert trio.current_time() - start == pytest.approx(5.0)
+    terminal = one_terminal(events)
+    assert isinstance(terminal, Failed) and terminal.error.error_code == "idle_timeout"
+    assert terminal.partial is not None and terminal.partial.text == "abc"
+
+
 async def test_first_token_timeout(autojump_clock: trio.testing.MockClock) -> None:
     transport = ScriptedTransport([Reply(chunks=[], then="stall")])
     config = make_config(timeouts=Timeouts(first_token=30.0), retry=RetryPolicy(max_retries=0))
