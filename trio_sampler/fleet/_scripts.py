@@ -109,6 +109,18 @@ end
 return {1, wait, now}
 """
 
+#: Lua shared by the scripts that write a rate dimension's TAT back (SETTLE, LEASE,
+#: RECLAIM): kept while it is in the future, expiring with it, and dropped once past.
+_WRITE_TAT = """
+local function write_tat(key, tat, now)
+  if tat > now then
+    redis.call('SET', key, string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
+  else
+    redis.call('DEL', key)
+  end
+end
+"""
+
 # KEYS: inflight, gcra x4.  ARGV: lease id ('' for none), then per dimension the change of
 # its TAT in microseconds (positive: used more than reserved; negative: a refund), then per
 # dimension the header clamp: the least TAT the provider's report allows, as an offset
@@ -116,7 +128,9 @@ return {1, wait, now}
 # With a lease, the changes apply only if the lease was still held: a settlement sent
 # again (its first reply was lost) changes nothing twice.
 # Returns {now, the number of dimensions the clamp tightened}.
-SETTLE = """
+SETTLE = (
+    _WRITE_TAT
+    + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local owned = true
@@ -141,16 +155,12 @@ for i = 1, 4 do
         clamped = clamped + 1
       end
     end
-    if tat > now then
-      redis.call('SET', KEYS[1 + i], string.format('%.0f', tat),
-                 'PX', math.ceil((tat - now) / 1000) + 1)
-    else
-      redis.call('DEL', KEYS[1 + i])
-    end
+    write_tat(KEYS[1 + i], tat, now)
   end
 end
 return {now, clamped}
 """
+)
 
 # KEYS: inflight.  ARGV: lease ttl, lease ids...  Only leases still held are extended.
 RENEW = """
@@ -207,17 +217,12 @@ return current - now
 #       then the slots given back (lease ids).
 # Returns {status, value, now, slots granted, units granted x4}: status as ADMIT's
 # (ADMITTED: granted; else nothing granted, the give-back applied all the same).
-LEASE = """
+LEASE = (
+    _WRITE_TAT
+    + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local function write(i, tat)
-  if tat > now then
-    redis.call('SET', KEYS[3 + i], string.format('%.0f', tat),
-               'PX', math.ceil((tat - now) / 1000) + 1)
-  else
-    redis.call('DEL', KEYS[3 + i])
-  end
-end
+local function write(i, tat) write_tat(KEYS[3 + i], tat, now) end
 redis.call('DEL', KEYS[10])
 if ARGV[9] == '1' and redis.call('SET', KEYS[8], '1', 'NX', 'EX', 86400) then
   for i = 1, 4 do
@@ -301,13 +306,16 @@ if slots + reply[5] + reply[6] + reply[7] + reply[8] > 0 then
 end
 return reply
 """
+)
 
 # Give back what a lease refill granted when its reply was lost (the connection, or a
 # garbled reply): its record says what (nothing: the refill never ran, or was given back
 # already; the record goes with the first reclaim, so a reclaim sent twice counts once).
 # KEYS: inflight, gcra x4, the refill's record. ARGV: interval x4, the refill's slot id
 # prefix. Returns 1: given back, 0: nothing recorded.
-RECLAIM = """
+RECLAIM = (
+    _WRITE_TAT
+    + """
 local record = redis.call('GET', KEYS[6])
 if not record then return 0 end
 redis.call('DEL', KEYS[6])
@@ -321,13 +329,9 @@ for i = 1, 4 do
   local units = granted[1 + i]
   if interval > 0 and units > 0 then
     local tat = tonumber(redis.call('GET', KEYS[1 + i]) or '0') - units * interval
-    if tat > now then
-      redis.call('SET', KEYS[1 + i], string.format('%.0f', tat),
-                 'PX', math.ceil((tat - now) / 1000) + 1)
-    else
-      redis.call('DEL', KEYS[1 + i])
-    end
+    write_tat(KEYS[1 + i], tat, now)
   end
 end
 return 1
 """
+)
