@@ -686,11 +686,23 @@ class Attempts:
                     break
                 if content and body.pending:
                     await sink.hand_over()
+        await self._after_reads(sink, body, timeouts, metrics, watch)
+
+    async def _after_reads(
+        self,
+        sink: AttemptSink,
+        body: _Body,
+        timeouts: Timeouts,
+        metrics: AttemptMetrics,
+        watch: _DoomWatch | None,
+    ) -> None:
+        """After the read loop: the failure of a read the scope stopped (the read timer
+        or the memory) on to the sink, and a completed stream's body end read."""
         if body.scope.cancelled_caught:
             batch, at, _, _ = _take(body.timed_out(), body, timeouts, metrics, watch)
             if batch:
                 await sink.emit(batch, at)
-        if not body.ended and isinstance(transform.outcome, Completed):
+        if not body.ended and isinstance(body.transform.outcome, Completed):
             await self._finish_body(sink, body.stream, body.first_content_at_end)
 
     async def _finish_body(
