@@ -1,12 +1,13 @@
 """Small pieces the benchmark scripts share (and the tests' hand-written servers use): the
 CPU time and run-queue wait of child processes, one HTTP/1.1 request read off a socket,
-and a results file written."""
+the arguments of the per-request counts, and a results file written."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import trio
@@ -71,3 +72,36 @@ def write_results(path: str | Path, results: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1) + "\n")
     print(f"wrote {path}")
+
+
+def per_request_arguments(
+    argv: Sequence[str],
+    doc: str,
+    contenders: Sequence[str],
+    *,
+    requests_help: str,
+    warmup: int,
+    json_path: str,
+) -> tuple[argparse.ArgumentParser, argparse.Namespace, list[str]]:
+    """The arguments of a script that counts something per request over the contenders
+    (``instructions_per_request.py``, ``rounds_per_request.py``): the parser (for the
+    script's own errors), the arguments, and the contenders chosen, checked."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--tokens", default="1,200", help="text deltas per stream (1,200)")
+    parser.add_argument("--requests", type=int, default=100, help=requests_help)
+    parser.add_argument(
+        "--warmup", type=int, default=warmup, help=f"unmeasured requests first ({warmup})"
+    )
+    parser.add_argument(
+        "--impls", default="ours,skeleton,floor", help="contenders (" + ",".join(contenders) + ")"
+    )
+    parser.add_argument("--json", default=json_path, help="results file")
+    parser.add_argument("--no-json", action="store_true", help="print the table only")
+    args = parser.parse_args(argv)
+    impls = args.impls.split(",")
+    if args.requests < 1 or args.warmup < 0 or not set(impls) <= set(contenders):
+        parser.error(
+            "--requests must be at least 1, --warmup at least 0, and --impls a list of "
+            + ", ".join(contenders)
+        )
+    return parser, args, impls

@@ -25,7 +25,6 @@ about 50 times slower: the default run takes about four minutes on two cores.
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import shutil
@@ -41,7 +40,7 @@ if __package__ in (None, ""):  # run as a script: the checkout's packages first
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_actor import Contender, RawServer, Rec
-from benchmarks.common import write_results
+from benchmarks.common import per_request_arguments, write_results
 
 #: ``ours_httpx``: ours over the plain httpx transport of the HTTP seam (an
 #: ``httpx2.AsyncHTTPTransport`` passed in), beside ``ours`` on the default, direct one.
@@ -138,24 +137,14 @@ def main(argv: list[str] | None = None) -> int:
         tokens, warmup, requests = (int(n) for n in argv[3:6])
         drive(impl, origin, tokens, warmup, requests)
         return 0
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tokens", default="1,200", help="text deltas per stream (1,200)")
-    parser.add_argument("--requests", type=int, default=100, help="requests of the short run")
-    parser.add_argument("--warmup", type=int, default=30, help="unmeasured requests first (30)")
-    parser.add_argument(
-        "--impls", default="ours,skeleton,floor", help="contenders (" + ",".join(CONTENDERS) + ")"
+    parser, args, impls = per_request_arguments(
+        argv,
+        __doc__,
+        CONTENDERS,
+        requests_help="requests of the short run",
+        warmup=30,
+        json_path="benchmarks/results/instructions_per_request.json",
     )
-    parser.add_argument(
-        "--json", default="benchmarks/results/instructions_per_request.json", help="results file"
-    )
-    parser.add_argument("--no-json", action="store_true", help="print the table only")
-    args = parser.parse_args(argv)
-    impls = args.impls.split(",")
-    if args.requests < 1 or args.warmup < 0 or not set(impls) <= set(CONTENDERS):
-        parser.error(
-            "--requests must be at least 1, --warmup at least 0, and --impls a list of "
-            + ", ".join(CONTENDERS)
-        )
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         parser.error("valgrind is not on the PATH (Debian: apt-get install valgrind)")

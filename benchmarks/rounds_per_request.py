@@ -30,7 +30,6 @@ so a hand-over between two tasks costs one round or two: the counts are averages
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import re
@@ -49,7 +48,7 @@ if __package__ in (None, ""):  # run as a script: the checkout's packages first
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_actor import Contender, RawServer, Rec
-from benchmarks.common import write_results
+from benchmarks.common import per_request_arguments, write_results
 
 CONTENDERS = ("ours", "skeleton", "floor")
 #: A line of ``strace -c``'s table: % time, seconds, usecs/call, calls, [errors,] name.
@@ -171,24 +170,14 @@ def main(argv: list[str] | None = None) -> int:
         tokens, warmup, requests = (int(n) for n in argv[3:6])
         print(json.dumps(drive(impl, origin, tokens, warmup, requests)))
         return 0
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tokens", default="1,200", help="text deltas per stream (1,200)")
-    parser.add_argument("--requests", type=int, default=100, help="requests counted (100)")
-    parser.add_argument("--warmup", type=int, default=20, help="unmeasured requests first (20)")
-    parser.add_argument(
-        "--impls", default="ours,skeleton,floor", help="contenders (" + ",".join(CONTENDERS) + ")"
+    _, args, impls = per_request_arguments(
+        argv,
+        __doc__,
+        CONTENDERS,
+        requests_help="requests counted (100)",
+        warmup=20,
+        json_path="benchmarks/results/rounds_per_request.json",
     )
-    parser.add_argument(
-        "--json", default="benchmarks/results/rounds_per_request.json", help="results file"
-    )
-    parser.add_argument("--no-json", action="store_true", help="print the table only")
-    args = parser.parse_args(argv)
-    impls = args.impls.split(",")
-    if args.requests < 1 or args.warmup < 0 or not set(impls) <= set(CONTENDERS):
-        parser.error(
-            "--requests must be at least 1, --warmup at least 0, and --impls a list of "
-            + ", ".join(CONTENDERS)
-        )
     strace = shutil.which("strace")
     server = RawServer()
     results: dict[str, Any] = {
