@@ -446,18 +446,7 @@ class Redactor:
         model = response.model
         scrubbed_model = None if model is None else self._model(model)
         items = response.items
-        new_items: list[Any] | None = None
-        for index, item in enumerate(items):
-            if type(item) is not Assistant or (item.model is None and item.id is None):
-                continue
-            # An assistant item names the response's model (the same string): scrubbed once.
-            item_model = scrubbed_model if item.model is model else identifier(item.model)
-            item_id = None if item.id is None else identifier(item.id)
-            if _same(item_model, item.model) and _same(item_id, item.id):
-                continue
-            if new_items is None:
-                new_items = list(items)
-            new_items[index] = attrs.evolve(item, model=item_model, id=item_id)
+        new_items = self._assistant_items(items, model, scrubbed_model)
         response_id = response.response_id
         if response_id is not None:
             response_id = identifier(response_id)
@@ -490,6 +479,26 @@ class Redactor:
             stop_sequence=stop_sequence,
             doom_loop_signals=signals,
         )
+
+    def _assistant_items(
+        self, items: tuple[Any, ...], model: str | None, scrubbed_model: str | None
+    ) -> list[Any] | None:
+        """``items`` with each assistant item's model and id scrubbed (``None``: none
+        changed); ``scrubbed_model`` is the response's ``model``, already scrubbed."""
+        identifier = self.identifier
+        new_items: list[Any] | None = None
+        for index, item in enumerate(items):
+            if type(item) is not Assistant or (item.model is None and item.id is None):
+                continue
+            # An assistant item names the response's model (the same string): scrubbed once.
+            item_model = scrubbed_model if item.model is model else identifier(item.model)
+            item_id = None if item.id is None else identifier(item.id)
+            if _same(item_model, item.model) and _same(item_id, item.id):
+                continue
+            if new_items is None:
+                new_items = list(items)
+            new_items[index] = attrs.evolve(item, model=item_model, id=item_id)
+        return new_items
 
     def _model(self, model: str) -> str | None:
         """A response's model name, scrubbed as an identifier. A sampler's responses
