@@ -478,21 +478,31 @@ class StageRunner:
 
 @contextlib.contextmanager
 def _no_full_collections() -> Iterator[None]:
-    """No full garbage collections while a stage runs; one when it ends.
+    """No full garbage collections while a stage runs, young ones only when the heap grows;
+    one full collection when it ends.
 
     What is alive when the stage starts (the samplers, their connections, the modules) is
     frozen out of the collector's sight, and the oldest generation is not collected: at
     1,000 streams a full collection walked the whole heap, 0.3 s of CPU each, seven in a
-    one-minute stage, and every stream's reads waited for it. The young generations are
-    still collected (short-lived cycles die there); what reaches the oldest generation and
-    becomes garbage during the stage is collected at its end.
+    one-minute stage, and every stream's reads waited for it.
+
+    The young generations are collected only once :data:`STAGE_YOUNG_THRESHOLD` container
+    objects were allocated and not freed since the last pass (the interpreter's 700 is
+    reached by every few hundred reads' churn). At 1,000 streams and 5,000 tokens a second
+    the interpreter's thresholds made 1,220 young and 111 middle passes in a 20-second
+    stage, 2.2 s of the client's 14 s of CPU, and not one of them found garbage: every
+    object a read or a request makes is freed by reference counting. With this threshold
+    the count is reached only while the heap really grows (the streams' connections
+    opening during the ramp): 2 passes, 0.09 s (``benchmarks/bench_loadtest.py``, the
+    5,000 tokens per second cell; ``docs/benchmarks.md``). Cyclic garbage made during the
+    stage waits for the next pass or the stage's end: a bounded amount of memory.
     """
     young, middle, old = gc.get_threshold()
     # A heap the program froze itself (before forking, say) stays frozen.
     frozen_already = gc.get_freeze_count() > 0
     gc.collect()
     gc.freeze()
-    gc.set_threshold(young, middle, _NEVER)
+    gc.set_threshold(max(young, STAGE_YOUNG_THRESHOLD), middle, _NEVER)
     try:
         yield
     finally:
@@ -505,6 +515,9 @@ def _no_full_collections() -> Iterator[None]:
 #: A full-collection threshold never reached (the count of middle collections since
 #: the last full one).
 _NEVER = 2**30
+#: Container objects allocated and not freed since the last collection that start the
+#: next young one while a stage runs (see :func:`_no_full_collections`).
+STAGE_YOUNG_THRESHOLD = 100_000
 
 
 def worker_peaks(test: LoadTest) -> list[int]:
