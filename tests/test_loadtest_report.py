@@ -28,6 +28,7 @@ from trio_sampler.loadtest import (
     Uniform,
 )
 from trio_sampler.loadtest._display import live_table, pair_stages, summary_table
+from trio_sampler.loadtest._late import late_reads
 from trio_sampler.loadtest._report import render_report
 from trio_sampler.loadtest._run import build_result
 from trio_sampler.loadtest._words import limits_words, slo_words, workload_words
@@ -204,3 +205,116 @@ def test_compare_from_the_command_line_warns_on_stderr_and_pairs_by_load(
     assert capsys.readouterr().err.splitlines()[-1] == (
         "trio-sampler loadtest: before and after have no stage at the same load to compare"
     )
+
+
+@pytest.mark.parametrize(
+    ("lag_max_ms", "itl_shared", "ttft_shared", "affected"),
+    [
+        # The loop never late by a whole interval: every read stamped right.
+        (150.0, 0.02, 0.02, None),
+        # Late by more, but no read carried two tokens: nothing moved.
+        (450.0, 0.0, 0.0, None),
+        # 2 % of the gaps: p99 and max; 0.5 % of the first tokens: the max alone.
+        (450.0, 0.02, 0.005, {"ttft": ["max"], "itl": ["p99", "max"]}),
+        # 12 % of the gaps reach p90.
+        (200.0, 0.12, 0.0, {"ttft": [], "itl": ["p90", "p95", "p99", "max"]}),
+    ],
+)
+def test_late_reads_mark_the_percentiles_their_share_reaches(
+    lag_max_ms: float, itl_shared: float, ttft_shared: float, affected: object
+) -> None:
+    late = late_reads(
+        interval_ms=200.0,
+        lag_p99_ms=lag_max_ms / 2,
+        lag_max_ms=lag_max_ms,
+        itl_shared=itl_shared,
+        ttft_shared=ttft_shared,
+        floor_ms=10.0,
+    )
+    assert (None if late is None else late["affected"]) == affected
+    if late is not None:
+        assert late["late_by_max_ms"] == lag_max_ms
+        assert late["too_high_by_up_to_ms"] == 200.0
+
+
+def test_tokens_sent_together_are_not_late_reads() -> None:
+    # An interval of about 0 (every token in one write): a loop late by less than the
+    # lag bound kept up.
+    kept_up = late_reads(
+        interval_ms=0.001, lag_p99_ms=2.0, lag_max_ms=5.0, itl_shared=1.0, ttft_shared=1.0,
+        floor_ms=10.0,
+    )  # fmt: skip
+    assert kept_up is None
+    behind = late_reads(
+        interval_ms=0.001, lag_p99_ms=20.0, lag_max_ms=50.0, itl_shared=1.0, ttft_shared=1.0,
+        floor_ms=10.0,
+    )  # fmt: skip
+    assert behind is not None and behind["affected"]["itl"] == ["p50", "p90", "p95", "p99", "max"]
+
+
+def _late_stage(lag_ms: int) -> StageStats:
+    """1,000 requests of 16 tokens 200 ms apart (TTFT 250 ms) whose client read 2 % of
+    the tokens one interval late: each such read carried the next token too and was
+    stamped with its arrival, the gap before it 400 ms and the one inside it 0; 15 of
+    the first tokens came with the second (TTFT 450 ms). The event loop was ``lag_ms``
+    late at the most."""
+    stats = StageStats()
+    gaps = 15_000
+    late = gaps // 50
+    stats.histograms["itl"].record_many([200_000] * (gaps - 2 * late) + [400_000, 0] * late)
+    stats.histograms["ttft"].record_many([250_000] * 985 + [450_000] * 15)
+    stats.histograms["e2e"].record_many([3_250_000] * 1000)
+    stats.histograms["loop_lag"].record_many([500] * 990 + [lag_ms * 1000] * 10)
+    stats.shared_read_gaps = late
+    stats.shared_first_reads = 15
+    stats.started = stats.completed = 1000
+    stats.window_start, stats.window_end = 100.0, 110.0
+    stats.window(100.0, 113.25)
+    stats.client.append((8.0, 13.25, 1 << 28, 0.0))
+    return stats
+
+
+def _late_result(lag_ms: int) -> LoadTestResult:
+    test = LoadTest(CONFIG, [Concurrency(1000)], SyntheticWorkload(Fixed(64), Fixed(16)))
+    return build_result(test, [_late_stage(lag_ms)])
+
+
+def test_a_client_that_fell_behind_marks_the_percentiles_it_made_too_high() -> None:
+    result = _late_result(lag_ms=380)
+    [stage] = result.stages
+    late = stage.summary["late_reads"]
+    assert late["affected"] == {"ttft": ["p99", "max"], "itl": ["p99", "max"]}
+    assert late["late_by_max_ms"] == pytest.approx(380, rel=0.001)
+    assert late["interval_ms"] == pytest.approx(200, rel=0.001)
+    assert late["itl_shared_fraction"] == pytest.approx(0.02)
+    assert late["ttft_shared_fraction"] == pytest.approx(0.015)
+    # It is a reason the client was bound, with by how much.
+    assert stage.client_bound
+    reasons = stage.summary["client"]["reasons"]
+    assert any(reason.startswith("reads late by up to 380.2 ms") for reason in reasons)
+    # The table marks exactly those cells and says why, and by how much.
+    text = _render(summary_table(result), 80)
+    words = " ".join(text.split())
+    ttft_row = next(line for line in text.splitlines() if " TTFT " in line)
+    itl_row = next(line for line in text.splitlines() if " ITL " in line)
+    # (A percentile is the top of its histogram bucket: 250.1 for 250.)
+    assert ttft_row.split()[-5:] == ["250.1", "250.1", "250.1", "450.0*", "450.0*"]
+    assert itl_row.split()[-5:] == ["200.1", "200.1", "200.1", "400.1*", "400.1*"]
+    assert "*" not in next(line for line in text.splitlines() if " E2E " in line)
+    assert "the client fell behind: its event loop was up to 380.2 ms late" in words
+    assert "(TTFT p99, max; ITL p99, max) may be up to one interval (200.1 ms) too high" in words
+    # The HTML report too, and the document keeps it.
+    page = render_report([("run", result)])
+    assert "<td>450.0*</td>" in page and "<td>250.1</td>" in page
+    assert "the client fell behind: its event loop was up to 380.2 ms late" in page
+    again = LoadTestResult.from_json(result.to_json())
+    assert again.stages[0].summary["late_reads"] == late
+
+
+def test_a_client_that_kept_up_marks_nothing() -> None:
+    # The same reads two tokens at a time, with the loop never late by an interval: the
+    # server sent them together, and that is what arrived.
+    [stage] = _late_result(lag_ms=120).stages
+    assert stage.summary["late_reads"] is None
+    text = _render(summary_table(_late_result(lag_ms=120)), 80)
+    assert "*" not in text and "fell behind" not in text

@@ -679,6 +679,8 @@ async def test_events_that_share_a_read_are_counted_and_noted(
     [stage] = result.stages
     assert stage.summary["itl_shared_read_fraction"] == 1.0
     assert shared_read_words(stage.summary).startswith("100.0% of the token gaps are 0")
+    # The server sent them together and the client kept up: what arrived, not marked.
+    assert stage.summary["late_reads"] is None
     console = Console(width=80, record=True, file=io.StringIO())
     console.print(summary_table(result))
     assert "C=2: 100.0% of the token gaps are 0" in console.export_text()

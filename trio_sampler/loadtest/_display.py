@@ -13,6 +13,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from ._late import MARK, late_words, marked
 from ._results import LoadTestResult, StageResult
 from ._runner import Progress
 from ._stats import counter_percentile
@@ -169,13 +170,20 @@ def summary_table(result: LoadTestResult) -> Group:
     for stage in result.stages:
         rates.add_row(*_rates_row(stage))
         for index, (name, values) in enumerate(_latency_rows(stage)):
-            cells = [_ms(values[statistic]) for statistic in STATISTICS]
+            cells = [
+                _ms(values[statistic])
+                + (MARK if marked(stage.summary, name.lower(), statistic) else "")
+                for statistic in STATISTICS
+            ]
             latency.add_row(stage.label if index == 0 else "", name, *cells)
         latency.add_section()
         notes.append(f"{stage.label}: tokens from {tokens_words(stage.summary['tokens'])}")
         shared = shared_read_words(stage.summary)
         if shared:
             notes.append(f"{stage.label}: {shared}")
+        late = late_words(stage.summary)
+        if late:
+            notes.append(f"{stage.label}: {MARK} {late}")
         notes += [f"{stage.label}: client-bound: {r}" for r in stage.summary["client"]["reasons"]]
     return Group(rates, latency, *(Text(note) for note in notes))
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ._late import MARK, late_words, marked
 from ._results import LoadTestResult, StageResult
 from ._words import (
     limits_words,
@@ -220,7 +221,11 @@ def _latencies(runs: Sequence[tuple[str, LoadTestResult]]) -> str:
     rows = []
     for label, stage in _stages(runs):
         for metric in ("ttft", "itl", "tpot", "e2e"):
-            cells = [_ms(stage.latency(metric, statistic)) for statistic in statistics]
+            cells = [
+                _ms(stage.latency(metric, statistic))
+                + (MARK if marked(stage.summary, metric, statistic) else "")
+                for statistic in statistics
+            ]
             rows.append([label, metric.upper(), *cells])
         open_loop = stage.summary.get("open_loop")
         if open_loop:
@@ -248,6 +253,10 @@ def _client(runs: Sequence[tuple[str, LoadTestResult]]) -> str:
         )
         shared = shared_read_words(stage.summary)
         note = f" {html.escape(shared[0].upper() + shared[1:])}." if shared else ""
+        late = late_words(stage.summary)
+        if late:
+            note += f' <span class="bound">{html.escape(MARK)} {html.escape(late)}</span>.'
+
         items.append(f"<li><b>{html.escape(label)}</b>: {state}.{note}</li>")
     return "<ul>" + "".join(items) + "</ul>"
 

@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 import orjson
 
+from ._late import late_reads
 from ._stats import HISTOGRAMS, LatencyHistogram, StageStats
 
 __all__ = ["SCHEMA", "LoadTestResult", "StageResult", "summarize_stage"]
@@ -43,6 +44,22 @@ def shared_reads(stats: StageStats) -> float | None:
     event before. ``None`` without gaps."""
     gaps = stats.histograms["itl"].count
     return stats.shared_read_gaps / gaps if gaps else None
+
+
+def _late_reads(
+    stats: StageStats, loop_lag: Mapping[str, Any], lag_bound_ms: float
+) -> dict[str, Any] | None:
+    """How far the stage's reads fell behind the tokens (see :mod:`._late`)."""
+    itl = stats.histograms["itl"].summary(0.001)
+    ttft_count = stats.histograms["ttft"].count
+    return late_reads(
+        interval_ms=itl["p50"],
+        lag_p99_ms=loop_lag.get("p99"),
+        lag_max_ms=loop_lag.get("max"),
+        itl_shared=shared_reads(stats),
+        ttft_shared=stats.shared_first_reads / ttft_count if ttft_count else None,
+        floor_ms=lag_bound_ms,
+    )
 
 
 def summarize_stage(
@@ -94,6 +111,13 @@ def summarize_stage(
     send_p99 = send_lag.get("p99")
     if isinstance(send_p99, float) and send_p99 >= lag_bound_ms:
         reasons.append(f"arrivals sent late, p99 {send_p99:.1f} ms (bound: {lag_bound_ms:g} ms)")
+    late = _late_reads(stats, loop_lag, lag_bound_ms)
+    if late is not None:
+        reasons.append(
+            f"reads late by up to {late['late_by_max_ms']:.1f} ms, more than the token "
+            f"interval ({late['interval_ms']:.1f} ms): the marked percentiles may be up to "
+            "one interval too high"
+        )
     stopped = stats.errors.get("memory_cap", 0)
     if stopped:
         reasons.append(
@@ -141,6 +165,7 @@ def summarize_stage(
         "latency_ms": {name: histograms[name].summary(0.001) for name in LATENCY_METRICS},
         "latency_timed_from": _source(stats.wire_timed, stats.completed, "submit", "wire"),
         "itl_shared_read_fraction": shared_reads(stats),
+        "late_reads": late,
         "stream_output_tokens_per_s": histograms["stream_output_tps"].summary(0.001),
         "open_loop": (
             {

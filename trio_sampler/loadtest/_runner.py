@@ -366,6 +366,8 @@ class StageRunner:
             histograms["itl"].record_many(gaps)
             # Events of one read share its stamp (the arrival of its last bytes).
             stats.shared_read_gaps += gaps.count(0)
+            if gaps[0] == 0:
+                stats.shared_first_reads += 1
         if e2e > 0:
             histograms["stream_output_tps"].record(round(output / e2e * 1000))
         if self._good(ttft, tpot, e2e):
@@ -469,11 +471,13 @@ class StageRunner:
             await trio.sleep(0.05)
 
     async def _probe_lag(self) -> None:
+        # From the measurement's start (the warm-up's lag is not the measured reads').
         lag = self.stats.histograms["loop_lag"]
         while True:
             before = trio.current_time()
             await trio.sleep(LAG_PROBE_INTERVAL)
-            lag.record(round((trio.current_time() - before - LAG_PROBE_INTERVAL) * 1e6))
+            if self.measure_start is not None:
+                lag.record(round((trio.current_time() - before - LAG_PROBE_INTERVAL) * 1e6))
 
 
 @contextlib.contextmanager

@@ -269,6 +269,9 @@ class StageStats:
     #: ITL gaps of zero: an output event that arrived in the same network read as the one
     #: before it (the server sent them together, or the client read late).
     shared_read_gaps: int = 0
+    #: Completed requests whose first two output events came in one network read: their
+    #: TTFT is timed at the second one's arrival if the read was late.
+    shared_first_reads: int = 0
     first_sent: float | None = None
     last_done: float | None = None
     #: The measured window (same clock): from the first measured send to the stop.
@@ -341,6 +344,7 @@ class StageStats:
             "output_from_server",
             "wire_timed",
             "shared_read_gaps",
+            "shared_first_reads",
             "window_completed",
             "window_input_tokens",
             "window_output_tokens",
