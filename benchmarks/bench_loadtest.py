@@ -36,8 +36,18 @@ in one burst, and TTFT measures that queue (+39 ms at p50 at 100 streams). The w
 The pacing: ``D = 250``, ``I = 100``, ``N = 16`` tokens at 1 and 100 streams; at 1,000
 streams ``I = 1000`` (``T`` = 15.25 s), so that cell sends what the 100-stream cell does
 (1,000 tokens and ~65 requests per second) while holding 1,000 streams and connections
-open. On this 2-core machine the server and the client share the cores, and the cost of
-a cell is not only its tokens per second: the load generator spent about 6 ms of CPU per
+open. A fourth cell sends 5,000 tokens a second: 1,000 streams at ``I = 200``
+(``T`` = 3.25 s), the load of a model server at that concurrency; each cell reports the
+load generator's event-loop lag (from the warm-up's end) and the share of token gaps
+that were 0 (two tokens in one read, stamped with the second's arrival: the signature of
+a client that fell behind by an interval), and what the load generator marked as too
+high (``late_reads``). ``--accuracy-cells 1000:200`` runs that cell alone (any ``C:I``,
+with ``D = 250`` and ``N = 16``); ``--client-priority realtime`` runs the client
+processes at ``SCHED_RR`` 1 below the server's 2, ahead of every other process, as on a
+machine with nothing else running.
+
+On this 2-core machine the server and the client share the cores, and the cost of a cell
+is not only its tokens per second: the load generator spent about 6 ms of CPU per
 16-token request at 100 streams and 15-20 ms at 1,000 (per open stream: the connection
 pools, the heap the garbage collector walks), so the 1,000-stream cell needs most of a
 core for the client alone, and the two emulator processes 0.3 between them. Whether the
@@ -45,14 +55,15 @@ machine could give it that is in the table: ``wait`` is the time each side was r
 but had no CPU (``/proc/PID/schedstat``), in cores; a cell whose client or server waited
 was measured on a machine too busy for it, and its errors are that machine's queue.
 
-**The raw probe.** Beside each accuracy cell, a raw client measures the same thing the
-same way against the same server and pacing: ``httpx2`` + ``orjson`` under Trio, no
-library code, the streams started with the same ramp, warmed up as long, and closed-loop
-for the same duration; TTFT from the request's last byte written (httpcore's trace of the
-body's send, as the load generator times it) to the read holding the first content
-event, ITL between the reads holding content events. Its error is what the
-machine, the HTTP layer and the server cost before the load generator does anything; the
-load generator's own share is its error minus the probe's (``added_*`` in the JSON).
+**The raw probe.** Beside each accuracy cell of at most 1,000 tokens a second, a raw
+client measures the same thing the same way against the same server and pacing: ``httpx2``
++ ``orjson`` under Trio, no library code, the streams started with the same ramp, warmed
+up as long, and closed-loop for the same duration; TTFT from the request's last byte
+written (httpcore's trace of the body's send, as the load generator times it) to the read
+holding the first content event, ITL between the reads holding content events. Its error
+is what the machine, the HTTP layer and the server cost before the load generator does
+anything; the load generator's own share is its error minus the probe's (``added_*`` in
+the JSON).
 
 **Throughput.** Against the same emulator in bench mode (pre-rendered bodies, one write per
 response), streams of ``--tokens`` text deltas at ``C`` concurrent streams, side by side in
@@ -100,12 +111,16 @@ ACCURACY_TOKENS = 16
 #: At 1,000 streams the interval is 1 s, so the cell sends the 1,000 tokens per second
 #: (and ~65 requests per second) of the 100-stream cell, which is what the two cores
 #: serve with room to spare; see the docstring.
+#: The last is the 5,000 tokens per second cell: 1,000 streams at I = 200 ms.
 ACCURACY_CELLS = (
     (1, FIRST_TOKEN_MS, TOKEN_INTERVAL_MS, ACCURACY_TOKENS),
     (100, FIRST_TOKEN_MS, TOKEN_INTERVAL_MS, ACCURACY_TOKENS),
     (1000, FIRST_TOKEN_MS, 1000.0, ACCURACY_TOKENS),
+    (1000, FIRST_TOKEN_MS, 200.0, ACCURACY_TOKENS),
 )
 QUICK_ACCURACY_CELLS = ACCURACY_CELLS[:2]
+#: The raw probe runs beside the cells that send at most this many tokens a second.
+PROBE_MAX_TOKENS_PER_S = 1000
 TARGET_P50_MS = 1.0
 TARGET_P99_MS = 5.0
 TARGET_VS_OPENAI = 15.0
@@ -115,7 +130,7 @@ CHUNK_CHARS = 4
 class Server:
     """``procs`` emulator processes on one port (``trio-sampler serve --reuse-port``)."""
 
-    def __init__(self, procs: int, bench: bool, priority: str = "normal") -> None:
+    def __init__(self, procs: int, bench: bool, priority: str = "normal", level: int = 1) -> None:
         self.procs: list[subprocess.Popen[str]] = []
         self.priority = priority
         port = 0
@@ -135,7 +150,7 @@ class Server:
                     raise RuntimeError(f"the emulator did not start (first line {line!r})")
                 self.origin = line.removeprefix("listening on ")
                 port = int(self.origin.rsplit(":", 1)[1])
-                self.priority = _raise_priority(proc.pid, priority)
+                self.priority = _raise_priority(proc.pid, priority, level)
         except BaseException:
             self.close()
             raise
@@ -159,12 +174,12 @@ class Server:
                 proc.wait()
 
 
-def _raise_priority(pid: int, priority: str) -> str:
-    """Give process ``pid`` the CPU first: ``realtime`` (``SCHED_RR``, priority 1) or
-    ``nice`` (-10); what it got (``normal`` where the system does not allow it)."""
+def _raise_priority(pid: int, priority: str, level: int = 1) -> str:
+    """Give process ``pid`` the CPU first: ``realtime`` (``SCHED_RR``, priority ``level``)
+    or ``nice`` (-10); what it got (``normal`` where the system does not allow it)."""
     try:
         if priority == "realtime":
-            os.sched_setscheduler(pid, os.SCHED_RR, os.sched_param(1))
+            os.sched_setscheduler(pid, os.SCHED_RR, os.sched_param(level))
         elif priority == "nice":
             os.setpriority(os.PRIO_PROCESS, pid, -10)
     except (OSError, AttributeError):  # not permitted, or not on this platform
@@ -213,9 +228,12 @@ def _server_pacing(origin: str, procs: int, method: str = "GET") -> list[dict[st
     import urllib.request
 
     reports: dict[int, dict[str, Any]] = {}
+    # The values only when read: clearing runs in the client's process during the stage,
+    # and parsing every value of the warm-up there held its interpreter for milliseconds.
+    query = "?values=1" if method == "GET" else ""
     for _ in range(50 * procs):
         request = urllib.request.Request(
-            origin + "/v1/emulator/pacing?values=1",
+            origin + "/v1/emulator/pacing" + query,
             method=method,
             headers={"authorization": "Bearer bench-key", "connection": "close"},
         )
@@ -317,6 +335,14 @@ def accuracy_cell(
         "client_bound": summary["client"]["client_bound"],
         "client_reasons": summary["client"]["reasons"],
         "client_cpu_fraction": [w["cpu_fraction"] for w in summary["client"]["workers"]],
+        "client_cpu_wait_fraction": [w["cpu_wait_fraction"] for w in summary["client"]["workers"]],
+        # Falling behind: how late the event loop woke (p50, p99, max), and the share of
+        # the gaps between content events that were zero (two events in one read).
+        "loop_lag_ms": {
+            key: summary["client"]["loop_lag_ms"][key] for key in ("p50", "p99", "max")
+        },
+        "shared_read_fraction": summary["itl_shared_read_fraction"],
+        "late_reads": summary["late_reads"],
     }
 
 
@@ -521,6 +547,9 @@ def run_in_process(kind: str, **spec: Any) -> dict[str, Any]:
 
 def cell_main(spec: dict[str, Any]) -> None:
     kind = spec.pop("kind")
+    # The client process (and the worker processes it starts, which inherit it) at the
+    # real-time class below the server's: the CPU before any other process's.
+    priority = _raise_priority(os.getpid(), spec.pop("client_priority", "normal"), 1)
     waited = run_queue_seconds([os.getpid()])
     wall = time.monotonic()
     if kind == "accuracy":
@@ -533,6 +562,7 @@ def cell_main(spec: dict[str, Any]) -> None:
         result = asyncio.run(_openai_loop(**spec))
     # The share of the cell's wall time this client was runnable but had no CPU.
     result["client_wait"] = (run_queue_seconds([os.getpid()]) - waited) / (time.monotonic() - wall)
+    result["client_priority"] = priority
     print(json.dumps(result))
 
 
@@ -547,6 +577,40 @@ def _signed(value: float | None, width: int) -> str:
     return f"{'-':>{width}}" if value is None else f"{value:>+{width}.2f}"
 
 
+def _marked(late: dict[str, Any] | None) -> str:
+    """The statistics the load generator marked as too high (its ``late_reads``)."""
+    if not late:
+        return "-"
+    lists = [
+        f"{metric.upper()} {','.join(late['affected'][metric])}"
+        for metric in ("ttft", "itl")
+        if late["affected"][metric]
+    ]
+    return "; ".join(lists) or "-"
+
+
+def _print_behind(cells: list[dict[str, Any]]) -> None:
+    print("\nFalling behind (the load generator's event-loop lag from the warm-up's end, ms)")
+    print(f"{'C':>6} {'I':>5} {'workers':>7} {'lag p50':>8} {'lag p99':>8} {'lag max':>8} "
+          f"{'0 gaps':>7}  marked too high (by up to one I)")  # fmt: skip
+    for cell in cells:
+        lag = cell.get("loop_lag_ms") or {}
+        shared = cell.get("shared_read_fraction")
+        print(
+            f"{cell['streams']:>6} {cell['token_interval_ms']:>5g} {cell['workers']:>7} "
+            + " ".join(
+                f"{'-':>8}" if lag.get(key) is None else f"{lag[key]:>8.1f}"
+                for key in ("p50", "p99", "max")
+            )
+            + f" {'-' if shared is None else format(shared, '.2%'):>7}  "
+            + _marked(cell.get("late_reads"))
+        )
+    print(
+        "(0 gaps: the share of token gaps that were 0, two tokens in one read; the load\n"
+        " generator marks the statistics those reach when its loop was late by an interval)"
+    )
+
+
 def print_report(results: dict[str, Any]) -> None:
     print("\nAccuracy (pacing D, I in ms, N tokens per request; errors in ms)")
     header = (
@@ -557,13 +621,16 @@ def print_report(results: dict[str, Any]) -> None:
     print(header)
     for cell in results["accuracy"]:
         client = sum(cell["client_cpu_fraction"])
+        # The workers' own run-queue wait (the cell's process only starts them).
+        waits = [w for w in cell.get("client_cpu_wait_fraction") or [] if w is not None]
+        client_wait = sum(waits) if waits else cell.get("client_wait", 0.0)
         print(
             f"{cell['streams']:>6} {cell['first_token_ms']:>5g} {cell['token_interval_ms']:>5g} "
             f"{cell['tokens']:>3} {cell['completed']:>7,} "
             f"{cell['failed']:>5} {cell['ttft_p50_err_ms']:>+9.2f} "
             f"{cell['ttft_p99_err_ms']:>+9.2f} "
             f"{cell['itl_p50_err_ms']:>+8.2f} {cell['itl_p99_err_ms']:>+8.2f} "
-            f"{client:>6.2f} {cell.get('client_wait', 0.0):>5.2f} {cell['server_cores']:>6.2f} "
+            f"{client:>6.2f} {client_wait:>5.2f} {cell['server_cores']:>6.2f} "
             f"{cell.get('server_wait', 0.0):>5.2f} "
             f"{'client-bound' if cell['client_bound'] else 'ok':>12}  {_ok(cell['pass'])}"
         )
@@ -572,6 +639,7 @@ def print_report(results: dict[str, Any]) -> None:
         " /proc/PID/schedstat, a machine too busy for the cell; the server's over the whole\n"
         " cell, warm-up included)"
     )
+    _print_behind(results["accuracy"])
     if any("server" in cell for cell in results["accuracy"]):
         print("\nWhat the server did (its record of its paced writes, from the warm-up's end; ms)")
         print(
@@ -640,9 +708,17 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
     )
     if args.accuracy_streams is not None:
         cells = tuple(cell for cell in ACCURACY_CELLS if cell[0] in args.accuracy_streams)
+    if args.accuracy_cells is not None:
+        # Any streams and interval, with the cells' D and N.
+        cells = tuple(
+            (streams, FIRST_TOKEN_MS, interval, ACCURACY_TOKENS)
+            for streams, interval in sorted(args.accuracy_cells)
+        )
     duration = 4.0 if args.quick else args.duration
     accuracy = []
-    server = Server(args.server_procs, bench=False, priority=args.server_priority)
+    # A real-time client runs below the server (SCHED_RR 1 and 2).
+    level = 2 if args.client_priority == "realtime" else 1
+    server = Server(args.server_procs, bench=False, priority=args.server_priority, level=level)
     server_priority = server.priority
     try:
         for streams, first_ms, interval_ms, tokens in cells:
@@ -653,6 +729,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                 "accuracy", origin=server.origin, streams=streams, duration=duration,
                 workers=args.workers, first_token_ms=first_ms, token_interval_ms=interval_ms,
                 tokens=tokens, server_procs=len(server.procs),
+                client_priority=args.client_priority,
             )  # fmt: skip
             cell["server_cpu_s"] = server.cpu_seconds() - cpu
             cell["server_cores"] = cell["server_cpu_s"] / (time.monotonic() - wall)
@@ -673,16 +750,22 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                 else all(abs(v) <= TARGET_P50_MS for v in versus)
                 and all(abs(v) <= TARGET_P99_MS for v in tails)
             )
+            accuracy.append(cell)
+            print(f"accuracy C={streams} I={interval_ms:g}: {cell}", flush=True)
+            # The probe (one httpx2 pool, timed when its reads return) is already late by
+            # hundreds of ms at 1,000 tokens a second: past that it measures nothing new.
+            if args.no_probe or streams * 1000 / interval_ms > PROBE_MAX_TOKENS_PER_S:
+                continue
             probe = run_in_process(
                 "probe", origin=server.origin, streams=streams, duration=duration,
                 first_token_ms=first_ms, token_interval_ms=interval_ms, tokens=tokens,
+                client_priority=args.client_priority,
             )  # fmt: skip
             cell["probe"] = probe
             for key in ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99"):
                 theirs = probe[f"{key}_err_ms"]
                 cell[f"added_{key}_ms"] = None if theirs is None else cell[f"{key}_err_ms"] - theirs
-            accuracy.append(cell)
-            print(f"accuracy C={streams}: {cell}", flush=True)
+            print(f"probe C={streams} I={interval_ms:g}: {probe}", flush=True)
     finally:
         server.close()
     tokens = 500 if args.quick else args.tokens
@@ -690,7 +773,8 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
     throughput: list[dict[str, Any]] = []
     server = Server(args.server_procs, bench=True)
     try:
-        for kind in ("ours", "openai") if args.accuracy_streams is None else ():
+        selected = args.accuracy_streams is not None or args.accuracy_cells is not None
+        for kind in ("ours", "openai") if not selected else ():
             cell = run_in_process(
                 kind, origin=server.origin, streams=streams, tokens=tokens, duration=duration
             )
@@ -719,6 +803,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
         "method": __doc__,
         "server_procs": args.server_procs,
         "server_priority": server_priority,
+        "client_priority": args.client_priority,
         "duration_s": duration,
         "accuracy": accuracy,
         "throughput_streams": streams,
@@ -742,10 +827,28 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="the accuracy cells' server processes' CPU priority (see the method)",
     )
     parser.add_argument(
+        "--client-priority",
+        choices=("normal", "realtime"),
+        default="normal",
+        help="the accuracy cells' client processes' CPU priority: realtime runs them "
+        "(SCHED_RR 1) below the server (then SCHED_RR 2) and before every other process, "
+        "as on a machine with nothing else running",
+    )
+    parser.add_argument(
         "--accuracy-streams",
         type=lambda text: {int(part) for part in text.split(",")},
         help="run only these accuracy cells (e.g. 1000), and no throughput cells",
     )
+    parser.add_argument(
+        "--accuracy-cells",
+        type=lambda text: {
+            (int(c), float(i)) for c, i in (part.split(":") for part in text.split(","))
+        },
+        help="run only these accuracy cells, as C:I (streams, token interval ms, with "
+        "D = 250 ms and 16 tokens; e.g. 1000:200, the 5,000 tokens per second cell), and "
+        "no throughput cells",
+    )
+    parser.add_argument("--no-probe", action="store_true", help="skip the raw probe")
     parser.add_argument("--streams", type=int, default=200, help="throughput concurrency")
     parser.add_argument("--tokens", type=int, default=2000, help="events per throughput stream")
     parser.add_argument("--_cell", help=argparse.SUPPRESS)
