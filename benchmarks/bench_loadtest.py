@@ -271,6 +271,38 @@ def _server_side(
     return out
 
 
+class CollectorLog:
+    """The garbage collections in this process while open: passes and milliseconds per
+    generation (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.passes = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            generation = info["generation"]
+            self.passes[generation] += 1
+            self.seconds[generation] += time.perf_counter() - self._started
+
+    def __enter__(self) -> CollectorLog:
+        import gc
+
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import gc
+
+        gc.callbacks.remove(self._callback)
+
+    def summary(self) -> dict[str, list[float] | list[int]]:
+        return {"passes": self.passes, "ms": [round(s * 1000, 1) for s in self.seconds]}
+
+
 def accuracy_cell(
     origin: str,
     streams: int,
@@ -280,8 +312,14 @@ def accuracy_cell(
     token_interval_ms: float = TOKEN_INTERVAL_MS,
     tokens: int = ACCURACY_TOKENS,
     server_procs: int = 1,
+    young_threshold: int | None = None,
 ) -> dict[str, Any]:
     import threading
+
+    from trio_sampler.loadtest import _runner
+
+    if young_threshold is not None:  # the stage's young collections as they were
+        _runner.STAGE_YOUNG_THRESHOLD = young_threshold
 
     from trio_sampler.loadtest import Concurrency, Fixed, Limits, LoadTest, SyntheticWorkload, run
 
@@ -302,8 +340,10 @@ def accuracy_cell(
         test.limits.warmup_s, _server_pacing, (origin, server_procs), {"method": "DELETE"}
     )
     clear.start()
+    collector = CollectorLog()
     try:
-        [stage] = run(test).stages
+        with collector:
+            [stage] = run(test).stages
     finally:
         clear.cancel()
     server = _server_side(_server_pacing(origin, server_procs), first_token_ms, token_interval_ms)
@@ -343,6 +383,9 @@ def accuracy_cell(
         },
         "shared_read_fraction": summary["itl_shared_read_fraction"],
         "late_reads": summary["late_reads"],
+        # This process's collections (one worker: the stage's own; with more, the
+        # workers' are theirs and not counted here).
+        "client_gc": collector.summary(),
     }
 
 
@@ -589,10 +632,16 @@ def _marked(late: dict[str, Any] | None) -> str:
     return "; ".join(lists) or "-"
 
 
+def _collections(log: dict[str, Any] | None, workers: int) -> str:
+    if not log or workers != 1:
+        return f"{'-':>5} {'-':>6}"
+    return f"{sum(log['passes']):>5} {sum(log['ms']):>6.0f}"
+
+
 def _print_behind(cells: list[dict[str, Any]]) -> None:
     print("\nFalling behind (the load generator's event-loop lag from the warm-up's end, ms)")
     print(f"{'C':>6} {'I':>5} {'workers':>7} {'lag p50':>8} {'lag p99':>8} {'lag max':>8} "
-          f"{'0 gaps':>7}  marked too high (by up to one I)")  # fmt: skip
+          f"{'0 gaps':>7} {'GC n':>5} {'GC ms':>6}  marked too high (by up to one I)")  # fmt: skip
     for cell in cells:
         lag = cell.get("loop_lag_ms") or {}
         shared = cell.get("shared_read_fraction")
@@ -602,12 +651,15 @@ def _print_behind(cells: list[dict[str, Any]]) -> None:
                 f"{'-':>8}" if lag.get(key) is None else f"{lag[key]:>8.1f}"
                 for key in ("p50", "p99", "max")
             )
-            + f" {'-' if shared is None else format(shared, '.2%'):>7}  "
+            + f" {'-' if shared is None else format(shared, '.2%'):>7} "
+            + _collections(cell.get("client_gc"), cell["workers"])
+            + "  "
             + _marked(cell.get("late_reads"))
         )
     print(
         "(0 gaps: the share of token gaps that were 0, two tokens in one read; the load\n"
-        " generator marks the statistics those reach when its loop was late by an interval)"
+        " generator marks the statistics those reach when its loop was late by an interval;\n"
+        " GC: the client's collections during the run, one worker only)"
     )
 
 
@@ -729,7 +781,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                 "accuracy", origin=server.origin, streams=streams, duration=duration,
                 workers=args.workers, first_token_ms=first_ms, token_interval_ms=interval_ms,
                 tokens=tokens, server_procs=len(server.procs),
-                client_priority=args.client_priority,
+                client_priority=args.client_priority, young_threshold=args.young_threshold,
             )  # fmt: skip
             cell["server_cpu_s"] = server.cpu_seconds() - cpu
             cell["server_cores"] = cell["server_cpu_s"] / (time.monotonic() - wall)
@@ -833,6 +885,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="the accuracy cells' client processes' CPU priority: realtime runs them "
         "(SCHED_RR 1) below the server (then SCHED_RR 2) and before every other process, "
         "as on a machine with nothing else running",
+    )
+    parser.add_argument(
+        "--young-threshold",
+        type=int,
+        help="the load generator's young-collection threshold during a stage (default: "
+        "its own, 100,000; 700 is the interpreter's, as before it was raised)",
     )
     parser.add_argument(
         "--accuracy-streams",
