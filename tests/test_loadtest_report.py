@@ -28,7 +28,7 @@ from trio_sampler.loadtest import (
     Uniform,
 )
 from trio_sampler.loadtest._display import live_table, pair_stages, summary_table
-from trio_sampler.loadtest._late import late_reads
+from trio_sampler.loadtest._late import late_reads, late_words
 from trio_sampler.loadtest._report import render_report
 from trio_sampler.loadtest._run import build_result
 from trio_sampler.loadtest._words import limits_words, slo_words, workload_words
@@ -274,8 +274,9 @@ def _late_stage(lag_ms: int) -> StageStats:
     return stats
 
 
-def _late_result(lag_ms: int) -> LoadTestResult:
-    test = LoadTest(CONFIG, [Concurrency(1000)], SyntheticWorkload(Fixed(64), Fixed(16)))
+def _late_result(lag_ms: int, ramp_s: float = 0.0) -> LoadTestResult:
+    stage = Concurrency(1000, ramp_s=ramp_s)
+    test = LoadTest(CONFIG, [stage], SyntheticWorkload(Fixed(64), Fixed(16)))
     return build_result(test, [_late_stage(lag_ms)])
 
 
@@ -303,6 +304,9 @@ def test_a_client_that_fell_behind_marks_the_percentiles_it_made_too_high() -> N
     assert "*" not in next(line for line in text.splitlines() if " E2E " in line)
     assert "the client fell behind: its event loop was up to 380.2 ms late" in words
     assert "(TTFT p99, max; ITL p99, max) may be up to one interval (200.1 ms) too high" in words
+    # Started together (no ramp), the streams stay in step: the remedy is said.
+    assert late["streams_started_together"] is True
+    assert "start them over about one request's duration (--ramp)" in words
     # The HTML report too, and the document keeps it.
     page = render_report([("run", result)])
     assert "<td>450.0*</td>" in page and "<td>250.1</td>" in page
@@ -318,3 +322,11 @@ def test_a_client_that_kept_up_marks_nothing() -> None:
     assert stage.summary["late_reads"] is None
     text = _render(summary_table(_late_result(lag_ms=120)), 80)
     assert "*" not in text and "fell behind" not in text
+
+
+def test_streams_spread_by_a_ramp_are_not_told_to_ramp() -> None:
+    [stage] = _late_result(lag_ms=380, ramp_s=3.25).stages
+    late = stage.summary["late_reads"]
+    assert late["streams_started_together"] is False
+    assert "--ramp" not in late_words(stage.summary)
+    assert late_words(stage.summary).endswith("use more workers, or fewer streams")

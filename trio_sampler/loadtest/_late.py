@@ -44,6 +44,7 @@ def late_reads(
     itl_shared: float | None,
     ttft_shared: float | None,
     floor_ms: float = 0.0,
+    started_together: bool = False,
 ) -> dict[str, Any] | None:
     """How far the client's reads fell behind and what it did to the numbers; ``None``
     when it kept up (its loop never late by a whole token interval, or no read carried
@@ -53,7 +54,8 @@ def late_reads(
     lateness, ``itl_shared`` the share of token gaps that were 0 (two events in one read)
     and ``ttft_shared`` the share of requests whose first two output events came in one
     read. A loop late by less than ``floor_ms`` (the client's lag bound) kept up whatever
-    the interval."""
+    the interval. ``started_together``: a closed loop whose streams all started at once
+    (no ramp), which keeps them in step."""
     if interval_ms is None or lag_max_ms is None:
         return None
     if lag_max_ms < max(interval_ms, floor_ms) or lag_max_ms <= 0:
@@ -71,6 +73,7 @@ def late_reads(
         # Each may be high by up to one interval (and the ITL's low tail that much low).
         "too_high_by_up_to_ms": interval_ms,
         "affected": {"ttft": _affected(ttft), "itl": _affected(itl)},
+        "streams_started_together": started_together,
     }
 
 
@@ -102,6 +105,14 @@ def late_words(summary: Mapping[str, Any]) -> str:
         f"{late['ttft_shared_fraction']:.1%} of the first tokens came in one read with the "
         "next token, stamped with its arrival; the statistics marked "
         f"{MARK} ({'; '.join(lists) or 'none'}) may be up to one interval "
-        f"({late['too_high_by_up_to_ms']:,.1f} ms) too high: use more workers, or fewer "
-        "streams"
+        f"({late['too_high_by_up_to_ms']:,.1f} ms) too high: "
+        + (_IN_STEP if late.get("streams_started_together") else "")
+        + "use more workers, or fewer streams"
     )
+
+
+#: The remedy for streams started together, which measured the most of the lateness.
+_IN_STEP = (
+    "the streams started together (no ramp) and stay in step, their tokens arriving in "
+    "bursts: start them over about one request's duration (--ramp), "
+)

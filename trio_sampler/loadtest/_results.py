@@ -47,7 +47,10 @@ def shared_reads(stats: StageStats) -> float | None:
 
 
 def _late_reads(
-    stats: StageStats, loop_lag: Mapping[str, Any], lag_bound_ms: float
+    stats: StageStats,
+    loop_lag: Mapping[str, Any],
+    lag_bound_ms: float,
+    load: Mapping[str, Any],
 ) -> dict[str, Any] | None:
     """How far the stage's reads fell behind the tokens (see :mod:`._late`)."""
     itl = stats.histograms["itl"].summary(0.001)
@@ -59,6 +62,7 @@ def _late_reads(
         itl_shared=shared_reads(stats),
         ttft_shared=stats.shared_first_reads / ttft_count if ttft_count else None,
         floor_ms=lag_bound_ms,
+        started_together=load.get("kind") == "concurrency" and not load.get("ramp_s"),
     )
 
 
@@ -111,7 +115,7 @@ def summarize_stage(
     send_p99 = send_lag.get("p99")
     if isinstance(send_p99, float) and send_p99 >= lag_bound_ms:
         reasons.append(f"arrivals sent late, p99 {send_p99:.1f} ms (bound: {lag_bound_ms:g} ms)")
-    late = _late_reads(stats, loop_lag, lag_bound_ms)
+    late = _late_reads(stats, loop_lag, lag_bound_ms, load)
     if late is not None:
         reasons.append(
             f"reads late by up to {late['late_by_max_ms']:.1f} ms, more than the token "
