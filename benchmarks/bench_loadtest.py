@@ -313,6 +313,7 @@ def accuracy_cell(
     tokens: int = ACCURACY_TOKENS,
     server_procs: int = 1,
     young_threshold: int | None = None,
+    ramp_s: float | None = None,
 ) -> dict[str, Any]:
     import threading
 
@@ -330,7 +331,7 @@ def accuracy_cell(
         # The streams start spread over one request's duration (started together they
         # would stay in step, every token of a round arriving in one burst), and the
         # warm-up covers the ramp and one more round: every stream's connection is open.
-        [Concurrency(streams, ramp_s=request_s)],
+        [Concurrency(streams, ramp_s=request_s if ramp_s is None else ramp_s)],
         SyntheticWorkload(Fixed(64), Fixed(tokens)),
         Limits(duration_s=duration, warmup_s=request_s * 2.5, drain_timeout_s=120),
         workers=min(workers, streams),
@@ -782,6 +783,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                 workers=args.workers, first_token_ms=first_ms, token_interval_ms=interval_ms,
                 tokens=tokens, server_procs=len(server.procs),
                 client_priority=args.client_priority, young_threshold=args.young_threshold,
+                ramp_s=args.ramp,
             )  # fmt: skip
             cell["server_cpu_s"] = server.cpu_seconds() - cpu
             cell["server_cores"] = cell["server_cpu_s"] / (time.monotonic() - wall)
@@ -885,6 +887,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="the accuracy cells' client processes' CPU priority: realtime runs them "
         "(SCHED_RR 1) below the server (then SCHED_RR 2) and before every other process, "
         "as on a machine with nothing else running",
+    )
+    parser.add_argument(
+        "--ramp",
+        type=float,
+        help="the accuracy cells' ramp in seconds (default: one request's duration; 0 "
+        "starts every stream at once, as trio-sampler loadtest does without --ramp)",
     )
     parser.add_argument(
         "--young-threshold",
