@@ -189,3 +189,30 @@ async def test_fail_if_exits_1_with_a_one_line_reason(emulator: EmulatorFixture)
     [line] = [line for line in result.stderr.splitlines() if "fail" in line]
     assert line.startswith("trio-sampler loadtest: failed: C=1: ttft.p50 ")
     assert line.endswith(" ms (ttft.p50>1ms)")
+
+
+@pytest.mark.parametrize(
+    ("given", "installed", "transport"),
+    [
+        ([], True, "httptools"),
+        ([], False, "direct"),
+        (["--http-transport", "direct"], True, "direct"),
+        (["--http-transport", "httpx"], True, "httpx"),
+    ],
+)
+def test_the_samplers_run_on_httptools_where_installed_unless_told(
+    given: list[str], installed: bool, transport: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    from trio_sampler.cli import build_parser
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: real(name, *a) if installed or name != "httptools" else None,
+    )
+    argv = ["loadtest", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", *given]
+    test = _loadtest._build(build_parser().parse_args(argv))
+    assert test.config.http_transport == transport
