@@ -206,10 +206,11 @@ def _request_s(first_token_ms: float, token_interval_ms: float, tokens: int) -> 
     return (first_token_ms + (tokens - 1) * token_interval_ms) / 1000
 
 
-def _config(origin: str, script: str) -> Any:
+def _config(origin: str, script: str, http_transport: str = "direct") -> Any:
     from trio_sampler import SamplerConfig, Timeouts
 
     return SamplerConfig(
+        http_transport=http_transport,
         base_url=origin + "/v1",
         model=MODEL,
         api_key="bench-key",
@@ -314,6 +315,7 @@ def accuracy_cell(
     server_procs: int = 1,
     young_threshold: int | None = None,
     ramp_s: float | None = None,
+    http_transport: str = "direct",
 ) -> dict[str, Any]:
     import threading
 
@@ -327,7 +329,7 @@ def accuracy_cell(
     script = _paced_script(first_token_ms, token_interval_ms)
     request_s = _request_s(first_token_ms, token_interval_ms, tokens)
     test = LoadTest(
-        _config(origin, script),
+        _config(origin, script, http_transport),
         # The streams start spread over one request's duration (started together they
         # would stay in step, every token of a round arriving in one burst), and the
         # warm-up covers the ramp and one more round: every stream's connection is open.
@@ -783,7 +785,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                 workers=args.workers, first_token_ms=first_ms, token_interval_ms=interval_ms,
                 tokens=tokens, server_procs=len(server.procs),
                 client_priority=args.client_priority, young_threshold=args.young_threshold,
-                ramp_s=args.ramp,
+                ramp_s=args.ramp, http_transport=args.http_transport,
             )  # fmt: skip
             cell["server_cpu_s"] = server.cpu_seconds() - cpu
             cell["server_cores"] = cell["server_cpu_s"] / (time.monotonic() - wall)
@@ -858,6 +860,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
         "server_procs": args.server_procs,
         "server_priority": server_priority,
         "client_priority": args.client_priority,
+        "http_transport": args.http_transport,
         "duration_s": duration,
         "accuracy": accuracy,
         "throughput_streams": streams,
@@ -887,6 +890,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="the accuracy cells' client processes' CPU priority: realtime runs them "
         "(SCHED_RR 1) below the server (then SCHED_RR 2) and before every other process, "
         "as on a machine with nothing else running",
+    )
+    parser.add_argument(
+        "--http-transport",
+        choices=("direct", "httpx", "httptools"),
+        default="direct",
+        help="the load generator's HTTP transport in the accuracy cells",
     )
     parser.add_argument(
         "--ramp",
