@@ -273,12 +273,13 @@ def _server_side(
 
 
 class CollectorLog:
-    """The garbage collections in this process while open: passes and milliseconds per
-    generation (``gc.callbacks``)."""
+    """The garbage collections in this process while open: passes, milliseconds and
+    objects collected per generation (``gc.callbacks``)."""
 
     def __init__(self) -> None:
         self.passes = [0, 0, 0]
         self.seconds = [0.0, 0.0, 0.0]
+        self.collected = [0, 0, 0]
         self._started = 0.0
 
     def _callback(self, phase: str, info: dict[str, int]) -> None:
@@ -288,6 +289,7 @@ class CollectorLog:
             generation = info["generation"]
             self.passes[generation] += 1
             self.seconds[generation] += time.perf_counter() - self._started
+            self.collected[generation] += info["collected"]
 
     def __enter__(self) -> CollectorLog:
         import gc
@@ -301,7 +303,11 @@ class CollectorLog:
         gc.callbacks.remove(self._callback)
 
     def summary(self) -> dict[str, list[float] | list[int]]:
-        return {"passes": self.passes, "ms": [round(s * 1000, 1) for s in self.seconds]}
+        return {
+            "passes": self.passes,
+            "ms": [round(s * 1000, 1) for s in self.seconds],
+            "collected": self.collected,
+        }
 
 
 def accuracy_cell(

@@ -493,12 +493,13 @@ def _no_full_collections() -> Iterator[None]:
     The young generations are collected only once :data:`STAGE_YOUNG_THRESHOLD` container
     objects were allocated and not freed since the last pass (the interpreter's 700 is
     reached by every few hundred reads' churn). At 1,000 streams and 5,000 tokens a second
-    the interpreter's thresholds made 1,220 young and 111 middle passes in a 20-second
-    stage, 2.2 s of the client's 14 s of CPU, and not one of them found garbage: every
-    object a read or a request makes is freed by reference counting. With this threshold
-    the count is reached only while the heap really grows (the streams' connections
-    opening during the ramp): 2 passes, 0.09 s (``benchmarks/bench_loadtest.py``, the
-    5,000 tokens per second cell; ``docs/benchmarks.md``). Cyclic garbage made during the
+    the interpreter's thresholds made 1,645 to 1,719 young and 149 to 156 middle passes
+    in the 23-second cell, 3.5 to 3.9 s of the client's CPU, and they collected nothing
+    the 12 passes of this threshold did not (149 objects in all): what a read or a
+    request makes is freed by reference counting. With this threshold the count is
+    reached only while the heap really grows (the streams' connections opening during
+    the ramp): 12 passes, 0.18 s (``benchmarks/bench_loadtest.py --accuracy-cells
+    1000:200 --young-threshold 700``; ``docs/benchmarks.md``). Cyclic garbage made during the
     stage waits for the next pass or the stage's end: a bounded amount of memory.
     """
     young, middle, old = gc.get_threshold()
