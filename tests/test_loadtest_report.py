@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -235,6 +236,21 @@ def test_late_reads_mark_the_percentiles_their_share_reaches(
     if late is not None:
         assert late["late_by_max_ms"] == lag_max_ms
         assert late["too_high_by_up_to_ms"] == 200.0
+
+
+def test_a_loop_held_just_short_of_an_interval_by_the_probe_is_late() -> None:
+    # The probe sleeps 10 ms at a time: a loop held from just after one sleep began
+    # shows 10 ms less lag than the reads waited.
+    def late(resolution_ms: float) -> dict[str, Any] | None:
+        return late_reads(
+            interval_ms=200.0, lag_p99_ms=150.0, lag_max_ms=191.0, itl_shared=0.001,
+            ttft_shared=0.0, floor_ms=10.0, resolution_ms=resolution_ms,
+        )  # fmt: skip
+
+    assert late(0.0) is None
+    marked = late(10.0)
+    assert marked is not None and marked["affected"] == {"ttft": [], "itl": ["max"]}
+    assert marked["probe_resolution_ms"] == 10.0
 
 
 def test_tokens_sent_together_are_not_late_reads() -> None:

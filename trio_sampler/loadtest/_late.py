@@ -11,12 +11,11 @@ values as there were such reads: a percentile whose share of values above it is 
 than the share of such reads is one of those values.
 
 A stage is marked when the event loop was late by at least the token interval (the lag
-probe's maximum against the ITL median; and by at least the client's lag bound, so that
-tokens sent together, an interval of about 0, mark nothing) and some reads did carry two
-output events; the marked statistics are those that share reaches. Two events in one
-read with a loop that kept up are the server's (it sent them together) and are not
-marked: they are what arrived.
-"""
+probe's maximum, plus the probe's period, against the ITL median; and by at least the
+client's lag bound, so that tokens sent together, an interval of about 0, mark nothing)
+and some reads did carry two output events; the marked statistics are those that share
+reaches. Two events in one read with a loop that kept up are the server's (it sent them
+together) and are not marked: they are what arrived."""
 
 from __future__ import annotations
 
@@ -45,6 +44,7 @@ def late_reads(
     ttft_shared: float | None,
     floor_ms: float = 0.0,
     started_together: bool = False,
+    resolution_ms: float = 0.0,
 ) -> dict[str, Any] | None:
     """How far the client's reads fell behind and what it did to the numbers; ``None``
     when it kept up (its loop never late by a whole token interval, or no read carried
@@ -55,10 +55,12 @@ def late_reads(
     and ``ttft_shared`` the share of requests whose first two output events came in one
     read. A loop late by less than ``floor_ms`` (the client's lag bound) kept up whatever
     the interval. ``started_together``: a closed loop whose streams all started at once
-    (no ramp), which keeps them in step."""
-    if interval_ms is None or lag_max_ms is None:
+    (no ramp), which keeps them in step. ``resolution_ms``: the lag probe's period, by
+    which a read can have waited longer than the lag it measured (a loop held from just
+    after the probe's sleep began)."""
+    if interval_ms is None or lag_max_ms is None or lag_max_ms <= 0:
         return None
-    if lag_max_ms < max(interval_ms, floor_ms) or lag_max_ms <= 0:
+    if lag_max_ms < floor_ms or lag_max_ms + resolution_ms < interval_ms:
         return None
     itl = itl_shared or 0.0
     ttft = ttft_shared or 0.0
@@ -66,6 +68,7 @@ def late_reads(
         return None
     return {
         "late_by_max_ms": lag_max_ms,
+        "probe_resolution_ms": resolution_ms,
         "late_by_p99_ms": lag_p99_ms,
         "interval_ms": interval_ms,
         "itl_shared_fraction": itl,

@@ -17,7 +17,7 @@ import attrs
 import orjson
 
 from ._late import late_reads
-from ._stats import HISTOGRAMS, LatencyHistogram, StageStats
+from ._stats import HISTOGRAMS, LAG_PROBE_INTERVAL, LatencyHistogram, StageStats
 
 __all__ = ["SCHEMA", "LoadTestResult", "StageResult", "summarize_stage"]
 
@@ -62,6 +62,7 @@ def _late_reads(
         itl_shared=shared_reads(stats),
         ttft_shared=stats.shared_first_reads / ttft_count if ttft_count else None,
         floor_ms=lag_bound_ms,
+        resolution_ms=LAG_PROBE_INTERVAL * 1000,
         started_together=load.get("kind") == "concurrency" and not load.get("ramp_s"),
     )
 

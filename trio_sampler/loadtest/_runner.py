@@ -49,13 +49,11 @@ from ..types import (
     ToolCallDelta,
 )
 from ._plan import LOADGEN_STREAM_BYTES, Concurrency, Limits, Load, LoadTest, Rate
-from ._stats import SLO, StageStats, quantize
+from ._stats import LAG_PROBE_INTERVAL, SLO, StageStats, quantize
 from ._workload import WorkItem
 
 __all__ = ["Progress", "StageRunner", "load_test_config", "run_stages"]
 
-#: How often the event-loop lag probe wakes (seconds).
-LAG_PROBE_INTERVAL = 0.01
 #: Streams per sampler. Each sampler has its own connection pool, and ``httpcore2``'s pool
 #: walks every connection it holds each time a request is sent and each time a response
 #: is closed; with 1,000 connections in one pool that walk was a fifth of the client's CPU

@@ -28,6 +28,10 @@ __all__ = [
     "quantize",
 ]
 
+#: How often the event-loop lag probe wakes (seconds): a loop held for ``B`` seconds shows
+#: a lag between ``B - LAG_PROBE_INTERVAL`` and ``B``.
+LAG_PROBE_INTERVAL = 0.01
+
 #: The histograms of a stage, by name, with the unit of their integer values (each is
 #: reported divided by 1,000: times in ms, rates in tokens/s).
 HISTOGRAMS = {
