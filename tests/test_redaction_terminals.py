@@ -38,6 +38,7 @@ from trio_sampler.types import (
     Completed,
     ConversationResponse,
     Failed,
+    LedgerEntry,
     OutputError,
     OutputErrorKind,
     RateLimitBudget,
@@ -289,6 +290,22 @@ def test_a_clean_terminal_is_returned_as_it_is() -> None:
     assert R.event(failed) is failed
     cancelled = Cancelled("req_1", "cancelled by the caller", response, RequestMetrics())
     assert R.event(cancelled) is cancelled
+
+
+def test_the_ledger_loses_the_credential_a_provider_request_id_echoes() -> None:
+    """Each ledger line's provider request id is scrubbed; lines that held nothing are
+    kept as they were, and metrics that held nothing are returned as they are."""
+    clean = LedgerEntry(1, AttemptOutcome.FAILED, "m", None, None, provider_request_id="req_01")
+    echoed = attrs.evolve(clean, attempt=2, provider_request_id=f"req {KEY}")
+    metrics = RequestMetrics(ledger=(clean, echoed, attrs.evolve(clean, attempt=3)))
+    scrubbed = R.metrics(metrics)
+    assert scrubbed is not None
+    assert scrubbed.ledger[0] is clean and scrubbed.ledger[2] is metrics.ledger[2]
+    assert scrubbed.ledger[1].provider_request_id == "req [REDACTED api_key …eG5s]"
+    # Nothing else of the line changed.
+    assert attrs.evolve(scrubbed.ledger[1], provider_request_id=f"req {KEY}") == echoed
+    kept = RequestMetrics(ledger=(clean, attrs.evolve(clean, provider_request_id=None)))
+    assert R.metrics(kept) is kept
 
 
 # -- the cheap tests agree with the patterns ----------------------------------------------

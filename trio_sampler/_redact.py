@@ -39,6 +39,7 @@ import binascii
 import functools
 import json
 import logging
+import operator
 import re
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
@@ -53,6 +54,7 @@ from .types import (
     ConversationResponse,
     Failed,
     ImagesStripped,
+    LedgerEntry,
     ModelMetadata,
     RequestMetrics,
     Retrying,
@@ -523,15 +525,21 @@ class Redactor:
             skipped = tuple((route, self.text(r)) for route, r in metrics.skipped_routes)
             if skipped != metrics.skipped_routes:
                 changes["skipped_routes"] = skipped
-        ledger = tuple(
-            _evolve(entry, provider_request_id=self.identifier(entry.provider_request_id))
-            if entry.provider_request_id is not None
-            else entry
-            for entry in metrics.ledger
-        )
-        if any(new is not old for new, old in zip(ledger, metrics.ledger, strict=True)):
+        ledger = tuple(map(self._ledger_entry, metrics.ledger))
+        if any(map(operator.is_not, ledger, metrics.ledger)):
             changes["ledger"] = ledger
         return attrs.evolve(metrics, **changes) if changes else metrics
+
+    def _ledger_entry(self, entry: LedgerEntry) -> LedgerEntry:
+        """``entry`` with its provider's request id scrubbed (itself when that changed
+        nothing: what every request's terminal has, so no other object is made)."""
+        request_id = entry.provider_request_id
+        if request_id is None:
+            return entry
+        scrubbed = self.identifier(request_id)
+        if _same(scrubbed, request_id):
+            return entry
+        return attrs.evolve(entry, provider_request_id=scrubbed)
 
     def event(self, event: _Event) -> _Event:
         """``event`` with every string that did not come from the model scrubbed."""

@@ -258,15 +258,16 @@ class ChatCompletionsTransform(StreamTransform):
         prefix, suffix = self._plain_prefix, self._plain_suffix
         assert prefix is not None
         # Bytes, or an item ``bytes.startswith`` refuses (a named event, a whole one).
-        raw = cast("list[bytes]", items)
-        at = range(position, len(raw))
+        # The items from ``position`` on are looked at in a copy of that part of the list
+        # (its references alone): indexing the list instead cost two more calls an item.
+        rest = cast("list[bytes]", items[position:])
         try:
             alike = takewhile(
                 bool,
                 map(
                     operator.and_,
-                    map(bytes.startswith, map(raw.__getitem__, at), repeat(prefix)),
-                    map(bytes.endswith, map(raw.__getitem__, at), repeat(suffix)),
+                    map(bytes.startswith, rest, repeat(prefix)),
+                    map(bytes.endswith, rest, repeat(suffix)),
                 ),
             )
             run = len(list(alike))
@@ -276,7 +277,7 @@ class ChatCompletionsTransform(StreamTransform):
             return 0
         middle = operator.itemgetter(slice(len(prefix), -len(suffix) or None))
         try:
-            contents = list(map(orjson.loads, map(middle, raw[position : position + run])))
+            contents = list(map(orjson.loads, map(middle, rest[:run])))
         except orjson.JSONDecodeError:
             return -1
         if set(map(type, contents)) != _STR:
