@@ -109,6 +109,9 @@ class _Counted:
         self._transport.seam_calls["end_received"] += 1
         return self._body.end_received(downloaded)
 
+    def socket_reads(self) -> None:
+        return None  # the reads are counted through ``chunks``
+
     def read_failure(self, exc: BaseException) -> SamplingClientError:
         return self._body.read_failure(exc)
 

@@ -24,6 +24,7 @@ from trio_sampler._http._direct import (
     TO_POOL_STREAM,
     _ConnectionTrace,
     own_pool,
+    socket_reads,
     to_own_pool,
     use_own_backend,
 )
@@ -177,3 +178,54 @@ async def test_a_failed_write_is_traced_with_its_exception() -> None:
     failed = [(event, info) for event, info in seen if event.endswith(".failed")]
     assert failed and failed[0][0] == "http11.send_request_body.failed", seen
     assert isinstance(failed[0][1].get("exception"), refused)
+
+
+async def test_socket_reads_read_a_body_through_h11_and_give_its_connection_back() -> None:
+    """From a pool response's stream, ``_stream`` and ``_connection`` reach httpcore2's
+    HTTP/1.1 connection, whose ``_network_stream`` is our connection: the direct body's
+    reads without a coroutine (``socket_reads``) take h11's events from it, a read of
+    the socket when h11 needs data, and the end of the message; closing the response then
+    gives the connection back to the pool (the next request reuses it)."""
+    sent_rest = trio.Event()
+    may_send = trio.Event()
+
+    async def paced(stream: trio.SocketStream) -> None:
+        while await read_request(stream) is not None:
+            head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            await stream.send_all(head + b"transfer-encoding: chunked\r\n\r\n")
+            await may_send.wait()
+            await stream.send_all(b"%x\r\n%s\r\n0\r\n\r\n" % (len(BODY), BODY))
+            sent_rest.set()
+
+    async with serve(paced) as port, httpx2.AsyncClient() as client:
+        pool = own_pool(client)
+        assert pool is not None and use_own_backend(pool, stamped=False)
+        request = httpcore2.Request(
+            b"POST",
+            f"http://127.0.0.1:{port}/v1",
+            headers=[(b"Host", b"x"), (b"Content-Length", b"2")],
+            content=b"{}",
+        )
+        core = await pool.handle_async_request(request)
+        connection = _walk(core.stream, POOL_TO_H11[:2])
+        assert type(getattr(connection, "_network_stream", None)) is _Connection, (
+            "httpcore2's HTTP/1.1 connection no longer keeps its network stream in _network_stream"
+        )
+        reads = socket_reads(core.stream)
+        assert reads is not None
+        assert reads.take(False) == b""  # nothing parsed: wait for the socket
+        may_send.set()
+        await sent_rest.wait()
+        chunks: list[bytes | None] = []
+        while not chunks or chunks[-1] is not None:
+            chunk = reads.take(False)
+            while chunk == b"":
+                await trio.lowlevel.wait_readable(reads.fileno)
+                chunk = reads.take(True)
+            chunks.append(chunk)
+        assert chunks == [BODY, None]
+        await core.aclose()
+        assert [c.is_idle() for c in pool.connections] == [True]
+        again = await pool.handle_async_request(request)
+        assert await again.aread() == BODY
+        assert len(pool.connections) == 1  # the same connection, reused

@@ -39,7 +39,7 @@ from test_http_resend_rule import (
 from trio_sampler._http import DirectTransport, HttpxTransport
 from trio_sampler._http._httptools import HttptoolsTransport, _Connection
 from trio_sampler.actor import open_sampler
-from trio_sampler.client import SamplingClient, SamplingClientError
+from trio_sampler.client import ResponseStream, SamplingClient, SamplingClientError
 from trio_sampler.config import RetryPolicy, SamplerConfig, Timeouts
 from trio_sampler.types import (
     ApiBackend,
@@ -247,3 +247,46 @@ async def test_tls_with_the_system_ca_store_keep_alive_and_receive_stamps(
             await transport.aclose()
     assert body == SSE
     assert connections == 1  # the second request went on the kept connection
+
+
+async def _take_all(stream: ResponseStream) -> list[bytes | None]:
+    """A body read as the actor's loop reads it over socket reads."""
+    taken: list[bytes | None] = []
+    while not taken or taken[-1] is not None:
+        chunk = stream.take(False)
+        while chunk == b"":
+            await trio.lowlevel.wait_readable(stream.fileno)
+            chunk = stream.take(True)
+        taken.append(chunk)
+    return taken
+
+
+@pytest.mark.parametrize("transport", ["httptools", "direct"])
+@pytest.mark.parametrize("stamped", [False, True], ids=["plain", "stamped"])
+async def test_socket_reads_take_a_body_to_its_end_and_keep_its_connection(
+    transport: str, stamped: bool
+) -> None:
+    """Over plain TCP a response offers reads without a coroutine (``socket_reads``):
+    ``take`` gives the body, then ``None`` at its end; the response then ends as after
+    ``async for`` (the connection is reused), and stamped reads say when bytes arrived.
+    A compressed body is read with ``async for`` only."""
+    response = chunked(*SSE.split(b"\n\n")[:1], b"\n\n", SSE[SSE.index(b"data: [D") :])
+    gzipped = response.replace(b"\r\n\r\n", b"\r\ncontent-encoding: gzip\r\n\r\n", 1)
+    with trio.fail_after(30):
+        async with answering(response) as origin, answering(gzipped) as compressed:
+            config = config_for(origin, http_transport=transport, receive_timestamps=stamped)
+            wire = build_request(config.backend, REQUEST, config.build_options())
+            async with SamplingClient(config) as client:
+                for _ in range(2):
+                    async with client.open_stream(wire) as stream:
+                        assert stream.socket_reads() is stream
+                        taken = await _take_all(stream)
+                        assert (stream.received_at is not None) is stamped
+                        with pytest.raises(StopAsyncIteration):
+                            await stream.__anext__()
+                        assert stream.end_received()
+                    assert b"".join(c for c in taken if c) == SSE and taken[-1] is None
+                other = config.evolve(base_url=compressed.base_url)
+                async with client.open_stream(wire, config=other) as stream:
+                    assert stream.socket_reads() is None
+    assert origin.connections == 1 and origin.posts == 2

@@ -40,7 +40,13 @@ import trio
 
 from ._receive_time import StampedSocketStream
 
-__all__ = ["HOLD_MAX_BYTES", "JOIN_MAX_BYTES", "TrioNetworkBackend", "is_stamped"]
+__all__ = [
+    "HOLD_MAX_BYTES",
+    "JOIN_MAX_BYTES",
+    "TrioNetworkBackend",
+    "is_stamped",
+    "socket_for_reads",
+]
 
 #: The largest write held back to go out with the next one (a request's head is far
 #: smaller; a larger piece, and whatever is held before it, is sent as it comes).
@@ -207,6 +213,19 @@ def is_stamped(network_stream: object) -> bool:
     """Whether ``network_stream`` (a response's ``network_stream`` extension) times its
     reads: a connection of a :class:`TrioNetworkBackend` with ``stamped`` on."""
     return type(network_stream) is _Connection and network_stream.stamped
+
+
+def socket_for_reads(network_stream: object) -> StampedSocketStream | None:
+    """The socket stream under ``network_stream`` (a connection of a
+    :class:`TrioNetworkBackend`) that a reader may read from itself (``read_now``, as the
+    connection's ``read`` reads); ``None`` for anything else, a TLS connection (its reads
+    go through ``trio.SSLStream``) or one holding a write back (sent by its next read)."""
+    if type(network_stream) is not _Connection or network_stream._held:
+        return None
+    stream = network_stream._stream
+    if type(stream) is not StampedSocketStream or not stream.reads_now:
+        return None
+    return stream
 
 
 class TrioNetworkBackend(httpcore2.TrioBackend):

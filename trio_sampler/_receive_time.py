@@ -198,6 +198,39 @@ class StampedSocketStream(trio.abc.HalfCloseableStream):
             LAST_RECEIVED.set(at)
         return data
 
+    @property
+    def reads_now(self) -> bool:
+        """Whether :meth:`read_now` reads as :meth:`receive_some` does (a stamped read
+        needs the standard-library socket under trio's)."""
+        return not self._stamped or self._raw is not None
+
+    def read_now(self, max_bytes: int = _DEFAULT_RECEIVE_SIZE) -> bytes | None:
+        """One read of a socket found readable, without waiting: what
+        :meth:`receive_some` reads once ``trio.lowlevel.wait_readable`` returned (its
+        errors and its stamp too); ``None``: nothing to read after all (a spurious wake:
+        wait again). For a reader that waits itself
+        (:class:`~trio_sampler._http.SocketReads`), with no coroutine per read."""
+        fd = self.socket.fileno()
+        if fd < 0:
+            raise trio.ClosedResourceError("this socket was already closed")
+        raw = self._raw
+        try:
+            if self._plain_reads:
+                return os.read(fd, max_bytes)
+            if self._stamped and raw is not None:
+                data, ancillary, _, _ = raw.recvmsg(max_bytes, _ANCILLARY_SPACE)
+                at = _arrival(ancillary)
+            else:
+                data, at = os.read(fd, max_bytes), trio.current_time()
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            _raise_stream_error(exc)
+        if data:
+            self.received_at = at
+            LAST_RECEIVED.set(at)
+        return data
+
     async def _stamped_read(self, max_bytes: int) -> tuple[float, bytes]:
         """When the bytes arrived, and the bytes: one ``recvmsg`` once the socket is
         readable, as a plain read (trio's ``recvmsg`` tried first and failed with one

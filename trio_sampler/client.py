@@ -42,7 +42,15 @@ import httpx2
 import trio
 
 from ._by_identity import ByIdentity
-from ._http import Body, DirectTransport, HttpRequest, HttpxTransport, PreparedHeaders, Transport
+from ._http import (
+    Body,
+    DirectTransport,
+    HttpRequest,
+    HttpxTransport,
+    PreparedHeaders,
+    SocketReads,
+    Transport,
+)
 from ._http._base import SamplingClientError, timeout_error
 from ._http._direct import STALE_CONNECTION_RESENDS
 from ._http._httpx import CLOSE_TIMEOUT
@@ -115,6 +123,11 @@ class _BodyDecoder:
             )
 
     @property
+    def inflating(self) -> bool:
+        """The body is compressed (gzip or deflate)."""
+        return self._zlib is not None
+
+    @property
     def pending(self) -> bool:
         """Compressed input is left from the last call: call :meth:`feed` with ``b""``
         before feeding the next chunk."""
@@ -173,7 +186,18 @@ class ResponseStream:
     :meth:`SamplingClient.open_stream` block exits.
     """
 
-    __slots__ = ("_body", "_closed", "_decoder", "_downloaded", "_ended", "_raw", "detached")
+    __slots__ = (
+        "_body",
+        "_closed",
+        "_decoder",
+        "_downloaded",
+        "_end_taken",
+        "_ended",
+        "_raw",
+        "_reads",
+        "detached",
+        "fileno",
+    )
 
     def __init__(self, body: Body, max_bytes: int) -> None:
         self._body = body
@@ -186,6 +210,11 @@ class ResponseStream:
         self._closed = False
         #: Taken out of its ``open_stream`` block (:meth:`detach`): the block leaves it open.
         self.detached = False
+        self._reads: SocketReads | None = None
+        #: :meth:`take` read the body's end (the next ``__anext__`` closes and stops).
+        self._end_taken = False
+        #: The socket :meth:`take` reads (``-1``: none, see :meth:`socket_reads`).
+        self.fileno = -1
 
     @property
     def status(self) -> int:
@@ -235,8 +264,43 @@ class ResponseStream:
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self
 
+    def socket_reads(self) -> SocketReads | None:
+        """The body's reads without a coroutine per read, for a reader that waits itself
+        (:class:`~trio_sampler._http.SocketReads`: wait until :attr:`fileno` is readable,
+        then :meth:`take`), where the transport offers them and the body needs no
+        inflating; ``None``: read with ``async for``. Ask before the first read. The
+        reads are bounded by the reader's own deadline, never by the socket read timeout
+        (``Timeouts.read`` is no shorter than the actor's read timers)."""
+        if self._raw is not None or self._decoder.inflating:
+            return None
+        reads = self._body.socket_reads()
+        if reads is not None:
+            self._reads, self.fileno = reads, reads.fileno
+            return self
+        return None
+
+    def take(self, ready: bool) -> bytes | None:
+        """A read without waiting (:meth:`socket_reads`): body bytes, ``b""`` (none yet:
+        wait for :attr:`fileno`, then ``take(True)``), or ``None``: none this way (the
+        body's end: the next ``__anext__`` closes the response and stops)."""
+        reads = self._reads
+        if reads is None:
+            return None
+        chunk = reads.take(ready)
+        if chunk is None:
+            self._reads, self._end_taken = None, True
+            return None
+        if chunk:
+            self._downloaded += len(chunk)
+            return self._decoder.feed(chunk)
+        return chunk
+
     async def __anext__(self) -> bytes:
         body = self._body
+        if self._end_taken:
+            self._end_taken, self._ended, self._closed = False, True, True
+            await body.aclose()
+            raise StopAsyncIteration
         if self._raw is None:
             if self._ended:
                 raise StopAsyncIteration

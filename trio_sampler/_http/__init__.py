@@ -7,7 +7,14 @@ pools, the fast path), ``HttpxTransport`` (``httpx2.AsyncClient``'s public API) 
 
 from __future__ import annotations
 
-from ._base import Body, HttpRequest, PreparedHeaders, SamplingClientError, Transport
+from ._base import (
+    Body,
+    HttpRequest,
+    PreparedHeaders,
+    SamplingClientError,
+    SocketReads,
+    Transport,
+)
 from ._direct import DirectTransport
 from ._httpx import HttpxTransport, classify_transport_error
 from ._memory import MemoryResponse, MemoryTransport
@@ -21,6 +28,7 @@ __all__ = [
     "MemoryTransport",
     "PreparedHeaders",
     "SamplingClientError",
+    "SocketReads",
     "Transport",
     "classify_transport_error",
 ]

@@ -35,6 +35,7 @@ __all__ = [
     "HttpRequest",
     "PreparedHeaders",
     "SamplingClientError",
+    "SocketReads",
     "Transport",
     "timeout_error",
 ]
@@ -162,10 +163,47 @@ class Body(Protocol):
         arrived already. ``False`` is always a correct answer."""
         ...
 
+    def socket_reads(self) -> SocketReads | None:
+        """The body's reads as its reader makes them itself (see :class:`SocketReads`);
+        ``None`` (always a correct answer): read :meth:`chunks`. Asked before the first
+        read, once."""
+        ...
+
     async def aclose(self) -> None:
         """Close the response (and its connection, if the body is unfinished); give the
         connection back if it ended. Idempotent. Local work (a socket close, an h2
         ``RST_STREAM``): the caller shields and bounds it when it must."""
+        ...
+
+
+class SocketReads(Protocol):
+    """A body's reads with no coroutine of their own: the reader waits until
+    :attr:`fileno` is readable (``trio.lowlevel.wait_readable``) and :meth:`take` reads.
+
+    Why: a read awaited through the transport's layers (an async generator, the
+    connection's ``read``, the socket stream's ``receive_some``) keeps a coroutine per
+    layer alive across the wait for the next token, new each read; with hundreds of
+    streams waiting, the garbage collector's young generations are mostly those frames,
+    walked again at every pass. Here a waiting read is trio's wait alone. Its state is
+    the object's, not a suspended frame's, so a read the reader's cancel scope stopped
+    can be made again (or continued through :meth:`Body.chunks`: both read the same
+    parser's state).
+
+    A transport offers it only where it reads the socket itself (plain HTTP/1.1, no TLS)
+    and the read needs no time bound of its own."""
+
+    @property
+    def fileno(self) -> int:
+        """The socket to wait on."""
+        ...
+
+    def take(self, ready: bool) -> bytes | None:
+        """The next body bytes: a chunk, or ``b""`` when there is none without waiting
+        (wait for :attr:`fileno`, then ``take(True)``); ``None``: the body's end was read
+        (the connection is given back when the body is closed). ``ready``: the socket was
+        found readable, and one read of it is made if nothing is parsed already (a
+        ``take(False)`` makes no system call). Failures raise
+        :class:`SamplingClientError`."""
         ...
 
 

@@ -35,6 +35,9 @@ private state                               used for
 ``PoolByteStream._stream``,                 (h11's public ``trailing_data`` at the end)
 ``HTTP11ConnectionByteStream._connection``,
 ``AsyncHTTP11Connection._h11_state``
+``AsyncHTTP11Connection._network_stream``,  a body's reads without a coroutine
+``AsyncHTTP11Connection._h11_state``        (:func:`socket_reads`): our socket under
+                                            the connection, h11 fed from it
 ==========================================  ==============================================
 
 This is the only module of the library that touches them.
@@ -57,14 +60,28 @@ from types import AsyncGeneratorType
 from typing import Any, cast
 
 import attrs
+import h11
 import httpcore2
 import httpx2
 import trio
 
-from .._network import TrioNetworkBackend, is_stamped
-from .._receive_time import LAST_RECEIVED, LAST_SENT, NothingWritten, hold_kernel_timestamps
+from .._network import TrioNetworkBackend, is_stamped, socket_for_reads
+from .._receive_time import (
+    LAST_RECEIVED,
+    LAST_SENT,
+    NothingWritten,
+    StampedSocketStream,
+    hold_kernel_timestamps,
+)
 from ..config import SamplerConfig
-from ._base import Body, HttpRequest, PreparedHeaders, SamplingClientError, timeout_error
+from ._base import (
+    Body,
+    HttpRequest,
+    PreparedHeaders,
+    SamplingClientError,
+    SocketReads,
+    timeout_error,
+)
 from ._httpx import (
     CLOSE_TIMEOUT,
     HttpxBody,
@@ -165,6 +182,84 @@ def end_received(stream: object, fields: Mapping[str, str], downloaded: int) -> 
     if length is not None:
         return unparsed[0] == b"" and length.isdigit() and int(length) == downloaded
     return unparsed[0] == _CHUNKED_END and "chunked" in fields.get("transfer-encoding", "")
+
+
+# -- reads without a coroutine ----------------------------------------------------------------
+
+#: From httpcore2's HTTP/1.1 connection to its network stream (ours, or no answer).
+_CONNECTION_TO_SOCKET = "_network_stream"
+
+
+def socket_reads(stream: object) -> SocketReads | None:
+    """The reads of a direct response's body (``stream``: httpcore2's pool stream) made
+    without a coroutine (:class:`_H11Reads`), where its connection is HTTP/1.1 over one
+    of our plain sockets (:class:`~trio_sampler._network.TrioNetworkBackend`) and h11 is
+    reading its body; anything else answers ``None`` (its reads go through httpcore2)."""
+    node = stream
+    for attribute, class_name in POOL_TO_H11[:2]:
+        node = getattr(node, attribute, None)
+        if type(node).__name__ != class_name:
+            return None
+    state = getattr(node, POOL_TO_H11[2][0], None)
+    network = getattr(node, _CONNECTION_TO_SOCKET, None)
+    if type(state) is not h11.Connection or state.their_state is not h11.SEND_BODY:
+        return None
+    socket_stream = socket_for_reads(network)
+    return None if socket_stream is None else _H11Reads(state, socket_stream)
+
+
+class _H11Reads:
+    """A direct body's reads (:class:`SocketReads`) as httpcore2 makes them
+    (``AsyncHTTP11Connection._receive_response_body``): h11's events, a read of the socket
+    fed to h11 whenever it needs data; a data event is a chunk, the end of the message (or
+    h11's pause) the body's end, and failures are httpcore2's, classified.
+
+    The body's end is taken here, so httpcore2's own body iterator is never started;
+    closing the response (``_DirectBody.aclose``) then finds h11 done on both sides and
+    gives the connection back to its pool, as after httpcore2's own reads. What it buys:
+    a waiting read is trio's wait alone, where httpcore2's is nine coroutines and async
+    generators (the response stream's, three of httpcore2's, the connection's read, the
+    socket stream's, trio's) made each read and alive across the wait: see
+    ``docs/benchmarks.md``."""
+
+    __slots__ = ("_h11", "_socket", "fileno")
+
+    def __init__(self, state: h11.Connection, socket_stream: StampedSocketStream) -> None:
+        self._h11 = state
+        self._socket = socket_stream
+        self.fileno = socket_stream.socket.fileno()
+
+    def take(self, ready: bool) -> bytes | None:
+        state = self._h11
+        while True:
+            try:
+                event = state.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise _classified(httpcore2.RemoteProtocolError(exc), exc) from None
+            kind = type(event)
+            if kind is h11.Data:
+                return bytes(event.data)  # type: ignore[union-attr]
+            if kind is h11.EndOfMessage or event is h11.PAUSED:
+                return None
+            if event is not h11.NEED_DATA:  # another event: read on, as httpcore2 does
+                continue
+            if not ready:
+                return b""
+            ready = False  # one read a take
+            try:
+                data = self._socket.read_now(httpcore2.AsyncHTTP11Connection.READ_NUM_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise _classified(httpcore2.ReadError(exc), exc) from None
+            if data is None:  # a spurious wake
+                return b""
+            state.receive_data(data)
+
+
+def _classified(failure: Exception, cause: BaseException) -> SamplingClientError:
+    """``failure`` (httpcore2's, raised from ``cause`` as httpcore2 raises it),
+    classified as a failed read of httpcore2's is (``_DirectBody.read_failure``)."""
+    failure.__cause__ = cause
+    return SamplingClientError(classify_transport_error(failure))
 
 
 # -- the pools ------------------------------------------------------------------------------
@@ -350,6 +445,9 @@ class _DirectBody:
         return self._ended_at is not None or end_received(
             self._core.stream, self.header_fields, downloaded
         )
+
+    def socket_reads(self) -> SocketReads | None:
+        return socket_reads(self._core.stream) if self.http_version == "HTTP/1.1" else None
 
     def ended(self) -> None:
         self._ended_at = trio.current_time()

@@ -56,7 +56,7 @@ from .._receive_time import (
 )
 from ..config import SamplerConfig
 from ..types import SamplingErrorInfo, SamplingErrorKind
-from ._base import Body, HttpRequest, SamplingClientError, timeout_error
+from ._base import Body, HttpRequest, SamplingClientError, SocketReads, timeout_error
 from ._direct import STALE_CONNECTION_RESENDS, header_fields
 from ._httpx import CLOSE_TIMEOUT, classify_transport_error
 
@@ -291,6 +291,49 @@ class _HttptoolsBody:
                 parser.feed_data(data)
             except httptools.HttpParserError as exc:
                 self._parse_error(exc)
+
+    def socket_reads(self) -> SocketReads | None:
+        """The body's reads without a coroutine (:class:`SocketReads`), over a plain
+        connection (TLS reads go through ``trio.SSLStream``) whose reads
+        ``read_now`` makes as ``receive_some`` does."""
+        stream = self._connection.stream
+        if type(stream) is not StampedSocketStream or not stream.reads_now:
+            return None
+        return self
+
+    @property
+    def fileno(self) -> int:
+        return self._connection.socket_stream.socket.fileno()
+
+    def take(self, ready: bool) -> bytes | None:
+        """:meth:`_read`'s steps, one read at most (:class:`SocketReads`): the pieces
+        parsed, else the end, else (``ready``) one read fed to llhttp."""
+        message = self._message
+        pieces = message.pieces
+        if ready and not pieces and not message.complete:
+            stream = self._connection.stream
+            assert type(stream) is StampedSocketStream
+            try:
+                data = stream.read_now(_RECEIVE_BYTES)
+            except _BROKEN as exc:
+                raise _failure("the connection failed while reading", exc) from None
+            if data is None:  # a spurious wake
+                return b""
+            if not data:
+                self._end_at_eof()
+            else:
+                try:
+                    self._parser.feed_data(data)
+                except httptools.HttpParserError as exc:
+                    self._parse_error(exc)
+        if pieces:
+            chunk = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            pieces.clear()
+            return chunk
+        if message.complete:
+            self._end(reusable=self._reusable)
+            return None
+        return b""
 
     def _parse_error(self, exc: httptools.HttpParserError) -> None:
         """A body llhttp cannot parse fails; bytes after a whole message (nobody asked

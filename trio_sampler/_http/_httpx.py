@@ -159,6 +159,9 @@ class HttpxBody:
     def end_received(self, downloaded: int) -> bool:
         return self._ended_at is not None
 
+    def socket_reads(self) -> None:
+        return None  # its reads are the library's (or the responder's) own
+
     async def aclose(self) -> None:
         if self._response.is_closed:
             return

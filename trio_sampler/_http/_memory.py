@@ -109,6 +109,9 @@ class MemoryBody:
     def end_received(self, downloaded: int) -> bool:
         return self.ended_at is not None
 
+    def socket_reads(self) -> None:
+        return None  # its reads are the library's (or the responder's) own
+
     async def aclose(self) -> None:
         if self._closed:
             return

@@ -266,6 +266,13 @@ class _Body:
     ) -> None:
         self.stream = stream
         self.chunks: AsyncIterator[bytes] = stream.__aiter__()
+        #: Reads the loop makes itself where the transport offers them: ``take`` a read,
+        #: and while it says ``b""`` wait for ``fileno`` and take again; ``None``: read
+        #: ``chunks`` (the body's end, or no such reads). What it buys: a waiting read is
+        #: trio's wait alone, not a coroutine per transport layer made each read and alive
+        #: until the next token (the collector walked them; ``docs/benchmarks.md``).
+        stream.socket_reads()
+        self.take, self.fileno = stream.take, stream.fileno
         self.transform = transform
         self._decoder = stream_decoder(config.stream_media_type, config.max_sse_event_bytes)
         self._timeouts = config.timeouts
@@ -658,7 +665,12 @@ class Attempts:
         transform = body.transform
         timeouts = config.timeouts
         body.start_timer(timeouts.first_token, headers_at)
-        chunks = body.chunks
+        chunks, take, fileno, wait_readable = (
+            body.chunks,
+            body.take,
+            body.fileno,
+            trio.lowlevel.wait_readable,
+        )
         with body.scope:
             while not transform.finished:
                 if body.pending:
@@ -669,10 +681,15 @@ class Attempts:
                     if body.short:  # the streams the memory stopped have not ended yet
                         await body.room()
                     if due:
-                        try:
-                            read = await chunks.__anext__()
-                        except StopAsyncIteration:
-                            read = None
+                        read = take(False)
+                        while read == b"":  # nothing yet: wait, in the attempt's scope
+                            await wait_readable(fileno)
+                            read = take(True)
+                        if read is None:  # the end, or no socket reads: the iterator's
+                            try:
+                                read = await chunks.__anext__()
+                            except StopAsyncIteration:
+                                read = None
                     else:
                         read = await body.late_read()
                     if body.short:  # stopped during the read: parsed once they ended
