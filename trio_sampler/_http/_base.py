@@ -202,7 +202,8 @@ class SocketReads(Protocol):
         (wait for :attr:`fileno`, then ``take(True)``); ``None``: the body's end was read
         (the connection is given back when the body is closed). ``ready``: the socket was
         found readable, and one read of it is made if nothing is parsed already (a
-        ``take(False)`` makes no system call). Failures raise
+        ``take(False)`` makes no system call); a ``take(True)`` follows the wait a
+        ``b""`` asked for, with no other read of the body between. Failures raise
         :class:`SamplingClientError`."""
         ...
 

@@ -222,15 +222,24 @@ class _H11Reads:
     socket stream's, trio's) made each read and alive across the wait: see
     ``docs/benchmarks.md``."""
 
-    __slots__ = ("_h11", "_socket", "fileno")
+    __slots__ = ("_h11", "_needs_data", "_socket", "fileno")
 
     def __init__(self, state: h11.Connection, socket_stream: StampedSocketStream) -> None:
         self._h11 = state
         self._socket = socket_stream
         self.fileno = socket_stream.socket.fileno()
+        #: The last take answered ``b""`` because h11 needs data: the ``take(True)`` after
+        #: the wait reads at once, without asking h11 again (two of h11's ``next_event``
+        #: a token, as httpcore2's reads make, where asking again made three).
+        self._needs_data = False
 
     def take(self, ready: bool) -> bytes | None:
         state = self._h11
+        needs_data, self._needs_data = self._needs_data, False
+        if needs_data and ready:
+            if not self._receive():
+                return b""
+            ready = False
         while True:
             try:
                 event = state.next_event()
@@ -243,16 +252,22 @@ class _H11Reads:
                 return None
             if event is not h11.NEED_DATA:  # another event: read on, as httpcore2 does
                 continue
-            if not ready:
+            if not ready or not self._receive():  # one read a take
+                self._needs_data = True
                 return b""
-            ready = False  # one read a take
-            try:
-                data = self._socket.read_now(httpcore2.AsyncHTTP11Connection.READ_NUM_BYTES)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                raise _classified(httpcore2.ReadError(exc), exc) from None
-            if data is None:  # a spurious wake
-                return b""
-            state.receive_data(data)
+            ready = False
+
+    def _receive(self) -> bool:
+        """One read of the socket fed to h11; ``False``: nothing to read (a spurious
+        wake)."""
+        try:
+            data = self._socket.read_now(httpcore2.AsyncHTTP11Connection.READ_NUM_BYTES)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise _classified(httpcore2.ReadError(exc), exc) from None
+        if data is None:
+            return False
+        self._h11.receive_data(data)
+        return True
 
 
 def _classified(failure: Exception, cause: BaseException) -> SamplingClientError:

@@ -1,8 +1,10 @@
 """The C-parser transport: HTTP/1.1 over trio's sockets, parsed by ``httptools``.
 
 ``httptools`` wraps llhttp, the C parser of Node.js that uvicorn uses. Per read this
-transport does one ``receive_some`` on the connection and one ``feed_data``: llhttp takes
-the chunked framing apart in C and calls back once per data chunk. There is no h11 state
+transport does one read of the connection and one ``feed_data``: llhttp takes the chunked
+framing apart in C and calls back once per data chunk. Over plain TCP the body offers
+:class:`~trio_sampler._http.SocketReads` (the reader waits on the socket and takes the
+read: no coroutine per read); under TLS it reads through ``trio.SSLStream``. There is no h11 state
 machine, no httpcore2 pool and no cancel scope per read, where the default transport
 spends much of its per-token time (``docs/benchmarks-actor.md``). Opt-in:
 ``SamplerConfig(http_transport="httptools")`` with the ``fast`` extra installed.

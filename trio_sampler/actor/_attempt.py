@@ -703,6 +703,10 @@ class Attempts:
                     break
                 if content and body.pending:
                     await sink.hand_over()
+                # The batch is the consumer's now: not held by this frame across the next
+                # read's wait, where the collector's young passes would walk it and
+                # promote it (at C = 1,000, a list and its events a stream).
+                del events, batch
         await self._after_reads(sink, body, timeouts, metrics, watch)
 
     async def _after_reads(
