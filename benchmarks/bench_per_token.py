@@ -9,7 +9,9 @@ server sends them. Each contender runs in a fresh process of its own: ``C`` stre
 once in a closed loop (a stream's end starts the next), and over a window after a
 warm-up the process's CPU time (user + system), the time in the garbage collector
 (``gc.callbacks``, start to stop) and the text deltas received are read; the table gives
-CPU and collector microseconds per token. Contenders:
+CPU and collector microseconds per token, each contender's CPU over the raw and the
+``httpx2`` floors' (``× raw``, ``× httpx2``) and the SDK's CPU over the contender's
+(``SDK ÷``: how many times less the contender spends than the ``openai`` loop). Contenders:
 
 =================  ====================================================================
 ``raw``            a ``trio.SocketStream`` per stream (kept alive): the request in one
@@ -23,7 +25,10 @@ CPU and collector microseconds per token. Contenders:
 ``loadtest``       the load generator's sampler (``trio_sampler.loadtest``): the default
                    transport with ``receive_timestamps`` on (reads timed by the kernel's
                    stamps), no doom-loop detector, its consumer's per-token work (each
-                   token's arrival and gap kept), and no full collections (as in a stage)
+                   token's arrival and gap kept), and the collector as in a stage
+``openai``         the official ``openai`` SDK: ``AsyncOpenAI.chat.completions.create(
+                   stream=True)`` in ``C`` asyncio tasks, its own ``httpx2`` pool sized
+                   for ``C``, no retries (what an application on the SDK pays)
 =================  ====================================================================
 
     python benchmarks/bench_per_token.py [--cells 100:20:100,1000:200:25] [--tokens 100]
@@ -53,7 +58,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: the checkout's packages first
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-IMPLS = ("raw", "httpx2", "direct", "httpx", "httptools", "loadtest")
+IMPLS = ("raw", "httpx2", "direct", "httpx", "httptools", "loadtest", "openai")
 #: ``open_sampler``'s contenders, by the ``http_transport`` they run on.
 OURS = {"direct": "direct", "httpx": "httpx", "httptools": "httptools", "loadtest": "direct"}
 _HEAD_END = b"\r\n\r\n"
@@ -285,6 +290,77 @@ def _ours_config(impl: str, port: int) -> Any:
     )
 
 
+class Window:
+    """What a contender spent over the measured window: CPU, tokens and the collector's
+    time, from :meth:`open` (after the warm-up) to :meth:`close`."""
+
+    def __init__(self, counter: Counter) -> None:
+        self.counter = counter
+        self.cpu = time.process_time()
+        self.tokens = counter.tokens
+        self.gc_s = counter.gc_s
+        self.collections = counter.collections
+        self.generations = list(counter.by_generation)
+
+    def close(self, window: float) -> dict[str, Any]:
+        counter = self.counter
+        cpu = time.process_time() - self.cpu
+        tokens = counter.tokens - self.tokens
+        return {
+            "tokens": tokens,
+            "tokens_per_s": tokens / window,
+            "cpu_share": cpu / window,
+            "cpu_us_per_token": cpu / tokens * 1e6 if tokens else None,
+            "gc_us_per_token": (counter.gc_s - self.gc_s) / tokens * 1e6 if tokens else None,
+            "gc_collections": counter.collections - self.collections,
+            "gc_collections_by_generation": [
+                n - before
+                for n, before in zip(counter.by_generation, self.generations, strict=True)
+            ],
+            "total_tokens": counter.tokens,
+        }
+
+
+async def _openai_measure(
+    port: int, concurrency: int, warmup: float, window: float
+) -> dict[str, Any]:
+    """The ``openai`` contender, under asyncio (the SDK's own loop)."""
+    import httpx2
+    import openai
+
+    counter = Counter()
+    limits = httpx2.Limits(max_connections=None, max_keepalive_connections=concurrency)
+    client = openai.AsyncOpenAI(
+        base_url=f"http://127.0.0.1:{port}/v1",
+        api_key="bench-key",
+        max_retries=0,
+        timeout=120.0,
+        http_client=openai.DefaultAsyncHttpxClient(limits=limits),
+    )
+
+    async def loop() -> None:
+        messages: Any = [{"role": "user", "content": "hi"}]
+        while True:
+            stream = await client.chat.completions.create(
+                model="paced", messages=messages, stream=True
+            )
+            async for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    counter.tokens += 1
+
+    tasks = [asyncio.create_task(loop()) for _ in range(concurrency)]
+    try:
+        await asyncio.sleep(warmup)
+        spent = Window(counter)
+        await asyncio.sleep(window)
+        return spent.close(window)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await client.close()
+
+
 async def _measure(
     impl: str, port: int, concurrency: int, warmup: float, window: float
 ) -> dict[str, Any]:
@@ -298,28 +374,9 @@ async def _measure(
             for _ in range(concurrency):
                 nursery.start_soon(start)
             await trio.sleep(warmup)
-            cpu, tokens, gc_s, collections = (
-                time.process_time(),
-                counter.tokens,
-                counter.gc_s,
-                counter.collections,
-            )
-            generations = list(counter.by_generation)
+            spent = Window(counter)
             await trio.sleep(window)
-            cpu = time.process_time() - cpu
-            tokens = counter.tokens - tokens
-            result.update(
-                tokens=tokens,
-                tokens_per_s=tokens / window,
-                cpu_share=cpu / window,
-                cpu_us_per_token=cpu / tokens * 1e6 if tokens else None,
-                gc_us_per_token=(counter.gc_s - gc_s) / tokens * 1e6 if tokens else None,
-                gc_collections=counter.collections - collections,
-                gc_collections_by_generation=[
-                    n - before for n, before in zip(counter.by_generation, generations, strict=True)
-                ],
-                total_tokens=counter.tokens,
-            )
+            result.update(spent.close(window))
             nursery.cancel_scope.cancel()
 
     if impl == "raw":
@@ -354,7 +411,11 @@ def client_main(impl: str, port: int, concurrency: int, warmup: float, window: f
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
-    print(json.dumps(trio.run(_measure, impl, port, concurrency, warmup, window)))
+    if impl == "openai":
+        result = asyncio.run(_openai_measure(port, concurrency, warmup, window))
+    else:
+        result = trio.run(_measure, impl, port, concurrency, warmup, window)
+    print(json.dumps(result))
 
 
 # -- the driver ----------------------------------------------------------------------------
@@ -469,12 +530,13 @@ def _fmt(value: float | None, spec: str = ".1f") -> str:
 def render(cells: dict[str, dict[str, Any]]) -> str:
     lines = [
         f"{'cell':<22}{'tokens/s':>10}{'CPU share':>10}{'CPU µs/tok':>11}{'GC µs/tok':>10}"
-        f"{'× raw':>7}{'× httpx2':>9}  load"
+        f"{'× raw':>7}{'× httpx2':>9}{'SDK ÷':>7}  load"
     ]
     for key, row in cells.items():
         load_key = key.split(" ", 1)[1]
         raw = cells.get(f"raw {load_key}", {}).get("cpu_us_per_token")
         floor = cells.get(f"httpx2 {load_key}", {}).get("cpu_us_per_token")
+        sdk = cells.get(f"openai {load_key}", {}).get("cpu_us_per_token")
         cpu = row.get("cpu_us_per_token")
         if "error" in row:
             lines.append(f"{key:<22}  failed: {row['error'][-200:]!r}")
@@ -484,6 +546,7 @@ def render(cells: dict[str, dict[str, Any]]) -> str:
             f"{_fmt(cpu):>11}{_fmt(row['gc_us_per_token']):>10}"
             f"{_fmt(cpu / raw if cpu and raw else None, '.2f'):>7}"
             f"{_fmt(cpu / floor if cpu and floor else None, '.2f'):>9}"
+            f"{_fmt(sdk / cpu if cpu and sdk else None, '.2f'):>7}"
             f"  {row['load_1min'][0]:.1f}→{row['load_1min'][1]:.1f}"
         )
     return "\n".join(lines)
