@@ -631,14 +631,11 @@ def _signed(value: float | None, width: int) -> str:
 
 def _marked(late: dict[str, Any] | None) -> str:
     """The statistics the load generator marked as too high (its ``late_reads``)."""
+    from trio_sampler.loadtest._late import affected_words
+
     if not late:
         return "-"
-    lists = [
-        f"{metric.upper()} {','.join(late['affected'][metric])}"
-        for metric in ("ttft", "itl")
-        if late["affected"][metric]
-    ]
-    return "; ".join(lists) or "-"
+    return "; ".join(affected_words(late, comma=",")) or "-"
 
 
 def _collections(log: dict[str, Any] | None, workers: int) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MARK", "late_reads", "late_words", "marked"]
+__all__ = ["MARK", "affected_words", "late_reads", "late_words", "marked"]
 
 #: The sign after a statistic the late reads make too high, in the tables.
 MARK = "*"
@@ -89,16 +89,21 @@ def marked(summary: Mapping[str, Any], metric: str, statistic: str) -> bool:
     return statistic in late["affected"].get(metric, ())
 
 
+def affected_words(late: Mapping[str, Any], comma: str = ", ") -> list[str]:
+    """The statistics a stage's ``late_reads`` marks, a metric each: ``TTFT p99, max``."""
+    return [
+        f"{metric.upper()} {comma.join(late['affected'][metric])}"
+        for metric in ("ttft", "itl")
+        if late["affected"][metric]
+    ]
+
+
 def late_words(summary: Mapping[str, Any]) -> str:
     """The note under a stage's latencies when its reads fell behind (empty otherwise)."""
     late = summary.get("late_reads")
     if not late:
         return ""
-    lists = [
-        f"{metric.upper()} {', '.join(late['affected'][metric])}"
-        for metric in ("ttft", "itl")
-        if late["affected"][metric]
-    ]
+    lists = affected_words(late)
     p99 = late["late_by_p99_ms"]
     at_p99 = "" if p99 is None else f", p99 {p99:,.1f} ms"
     return (
