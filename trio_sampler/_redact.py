@@ -217,6 +217,10 @@ def scrub_secrets(text: str) -> str:
 
 _MIN_SECRET = 8
 _WINDOW = 12
+#: The window scan probes every ``_STRIDE``-th position for a ``_PROBE``-character piece
+#: of a window (``Redactor._scrub_windows``).
+_STRIDE = 4
+_PROBE = _WINDOW - _STRIDE + 1
 _TAIL_MIN = 16
 #: Server-supplied identifiers (model names, ids, error codes) are cut to this before
 #: scrubbing: none is legitimately longer, and a hostile one must not cost seconds.
@@ -285,6 +289,29 @@ _TOKEN_HEAD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvw
 _TOKEN_CHARS = _TOKEN_HEAD_CHARS | {"="}
 
 
+def _echo(
+    text: str, lowered: str, windows: Mapping[str, object], position: int, done: int, widen: bool
+) -> tuple[int, int]:
+    """Where the echo whose first held window starts at ``position`` begins and ends."""
+    size = len(text)
+    # A run of overlapping windows is one echo of (part of) a credential.
+    end = position + _WINDOW
+    while end < size and lowered[end - _WINDOW + 1 : end + 1] in windows:
+        end += 1
+    while text[position].isspace():  # the space of "Bearer <key>" stays
+        position += 1
+    while text[end - 1].isspace():
+        end -= 1
+    if widen:
+        # The edges of a base64 form also encode what surrounds the credential:
+        # the whole base64 token goes (not over "=", which pads only at the end).
+        while position > done and text[position - 1] in _TOKEN_HEAD_CHARS:
+            position -= 1
+        while end < size and text[end] in _TOKEN_CHARS:
+            end += 1
+    return position, end
+
+
 @final
 class Redactor:
     """Scrubs strings of a fixed set of credentials, then of credential shapes.
@@ -295,7 +322,7 @@ class Redactor:
     shapes. Methods return their argument itself when nothing changed.
     """
 
-    __slots__ = ("_last_model", "_masks", "_short", "_short_forms", "_windows")
+    __slots__ = ("_last_model", "_masks", "_probes", "_short", "_short_forms", "_windows")
 
     def __init__(self, credentials: Iterable[tuple[str, str]] = ()) -> None:
         # 12-character window (case-folded) → (mask, widen to the enclosing base64 token).
@@ -316,6 +343,10 @@ class Redactor:
                     for start in range(len(lowered) - _WINDOW + 1):
                         self._windows.setdefault(lowered[start : start + _WINDOW], (mask, widen))
         self._masks = short
+        # Every ``_PROBE``-character piece of a window, for ``_scrub_windows``.
+        self._probes = frozenset(
+            window[start : start + _PROBE] for window in self._windows for start in range(_STRIDE)
+        )
         self._short = (
             re.compile(
                 "|".join(re.escape(s) for s in sorted(short, key=len, reverse=True)),
@@ -375,35 +406,35 @@ class Redactor:
         return mask
 
     def _scrub_windows(self, text: str, lowered: str | None = None) -> str:
-        windows = self._windows
+        """``text`` with every run of held windows replaced by its mask.
+
+        A held window (``_WINDOW`` characters) starting at ``q`` holds the
+        ``_PROBE``-character piece (a probe) starting at the first multiple of
+        ``_STRIDE`` from ``q`` on. So only every ``_STRIDE``-th position is looked up,
+        for a probe; where one is found, the windows that can hold it (starting up to
+        ``_STRIDE - 1`` before it) are looked up in order, as a scan of every position
+        would: every position skipped is one such a scan would have passed over, and the
+        result is the same (``tests/test_redaction_windows.py``). What it buys, for a
+        38-character server id and a 42-character key (timeit, best of 7): 27 window
+        lookups took 3.1 µs, its 8 probes take 0.9 µs."""
         if lowered is None:
             lowered = _lower_ascii(text)
+        windows, probes = self._windows, self._probes
         size = len(text)
         pieces: list[str] = []
         done = position = 0
-        while position + _WINDOW <= size:
-            hit = windows.get(lowered[position : position + _WINDOW])
-            if hit is None:
-                position += 1
+        for probe in range(0, size - _PROBE + 1, _STRIDE):
+            if lowered[probe : probe + _PROBE] not in probes:
                 continue
-            mask, widen = hit
-            # A run of overlapping windows is one echo of (part of) a credential.
-            end = position + _WINDOW
-            while end < size and lowered[end - _WINDOW + 1 : end + 1] in windows:
-                end += 1
-            while text[position].isspace():  # the space of "Bearer <key>" stays
-                position += 1
-            while text[end - 1].isspace():
-                end -= 1
-            if widen:
-                # The edges of a base64 form also encode what surrounds the credential:
-                # the whole base64 token goes (not over "=", which pads only at the end).
-                while position > done and text[position - 1] in _TOKEN_HEAD_CHARS:
-                    position -= 1
-                while end < size and text[end] in _TOKEN_CHARS:
-                    end += 1
-            pieces += [text[done:position], mask]
-            done = position = end
+            position = max(position, probe - _STRIDE + 1)
+            while position <= probe and position + _WINDOW <= size:
+                hit = windows.get(lowered[position : position + _WINDOW])
+                if hit is None:
+                    position += 1
+                    continue
+                position, end = _echo(text, lowered, windows, position, done, hit[1])
+                pieces += [text[done:position], hit[0]]
+                done = position = end
         if not pieces:
             return text
         pieces.append(text[done:])
