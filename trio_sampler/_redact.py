@@ -186,7 +186,23 @@ def _shape(match: re.Match[str]) -> str:
     return (match.group("scheme") or match.group("param") or match.group("field") or "") + REDACTED
 
 
-_ANCHORS = re.compile("|".join(re.escape(anchor) for anchor in _SHAPE_ANCHORS))
+def _first_letter_tree(literals: Iterable[str]) -> re.Pattern[str]:
+    """A pattern matching any of ``literals``, as one alternative per first character
+    (``s(?:k-|k_|ig|ecret)|x(?:ai-|...)``): at a position the engine tries the ten
+    first characters, not the 25 literals. What it buys: a search of a 38-character
+    server id took 0.77 µs as the flat alternation, 0.50 µs as this (timeit, best of 5)."""
+    rests: dict[str, list[str]] = {}
+    for literal in literals:
+        rests.setdefault(literal[0], []).append(literal[1:])
+    return re.compile(
+        "|".join(
+            re.escape(first) + "(?:" + "|".join(map(re.escape, rest)) + ")"
+            for first, rest in rests.items()
+        )
+    )
+
+
+_ANCHORS = _first_letter_tree(_SHAPE_ANCHORS)
 #: The shortest text ``_SHAPES`` can match (``key=x``; a test checks it against the
 #: pattern's own minimum width).
 _SHAPE_MIN_CHARS: Final = 5
