@@ -338,7 +338,15 @@ class Redactor:
     shapes. Methods return their argument itself when nothing changed.
     """
 
-    __slots__ = ("_last_model", "_masks", "_probes", "_short", "_short_forms", "_windows")
+    __slots__ = (
+        "_clean",
+        "_last_model",
+        "_masks",
+        "_probes",
+        "_short",
+        "_short_forms",
+        "_windows",
+    )
 
     def __init__(self, credentials: Iterable[tuple[str, str]] = ()) -> None:
         # 12-character window (case-folded) → (mask, widen to the enclosing base64 token).
@@ -374,6 +382,17 @@ class Redactor:
         # ASCII forms (credentials are ASCII) can only match ASCII text as its lower-case
         # copy holding them: that test stands in for the pattern on such text.
         self._short_forms = tuple(short) if all(form.isascii() for form in short) else None
+        # Any short form or shape anchor (with the short forms ASCII), for the lower-case
+        # copy of an ASCII text: one search says such a text holds neither (what a
+        # server's id, a model name, a stop reason hold), where the two tests below took
+        # one each. What it buys: a 14-character id's scrub took 17,500 instructions,
+        # now 13,500 (callgrind).
+        forms = self._short_forms
+        self._clean = (
+            None
+            if forms is None
+            else (_first_letter_tree((*_SHAPE_ANCHORS, *forms)) if forms else _ANCHORS)
+        )
         #: The last model name :meth:`response` scrubbed, and what it became.
         self._last_model: tuple[str, str | None] = ("", "")
 
@@ -394,6 +413,9 @@ class Redactor:
             if scrubbed is not text:
                 text = scrubbed
                 lowered = text.lower() if text.isascii() else None
+        clean = self._clean
+        if lowered is not None and clean is not None and clean.search(lowered) is None:
+            return text  # neither a short form nor a shape can match
         if self._short is not None and self._could_hold_short(text, lowered):
             scrubbed = self._short.sub(self._short_mask, text)
             if scrubbed != text:
