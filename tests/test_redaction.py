@@ -212,6 +212,12 @@ def test_events_scrubbed_and_content_untouched() -> None:
         ChannelToken("r", SamplingChannel.TEXT, "hi", 1),
     ]
     assert R.events(clean) is clean
+    # A batch of one event (one token per read; a retry's notice alone), and of tokens.
+    tokens: list[SamplingEvent] = [ChannelToken("r", SamplingChannel.TEXT, KEY, 1)] * 3
+    one = tokens[:1]
+    assert R.events(tokens) is tokens and R.events(one) is one
+    (alone,) = R.events([events[4]])
+    assert isinstance(alone, Retrying) and KEY not in repr(alone)
 
 
 def test_each_response_model_is_scrubbed_whatever_came_before() -> None:

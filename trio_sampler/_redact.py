@@ -50,6 +50,7 @@ import attrs
 from .types import (
     Assistant,
     Cancelled,
+    ChannelToken,
     Completed,
     ConversationResponse,
     Failed,
@@ -186,7 +187,23 @@ def _shape(match: re.Match[str]) -> str:
     return (match.group("scheme") or match.group("param") or match.group("field") or "") + REDACTED
 
 
-_ANCHORS = re.compile("|".join(re.escape(anchor) for anchor in _SHAPE_ANCHORS))
+def _first_letter_tree(literals: Iterable[str]) -> re.Pattern[str]:
+    """A pattern matching any of ``literals``, as one alternative per first character
+    (``s(?:k-|k_|ig|ecret)|x(?:ai-|...)``): at a position the engine tries the ten
+    first characters, not the 25 literals. What it buys: a search of a 38-character
+    server id took 0.77 µs as the flat alternation, 0.50 µs as this (timeit, best of 5)."""
+    rests: dict[str, list[str]] = {}
+    for literal in literals:
+        rests.setdefault(literal[0], []).append(literal[1:])
+    return re.compile(
+        "|".join(
+            re.escape(first) + "(?:" + "|".join(map(re.escape, rest)) + ")"
+            for first, rest in rests.items()
+        )
+    )
+
+
+_ANCHORS = _first_letter_tree(_SHAPE_ANCHORS)
 #: The shortest text ``_SHAPES`` can match (``key=x``; a test checks it against the
 #: pattern's own minimum width).
 _SHAPE_MIN_CHARS: Final = 5
@@ -217,6 +234,10 @@ def scrub_secrets(text: str) -> str:
 
 _MIN_SECRET = 8
 _WINDOW = 12
+#: The window scan probes every ``_STRIDE``-th position for a ``_PROBE``-character piece
+#: of a window (``Redactor._scrub_windows``).
+_STRIDE = 4
+_PROBE = _WINDOW - _STRIDE + 1
 _TAIL_MIN = 16
 #: Server-supplied identifiers (model names, ids, error codes) are cut to this before
 #: scrubbing: none is legitimately longer, and a hostile one must not cost seconds.
@@ -285,6 +306,29 @@ _TOKEN_HEAD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvw
 _TOKEN_CHARS = _TOKEN_HEAD_CHARS | {"="}
 
 
+def _echo(
+    text: str, lowered: str, windows: Mapping[str, object], position: int, done: int, widen: bool
+) -> tuple[int, int]:
+    """Where the echo whose first held window starts at ``position`` begins and ends."""
+    size = len(text)
+    # A run of overlapping windows is one echo of (part of) a credential.
+    end = position + _WINDOW
+    while end < size and lowered[end - _WINDOW + 1 : end + 1] in windows:
+        end += 1
+    while text[position].isspace():  # the space of "Bearer <key>" stays
+        position += 1
+    while text[end - 1].isspace():
+        end -= 1
+    if widen:
+        # The edges of a base64 form also encode what surrounds the credential:
+        # the whole base64 token goes (not over "=", which pads only at the end).
+        while position > done and text[position - 1] in _TOKEN_HEAD_CHARS:
+            position -= 1
+        while end < size and text[end] in _TOKEN_CHARS:
+            end += 1
+    return position, end
+
+
 @final
 class Redactor:
     """Scrubs strings of a fixed set of credentials, then of credential shapes.
@@ -295,7 +339,15 @@ class Redactor:
     shapes. Methods return their argument itself when nothing changed.
     """
 
-    __slots__ = ("_last_model", "_masks", "_short", "_short_forms", "_windows")
+    __slots__ = (
+        "_clean",
+        "_last_model",
+        "_masks",
+        "_probes",
+        "_short",
+        "_short_forms",
+        "_windows",
+    )
 
     def __init__(self, credentials: Iterable[tuple[str, str]] = ()) -> None:
         # 12-character window (case-folded) → (mask, widen to the enclosing base64 token).
@@ -316,6 +368,10 @@ class Redactor:
                     for start in range(len(lowered) - _WINDOW + 1):
                         self._windows.setdefault(lowered[start : start + _WINDOW], (mask, widen))
         self._masks = short
+        # Every ``_PROBE``-character piece of a window, for ``_scrub_windows``.
+        self._probes = frozenset(
+            window[start : start + _PROBE] for window in self._windows for start in range(_STRIDE)
+        )
         self._short = (
             re.compile(
                 "|".join(re.escape(s) for s in sorted(short, key=len, reverse=True)),
@@ -327,6 +383,17 @@ class Redactor:
         # ASCII forms (credentials are ASCII) can only match ASCII text as its lower-case
         # copy holding them: that test stands in for the pattern on such text.
         self._short_forms = tuple(short) if all(form.isascii() for form in short) else None
+        # Any short form or shape anchor (with the short forms ASCII), for the lower-case
+        # copy of an ASCII text: one search says such a text holds neither (what a
+        # server's id, a model name, a stop reason hold), where the two tests below took
+        # one each. What it buys: a 14-character id's scrub took 17,500 instructions,
+        # now 13,500 (callgrind).
+        forms = self._short_forms
+        self._clean = (
+            None
+            if forms is None
+            else (_first_letter_tree((*_SHAPE_ANCHORS, *forms)) if forms else _ANCHORS)
+        )
         #: The last model name :meth:`response` scrubbed, and what it became.
         self._last_model: tuple[str, str | None] = ("", "")
 
@@ -347,6 +414,9 @@ class Redactor:
             if scrubbed is not text:
                 text = scrubbed
                 lowered = text.lower() if text.isascii() else None
+        clean = self._clean
+        if lowered is not None and clean is not None and clean.search(lowered) is None:
+            return text  # neither a short form nor a shape can match
         if self._short is not None and self._could_hold_short(text, lowered):
             scrubbed = self._short.sub(self._short_mask, text)
             if scrubbed != text:
@@ -375,35 +445,35 @@ class Redactor:
         return mask
 
     def _scrub_windows(self, text: str, lowered: str | None = None) -> str:
-        windows = self._windows
+        """``text`` with every run of held windows replaced by its mask.
+
+        A held window (``_WINDOW`` characters) starting at ``q`` holds the
+        ``_PROBE``-character piece (a probe) starting at the first multiple of
+        ``_STRIDE`` from ``q`` on. So only every ``_STRIDE``-th position is looked up,
+        for a probe; where one is found, the windows that can hold it (starting up to
+        ``_STRIDE - 1`` before it) are looked up in order, as a scan of every position
+        would: every position skipped is one such a scan would have passed over, and the
+        result is the same (``tests/test_redaction_windows.py``). What it buys, for a
+        38-character server id and a 42-character key (timeit, best of 7): 27 window
+        lookups took 3.1 µs, its 8 probes take 0.9 µs."""
         if lowered is None:
             lowered = _lower_ascii(text)
+        windows, probes = self._windows, self._probes
         size = len(text)
         pieces: list[str] = []
         done = position = 0
-        while position + _WINDOW <= size:
-            hit = windows.get(lowered[position : position + _WINDOW])
-            if hit is None:
-                position += 1
+        for probe in range(0, size - _PROBE + 1, _STRIDE):
+            if lowered[probe : probe + _PROBE] not in probes:
                 continue
-            mask, widen = hit
-            # A run of overlapping windows is one echo of (part of) a credential.
-            end = position + _WINDOW
-            while end < size and lowered[end - _WINDOW + 1 : end + 1] in windows:
-                end += 1
-            while text[position].isspace():  # the space of "Bearer <key>" stays
-                position += 1
-            while text[end - 1].isspace():
-                end -= 1
-            if widen:
-                # The edges of a base64 form also encode what surrounds the credential:
-                # the whole base64 token goes (not over "=", which pads only at the end).
-                while position > done and text[position - 1] in _TOKEN_HEAD_CHARS:
-                    position -= 1
-                while end < size and text[end] in _TOKEN_CHARS:
-                    end += 1
-            pieces += [text[done:position], mask]
-            done = position = end
+            position = max(position, probe - _STRIDE + 1)
+            while position <= probe and position + _WINDOW <= size:
+                hit = windows.get(lowered[position : position + _WINDOW])
+                if hit is None:
+                    position += 1
+                    continue
+                position, end = _echo(text, lowered, windows, position, done, hit[1])
+                pieces += [text[done:position], hit[0]]
+                done = position = end
         if not pieces:
             return text
         pieces.append(text[done:])
@@ -548,9 +618,16 @@ class Redactor:
 
     def events(self, batch: list[SamplingEvent]) -> list[SamplingEvent]:
         """:meth:`event` over a batch (content events pass at the cost of a lookup)."""
-        if _EVENT_SCRUBBERS.keys().isdisjoint(map(type, batch)):  # the usual batch: tokens
-            return batch
-        return [self.event(event) for event in batch]
+        if len(batch) > 1:
+            # The usual batch is text tokens alone: counted among the batch's types, in
+            # C, before the types are looked up. What it buys: a batch of 200 tokens
+            # took 62,100 instructions, now 37,500 (callgrind).
+            kinds = list(map(type, batch))
+            tokens = kinds.count(ChannelToken)
+            plain = tokens == len(kinds) or _EVENT_SCRUBBERS.keys().isdisjoint(kinds)
+        else:  # one token per read: one lookup
+            plain = not batch or type(batch[0]) not in _EVENT_SCRUBBERS
+        return batch if plain else [self.event(event) for event in batch]
 
 
 def _changed(instance: Any, **candidates: Any) -> dict[str, Any]:
