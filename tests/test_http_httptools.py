@@ -290,3 +290,47 @@ async def test_socket_reads_take_a_body_to_its_end_and_keep_its_connection(
                 async with client.open_stream(wire, config=other) as stream:
                     assert stream.socket_reads() is None
     assert origin.connections == 1 and origin.posts == 2
+
+
+@pytest.mark.parametrize("transport", ["httptools", "direct"])
+async def test_the_idle_timer_restarts_at_each_token_past_the_first_token_timer(
+    transport: str,
+) -> None:
+    """Tokens 50 ms apart under a 0.4 s idle timer run on past the first-token timer
+    (0.5 s) and past each deadline the reads' scope kept from earlier tokens (the scope's
+    deadline lags the timer's: ``_Body``), and the silence after the last token fails
+    as an idle timeout about 0.4 s after it, with every token in the partial."""
+    tokens = 24
+    sent_last: list[float] = []
+
+    async def drip(stream: trio.SocketStream) -> None:
+        while await read_request(stream) is not None:
+            head = (
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                b"transfer-encoding: chunked\r\n\r\n"
+            )
+            await stream.send_all(head)
+            for _ in range(tokens):
+                event = (
+                    b'data: {"id":"c","object":"chat.completion.chunk","model":"m",'
+                    b'"choices":[{"index":0,"delta":{"content":"t"}}]}\n\n'
+                )
+                await stream.send_all(b"%x\r\n%s\r\n" % (len(event), event))
+                sent_last[:] = [trio.current_time()]
+                await trio.sleep(0.05)
+            await trio.sleep_forever()
+
+    timeouts = Timeouts(first_token=0.5, idle=0.4)
+    async with serve(drip) as port:
+        origin = Origin(port=port)
+        config = config_for(
+            origin, http_transport=transport, timeouts=timeouts, retry=RetryPolicy(max_retries=0)
+        )
+        with trio.fail_after(30):
+            (events,) = await collect(config, 1)
+            ended = trio.current_time()
+    end = events[-1]
+    assert isinstance(end, Failed), events
+    assert end.error.error_code == "idle_timeout"
+    assert end.partial is not None and end.partial.text == "t" * tokens
+    assert 0.35 <= ended - sent_last[0] < 1.5

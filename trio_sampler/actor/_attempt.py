@@ -134,6 +134,11 @@ class AttemptSink(Protocol):
         """Whether :meth:`emit` may wait for the consumer (no credit left for it)."""
 
     @property
+    def emit_is_quick(self) -> bool:
+        """Whether :meth:`emit`, with credit left, hands the batch on with no schedule
+        point at all (the attempt's read deadline may lag through it: ``_Body``)."""
+
+    @property
     def partials(self) -> PartialOutputs | None:
         """The request's tool arguments and structured answer as parsed so far (``None``
         for a request with neither): their values grow with what the server sends, and
@@ -252,7 +257,18 @@ class _Body:
     Behind :meth:`events`: the read's deadline, the sampler's memory share (reported
     before each read, allowed to stop it), and first-token slicing (until the first
     content, a read is parsed ``_FIRST_SLICE_BYTES`` at a time; the rest waits in
-    ``pending``)."""
+    ``pending``).
+
+    The scope's deadline lags: content moves the read timer's :attr:`deadline` (a
+    float), not the scope's, which stays earlier (never later) while the loop waits on
+    the socket. When the earlier one fires, that wait (which can be made again) ends,
+    the scope with it, and :meth:`lagged` makes a new scope with the timer's deadline for
+    the loop to read on in: one new scope per ``idle`` seconds where moving the scope's
+    deadline at each content read cost about 17,000 machine instructions a token
+    (trio's deadline bookkeeping; ``benchmarks/bench_per_token.py --instructions``).
+    Wherever else the loop may yield (the iterator's reads, :meth:`room`, an ``emit``
+    that is not quick, the hand-over), the scope's deadline is made the timer's first
+    (:meth:`settle`): a cancel there could not be taken back."""
 
     #: The scope of the attempt's reads (see :meth:`start_timer`, :meth:`_read`).
     scope: trio.CancelScope
@@ -329,7 +345,7 @@ class _Body:
         Measured with ``benchmarks/bench_per_token.py`` (``docs/benchmarks-actor.md``)."""
         if self.holding is not None:
             self.holding.reading(self.scope)
-        return self.scope.deadline == self.deadline or self._rearm()
+        return self.scope.deadline <= self.deadline or self._rearm()
 
     @property
     def short(self) -> bool:
@@ -340,6 +356,7 @@ class _Body:
     async def room(self) -> None:
         """Wait until the streams the memory stopped have ended (after :attr:`short`)."""
         assert self.holding is not None
+        self.settle()
         await self.holding.room()
 
     def events(self, read: bytes | None) -> list[SamplingEvent]:
@@ -390,19 +407,39 @@ class _Body:
         await trio.lowlevel.checkpoint()
         raise AssertionError("unreachable: the attempt's scope was cancelled")
 
-    def before_emit(self, waits: bool) -> None:
-        """Before ``emit``: the scope's deadline is the timer's again (content restarted
-        the timer), or, if ``emit`` ``waits`` for credit (the consumer is behind), the
-        timer is lifted until the next read (:meth:`read_due` re-arms it).
+    def before_emit(self, waits: bool, quick: bool) -> None:
+        """Before ``emit``: if it ``waits`` for credit (the consumer is behind), the
+        timer is lifted until the next read (:meth:`read_due` re-arms it); else the
+        scope's deadline is no later than the timer's, and the timer's itself unless the
+        ``emit`` is ``quick`` (no schedule point: the deadline may lag through it).
 
-        Content moves only :attr:`deadline` (``_take``); the scope's follows here. While
-        the consumer is behind, a content read moves the scope's deadline twice (the lift,
-        the re-arm) where moving it in ``_take`` made three; each move is about 1.7 µs of
-        trio's bookkeeping."""
+        Content moves only :attr:`deadline` (``_take``); the scope's follows here only
+        where it must: when it lies later (the first content, a lifted timer) or the emit
+        may yield. Each move is about 17,000 machine instructions of trio's bookkeeping."""
+        scope = self.scope
         if waits:
-            self.scope.deadline = math.inf
-        elif self.scope.deadline != self.deadline:
+            scope.deadline = math.inf
+        elif scope.deadline > self.deadline or not quick:
+            self.settle()
+
+    def settle(self) -> None:
+        """The scope's deadline is the timer's (see the class's note on the lag)."""
+        if self.scope.deadline != self.deadline:
             self.scope.deadline = self.deadline
+
+    def lagged(self) -> bool:
+        """After the reads' scope ended: whether its deadline lagged the timer's (it
+        fired before the timer ran out, and the memory did not stop the reads); then a
+        new scope with the timer's deadline, for the loop to read on in."""
+        scope = self.scope
+        if not scope.cancelled_caught or scope.deadline >= self.deadline:
+            return False
+        if self.holding is not None and self.holding.stopped:
+            return False
+        if self.deadline <= trio.current_time():
+            return False
+        self.scope = trio.CancelScope(deadline=self.deadline)
+        return True
 
     def timed_out(self) -> list[SamplingEvent]:
         """The events of a read the scope stopped: the memory's stop raises its error; the
@@ -660,8 +697,9 @@ class Attempts:
         headers_at: float,
     ) -> None:
         """The read loop: events on to the sink until the transform ends. The reads run
-        in the attempt's one scope (``body.scope``): when the read timer (or the memory)
-        stops one, the loop ends there, and the failure is forwarded after it."""
+        in the attempt's scope (``body.scope``, made again when its lagging deadline
+        fired early: ``_Body.lagged``): when the read timer (or the memory) stops one,
+        the loop ends there, and the failure is forwarded after it."""
         transform = body.transform
         timeouts = config.timeouts
         body.start_timer(timeouts.first_token, headers_at)
@@ -671,42 +709,47 @@ class Attempts:
             body.fileno,
             trio.lowlevel.wait_readable,
         )
-        with body.scope:
-            while not transform.finished:
-                if body.pending:
-                    events = body.pending_events()
-                else:
-                    read: bytes | None
-                    due = body.read_due()
-                    if body.short:  # the streams the memory stopped have not ended yet
-                        await body.room()
-                    if due:
-                        read = take(False)
-                        while read == b"":  # nothing yet: wait, in the attempt's scope
-                            await wait_readable(fileno)
-                            read = take(True)
-                        if read is None:  # the end, or no socket reads: the iterator's
-                            try:
-                                read = await chunks.__anext__()
-                            except StopAsyncIteration:
-                                read = None
+        quick, done = sink.emit_is_quick, False
+        while not done:
+            with body.scope:
+                while not transform.finished:
+                    if body.pending:
+                        events = body.pending_events()
                     else:
-                        read = await body.late_read()
-                    if body.short:  # stopped during the read: parsed once they ended
-                        await body.room()
-                    events = body.events(read)
-                batch, at, done, content = _take(events, body, timeouts, metrics, watch)
-                if batch:
-                    body.before_emit(sink.emit_may_wait)
-                    await sink.emit(batch, at, body.holding)
-                if done:
-                    break
-                if content and body.pending:
-                    await sink.hand_over()
-                # The batch is the consumer's now: not held by this frame across the next
-                # read's wait, where the collector's young passes would walk it and
-                # promote it (at C = 1,000, a list and its events a stream).
-                del events, batch
+                        read: bytes | None
+                        due = body.read_due()
+                        if body.short:  # the streams the memory stopped have not ended
+                            await body.room()
+                        if due:
+                            read = take(False)
+                            while read == b"":  # nothing yet: wait (the deadline may lag)
+                                await wait_readable(fileno)
+                                read = take(True)
+                            if read is None:  # the end, or no socket reads: the iterator's
+                                body.settle()
+                                try:
+                                    read = await chunks.__anext__()
+                                except StopAsyncIteration:
+                                    read = None
+                        else:
+                            read = await body.late_read()
+                        if body.short:  # stopped during the read: parsed once they ended
+                            await body.room()
+                        events = body.events(read)
+                    batch, at, done, content = _take(events, body, timeouts, metrics, watch)
+                    if batch:
+                        body.before_emit(sink.emit_may_wait, quick)
+                        await sink.emit(batch, at, body.holding)
+                    if done:
+                        break
+                    if content and body.pending:
+                        body.settle()
+                        await sink.hand_over()
+                    # The batch is the consumer's now: not held by this frame across the
+                    # next read's wait, where the collector's young passes would walk it
+                    # and promote it (at C = 1,000, a list and its events a stream).
+                    del events, batch
+            done = transform.finished or not body.lagged()
         await self._after_reads(sink, body, timeouts, metrics, watch)
 
     async def _after_reads(

@@ -53,6 +53,11 @@ class Lane:
         and the batch, a credit each."""
         return self.race.state.credits.value <= len(self.held)
 
+    @property
+    def emit_is_quick(self) -> bool:
+        """No: a lane's emit yields while it holds its batches (before one lane wins)."""
+        return False
+
     async def emit(
         self,
         batch: list[SamplingEvent],

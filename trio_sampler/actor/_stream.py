@@ -277,6 +277,12 @@ class RequestState:
         """Whether :meth:`emit` would wait for credit (the consumer is behind)."""
         return self.credits.value == 0
 
+    @property
+    def emit_is_quick(self) -> bool:
+        """Whether :meth:`emit`, with credit left, has no schedule point: none but the
+        parse of tool arguments and answers (with the memory's share) has one."""
+        return self.partials is None
+
     async def emit(
         self,
         batch: list[SamplingEvent],

@@ -190,7 +190,10 @@ class SSEDecoder:
             self._skip_lf = False
             if chunk[:1] == b"\n":
                 chunk = chunk[1:]
-        if b"\r" in chunk:
+        # ``find``, not ``in``: ``bytes.__contains__`` tries its operand as an integer
+        # first, and a ``bytes`` one raises (and clears) a formatted ``TypeError`` every
+        # time: about 2,000 machine instructions a test, two a read here (callgrind).
+        if chunk.find(b"\r") >= 0:
             if chunk.endswith(b"\r"):
                 self._skip_lf = True
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
@@ -228,7 +231,7 @@ class SSEDecoder:
         # search of a 200-delta request's 36 kB take 21 µs where counting the line ends
         # and the boundaries first (``bytes.count`` of one byte is a plain loop) took 45,
         # and 0.32 M fewer of its 5.96 M instructions (``instructions_per_request.py``).
-        if b"\n" in b"".join(frames):
+        if b"".join(frames).find(b"\n") >= 0:  # ``find``: see the ``\r`` test above
             return chunk
         out += frames
         return chunk[end + 2 :]
