@@ -44,7 +44,9 @@ a client that fell behind by an interval), and what the load generator marked as
 high (``late_reads``). ``--accuracy-cells 1000:200`` runs that cell alone (any ``C:I``,
 with ``D = 250`` and ``N = 16``); ``--client-priority realtime`` runs the client
 processes at ``SCHED_RR`` 1 below the server's 2, ahead of every other process, as on a
-machine with nothing else running.
+machine with nothing else running. The load generator runs on the transport
+``trio-sampler loadtest`` runs on (``httptools`` where installed, else the default
+``direct``; ``--http-transport`` to choose).
 
 On this 2-core machine the server and the client share the cores, and the cost of a cell
 is not only its tokens per second: the load generator spent about 6 ms of CPU per
@@ -897,8 +899,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--http-transport",
         choices=("direct", "httpx", "httptools"),
-        default="direct",
-        help="the load generator's HTTP transport in the accuracy cells",
+        help="the load generator's HTTP transport in the accuracy cells (default: the "
+        "command's, httptools where installed, else direct)",
     )
     parser.add_argument(
         "--ramp",
@@ -930,7 +932,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--streams", type=int, default=200, help="throughput concurrency")
     parser.add_argument("--tokens", type=int, default=2000, help="events per throughput stream")
     parser.add_argument("--_cell", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.http_transport is None:  # what trio-sampler loadtest runs on
+        from trio_sampler.cli._loadtest import _fastest_transport
+
+        args.http_transport = _fastest_transport()
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
