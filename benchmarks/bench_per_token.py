@@ -32,7 +32,7 @@ CPU and collector microseconds per token, each contender's CPU over the raw and 
 =================  ====================================================================
 
     python benchmarks/bench_per_token.py [--cells 100:20:100,1000:200:25] [--tokens 100]
-        [--warmup 3] [--window 10] [--impls raw,httpx2,direct,httpx,httptools,loadtest]
+        [--warmup 3] [--window 10] [--impls raw,httpx2,direct,httpx,httptools,loadtest,openai]
         [--json benchmarks/results/bench_per_token.json]
 
 The machine's load average is recorded beside every cell: on a shared machine the CPU a
