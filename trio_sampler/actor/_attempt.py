@@ -703,14 +703,9 @@ class Attempts:
         transform = body.transform
         timeouts = config.timeouts
         body.start_timer(timeouts.first_token, headers_at)
-        chunks, take, fileno, wait_readable = (
-            body.chunks,
-            body.take,
-            body.fileno,
-            trio.lowlevel.wait_readable,
-        )
-        quick, done = sink.emit_is_quick, False
-        while not done:
+        chunks, take, fileno, quick = body.chunks, body.take, body.fileno, sink.emit_is_quick
+        wait_readable = trio.lowlevel.wait_readable
+        while True:
             with body.scope:
                 while not transform.finished:
                     if body.pending:
@@ -749,7 +744,8 @@ class Attempts:
                     # next read's wait, where the collector's young passes would walk it
                     # and promote it (at C = 1,000, a list and its events a stream).
                     del events, batch
-            done = transform.finished or not body.lagged()
+            if transform.finished or not body.lagged():  # else read on in a new scope
+                break
         await self._after_reads(sink, body, timeouts, metrics, watch)
 
     async def _after_reads(
