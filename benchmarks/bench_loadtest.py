@@ -27,11 +27,14 @@ a CPU behind the client for up to tens of milliseconds. The load generator itsel
 normal priority and shares the cores: its own delays are what its kernel timestamps have
 to take out.
 
-The streams start spread over one request's duration ``T = D + (N - 1) * I``
-(``Concurrency(ramp_s=T)``): started together against a server this steady they stay in
-step, every request of a round rendered back to back and every token of a round arriving
-in one burst, and TTFT measures that queue (+39 ms at p50 at 100 streams). The warm-up is
-``2.5 T``: the ramp, then one more round, so every stream has opened its connection.
+The streams start together, as ``trio-sampler loadtest`` starts them without ``--ramp``
+(``--ramp S`` spreads them over ``S`` seconds). Against a server this steady they stay in
+step: every request of a round ends, and the next starts, with the others, and every
+token of a round arrives in one burst. The load generator starts a few requests in each
+scheduler round (``trio_sampler/loadtest/_starts.py``) so that the reads of the streams
+already running are not held up behind the starts of the others. The warm-up is the ramp
+plus ``2.5 T``, with ``T = D + (N - 1) * I`` one request's duration: two rounds and a
+half, so every stream has opened its connection.
 
 The pacing: ``D = 250``, ``I = 100``, ``N = 16`` tokens at 1 and 100 streams; at 1,000
 streams ``I = 1000`` (``T`` = 15.25 s), so that cell sends what the 100-stream cell does
@@ -59,7 +62,8 @@ was measured on a machine too busy for it, and its errors are that machine's que
 
 **The raw probe.** Beside each accuracy cell of at most 1,000 tokens a second, a raw
 client measures the same thing the same way against the same server and pacing: ``httpx2``
-+ ``orjson`` under Trio, no library code, the streams started with the same ramp, warmed
++ ``orjson`` under Trio, no library code, its streams spread over one request's duration
+(it has no start gate: started together, its reads would wait behind its starts), warmed
 up as long, and closed-loop for the same duration; TTFT from the request's last byte
 written (httpcore's trace of the body's send, as the load generator times it) to the read
 holding the first content event, ITL between the reads holding content events. Its error
@@ -322,7 +326,7 @@ def accuracy_cell(
     tokens: int = ACCURACY_TOKENS,
     server_procs: int = 1,
     young_threshold: int | None = None,
-    ramp_s: float | None = None,
+    ramp_s: float = 0.0,
     http_transport: str = "direct",
 ) -> dict[str, Any]:
     import threading
@@ -338,12 +342,12 @@ def accuracy_cell(
     request_s = _request_s(first_token_ms, token_interval_ms, tokens)
     test = LoadTest(
         _config(origin, script, http_transport),
-        # The streams start spread over one request's duration (started together they
-        # would stay in step, every token of a round arriving in one burst), and the
-        # warm-up covers the ramp and one more round: every stream's connection is open.
-        [Concurrency(streams, ramp_s=request_s if ramp_s is None else ramp_s)],
+        # The streams start together, as the command's do without --ramp (``ramp_s``
+        # spreads them), and the warm-up covers the ramp and two more rounds: every
+        # stream's connection is open.
+        [Concurrency(streams, ramp_s=ramp_s)],
         SyntheticWorkload(Fixed(64), Fixed(tokens)),
-        Limits(duration_s=duration, warmup_s=request_s * 2.5, drain_timeout_s=120),
+        Limits(duration_s=duration, warmup_s=ramp_s + request_s * 2.5, drain_timeout_s=120),
         workers=min(workers, streams),
     )
     # The server's record starts where the load generator's does: at the warm-up's end.
@@ -727,7 +731,10 @@ def print_report(results: dict[str, Any]) -> None:
             f"{results.get('server_priority')})"
         )
     if any("probe" in cell for cell in results["accuracy"]):
-        print("\nThe raw probe (httpx2 + orjson, the same server, pacing and ramp; errors in ms)")
+        print(
+            "\nThe raw probe (httpx2 + orjson, the same server and pacing, its streams spread"
+            " over one request's duration; errors in ms)"
+        )
         print(f"{'C':>6} {'TTFT p50':>9} {'TTFT p99':>9} {'ITL p50':>8} {'ITL p99':>8}  "
               "load generator minus probe: TTFT p50, ITL p50")  # fmt: skip
         for cell in results["accuracy"]:
@@ -905,8 +912,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--ramp",
         type=float,
-        help="the accuracy cells' ramp in seconds (default: one request's duration; 0 "
-        "starts every stream at once, as trio-sampler loadtest does without --ramp)",
+        default=0.0,
+        help="the accuracy cells' ramp in seconds (default 0: every stream starts at once, "
+        "as trio-sampler loadtest does without --ramp)",
     )
     parser.add_argument(
         "--young-threshold",

@@ -49,6 +49,7 @@ from ..types import (
     ToolCallDelta,
 )
 from ._plan import LOADGEN_STREAM_BYTES, Concurrency, Limits, Load, LoadTest, Rate
+from ._starts import StartGate
 from ._stats import LAG_PROBE_INTERVAL, SLO, StageStats, quantize
 from ._workload import WorkItem
 
@@ -206,6 +207,7 @@ class StageRunner:
         self.start = 0.0
         self.idle = trio.Event()
         self.idle.set()
+        self.starts = StartGate()
 
     # -- what the next request is -------------------------------------------------------
 
@@ -265,10 +267,12 @@ class StageRunner:
         # Microseconds, as raw 64-bit integers: not an int object a token kept for the
         # request's life (``benchmarks/bench_per_token.py``, the ``loadtest`` contender).
         gaps = array("q")
-        # The last thing before the request is handed over: the bookkeeping of its sending
-        # is done once it has ended, not inside its latencies.
         submitted = now()
         try:
+            await self.starts.turn()  # a few starts in each scheduler round (``_starts.py``)
+            # The last thing before the request is handed over: the bookkeeping of its
+            # sending is done once it has ended, not inside its latencies.
+            submitted = now()
             stream = await sampler.submit(item.request)
             async with stream:
                 async for event in stream:
@@ -441,6 +445,7 @@ class StageRunner:
     async def _run(self) -> None:
         async with trio.open_nursery() as probes:
             probes.start_soon(self._probe_lag)
+            probes.start_soon(self.starts.open)
             async with trio.open_nursery() as requests:
                 if isinstance(self.load, Concurrency):
                     await self.closed_loop(self.load, requests)
