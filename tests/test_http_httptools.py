@@ -293,6 +293,39 @@ async def test_socket_reads_take_a_body_to_its_end_and_keep_its_connection(
 
 
 @pytest.mark.parametrize("transport", ["httptools", "direct"])
+async def test_a_drain_after_socket_reads_goes_on_with_them_and_keeps_the_connection(
+    transport: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The end of a body read over socket reads (what the actor drains once the stream
+    is complete) is read the same way: the transport's own body iterator is never
+    started for it, and the connection goes back to the pool."""
+    response = chunked(*SSE.split(b"\n\n")[:1], b"\n\n", SSE[SSE.index(b"data: [D") :])
+    with trio.fail_after(30):
+        async with answering(response) as origin:
+            config = config_for(origin, http_transport=transport)
+            wire = build_request(config.backend, REQUEST, config.build_options())
+            async with SamplingClient(config) as client:
+                for _ in range(2):
+                    async with client.open_stream(wire) as stream:
+                        assert stream.socket_reads() is stream
+                        first = stream.take(False)
+                        while first == b"":
+                            await trio.lowlevel.wait_readable(stream.fileno)
+                            first = stream.take(True)
+                        assert first
+                        body = type(stream._body)
+
+                        def no_iterator(self: object) -> None:
+                            raise AssertionError("the body's own iterator was started")
+
+                        with monkeypatch.context() as patch:
+                            patch.setattr(body, "chunks", no_iterator)
+                            await stream.drain(max_bytes=1 << 20)
+                        assert stream.end_received()
+    assert origin.connections == 1 and origin.posts == 2
+
+
+@pytest.mark.parametrize("transport", ["httptools", "direct"])
 async def test_the_idle_timer_restarts_at_each_token_past_the_first_token_timer(
     transport: str,
 ) -> None:

@@ -132,3 +132,29 @@ async def test_the_gate_waits_without_spinning_when_nobody_waits() -> None:
 def test_a_gate_that_lets_no_start_through_is_refused() -> None:
     with pytest.raises(ValueError, match="per_round must be at least 1"):
         StartGate(0)
+
+
+async def test_a_start_alone_goes_at_once_and_a_burst_waits_beyond_the_rounds_turns() -> None:
+    gate = StartGate(2)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(gate.open)
+        await trio.testing.wait_all_tasks_blocked()
+        # Turns the round has left are taken without waiting for another round (nothing
+        # here yields to the scheduler: a cancelled scope would raise at a wait).
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await gate.turn()
+            await gate.turn()
+        assert not scope.cancelled_caught
+        # The round has none left: the third start waits for the next round's.
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await gate.turn()
+        assert scope.cancelled_caught
+        # The next round gives two again.
+        await trio.testing.wait_all_tasks_blocked()
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await gate.turn()
+        assert not scope.cancelled_caught
+        nursery.cancel_scope.cancel()

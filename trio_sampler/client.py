@@ -341,10 +341,20 @@ class ResponseStream:
     async def drain(self, *, max_bytes: int) -> None:
         """Read what is left of the body, at most ``max_bytes``, without a time bound
         (the caller's scope is one); a read failure only ends it. The response stays open:
-        :meth:`aclose` it (which returns the connection to the pool if the body ended)."""
+        :meth:`aclose` it (which returns the connection to the pool if the body ended).
+
+        Where the body's reads are :meth:`socket_reads`, they go on that way: the end of
+        a body (a chunked body's last chunk, most often read already) is taken without
+        starting the transport's own body iterator for it."""
         try:
             left = max_bytes
-            while left > 0:
+            while left > 0 and self._reads is not None:
+                chunk = self.take(False)
+                if chunk == b"":
+                    await trio.lowlevel.wait_readable(self.fileno)
+                    chunk = self.take(True)
+                left -= len(chunk or b"")
+            while left > 0:  # the end taken above closes the response here
                 left -= len(await self.__anext__())
         except (StopAsyncIteration, SamplingClientError):
             pass  # the end of the body, or a connection that will not be reused
