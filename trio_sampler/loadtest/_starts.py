@@ -24,8 +24,9 @@ between bursts does not wait for a scheduler round).
 The number per round is a trade between a round's length and the starts a busy client
 makes. With one-token answers at C = 1,000 (a client at a full core): without the gate
 2,374–2,500 requests a second and a loop lag p99 of 153–158 ms; 8 per round 2,064–2,325
-and 7–8 ms; 64 per round 2,261–2,293 and 54–57 ms; one per round about 2,000
-(``docs/benchmarks.md``, the load generator's latest run).
+and 7–8 ms; 64 per round 2,261–2,293 and 54–57 ms; an earlier gate that made every start
+wait for a round, one a round, about 2,000 (``docs/benchmarks.md``, the load generator's
+latest run).
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ class StartGate:
         self._used = trio.Event()
 
     async def turn(self) -> None:
-        """Wait for this start's turn: none while the round has one left, else a later
-        round's."""
+        """Wait for this start's turn: no wait while the round has a turn left, else
+        until a later round gives it one."""
         self._used.set()  # the gate's task gives the next round its turns
         if self._left > 0 and not self._waiting:
             self._left -= 1
