@@ -17,7 +17,7 @@ import httpx2
 import pytest
 import trio
 from fakes import http11_sse_response
-from loopback import read_request, serve
+from loopback import read_request, serve, take_all
 
 from trio_sampler._http._direct import (
     POOL_TO_H11,
@@ -216,14 +216,7 @@ async def test_socket_reads_read_a_body_through_h11_and_give_its_connection_back
         assert reads.take(False) == b""  # nothing parsed: wait for the socket
         may_send.set()
         await sent_rest.wait()
-        chunks: list[bytes | None] = []
-        while not chunks or chunks[-1] is not None:
-            chunk = reads.take(False)
-            while chunk == b"":
-                await trio.lowlevel.wait_readable(reads.fileno)
-                chunk = reads.take(True)
-            chunks.append(chunk)
-        assert chunks == [BODY, None]
+        assert await take_all(reads) == [BODY, None]
         await core.aclose()
         assert [c.is_idle() for c in pool.connections] == [True]
         again = await pool.handle_async_request(request)

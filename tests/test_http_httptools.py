@@ -23,7 +23,7 @@ import pytest
 import trio
 import trustme
 from fakes import http11_sse_response
-from loopback import read_request, serve
+from loopback import read_request, serve, take_all, take_next
 from test_http_resend_rule import (
     BREAKS,
     RESPONSE,
@@ -39,7 +39,7 @@ from test_http_resend_rule import (
 from trio_sampler._http import DirectTransport, HttpxTransport
 from trio_sampler._http._httptools import HttptoolsTransport, _Connection
 from trio_sampler.actor import open_sampler
-from trio_sampler.client import ResponseStream, SamplingClient, SamplingClientError
+from trio_sampler.client import SamplingClient, SamplingClientError
 from trio_sampler.config import RetryPolicy, SamplerConfig, Timeouts
 from trio_sampler.types import (
     ApiBackend,
@@ -249,18 +249,6 @@ async def test_tls_with_the_system_ca_store_keep_alive_and_receive_stamps(
     assert connections == 1  # the second request went on the kept connection
 
 
-async def _take_all(stream: ResponseStream) -> list[bytes | None]:
-    """A body read as the actor's loop reads it over socket reads."""
-    taken: list[bytes | None] = []
-    while not taken or taken[-1] is not None:
-        chunk = stream.take(False)
-        while chunk == b"":
-            await trio.lowlevel.wait_readable(stream.fileno)
-            chunk = stream.take(True)
-        taken.append(chunk)
-    return taken
-
-
 @pytest.mark.parametrize("transport", ["httptools", "direct"])
 @pytest.mark.parametrize("stamped", [False, True], ids=["plain", "stamped"])
 async def test_socket_reads_take_a_body_to_its_end_and_keep_its_connection(
@@ -280,7 +268,7 @@ async def test_socket_reads_take_a_body_to_its_end_and_keep_its_connection(
                 for _ in range(2):
                     async with client.open_stream(wire) as stream:
                         assert stream.socket_reads() is stream
-                        taken = await _take_all(stream)
+                        taken = await take_all(stream)
                         assert (stream.received_at is not None) is stamped
                         with pytest.raises(StopAsyncIteration):
                             await stream.__anext__()
@@ -308,11 +296,7 @@ async def test_a_drain_after_socket_reads_goes_on_with_them_and_keeps_the_connec
                 for _ in range(2):
                     async with client.open_stream(wire) as stream:
                         assert stream.socket_reads() is stream
-                        first = stream.take(False)
-                        while first == b"":
-                            await trio.lowlevel.wait_readable(stream.fileno)
-                            first = stream.take(True)
-                        assert first
+                        assert await take_next(stream)
                         body = type(stream._body)
 
                         def no_iterator(self: object) -> None:

@@ -16,9 +16,7 @@ import urllib.parse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trio_sampler._redact import _TOKEN_CHARS, _TOKEN_HEAD_CHARS, Redactor, _lower_ascii
-
-_WINDOW = 12
+from trio_sampler._redact import _WINDOW, Redactor, _echo, _lower_ascii
 
 KEY = "Kp2xLm9QrT4vWz7YbN3cF6hJ8aD1eG5s"
 SPACED = "Bearer sk-test/ab+cd=ef gh"  # an auth scheme, "/", "+", "=" and a space inside
@@ -27,7 +25,8 @@ REDACTOR = Redactor([("api_key", KEY), ("authorization", SPACED), ("x-auth", BAS
 
 
 def _reference(redactor: Redactor, text: str) -> str:
-    """The plain scan: a window looked up at every position."""
+    """The plain scan: a window looked up at every position (an echo found is extended
+    as the probed scan extends it, by ``_echo``: the two differ only in where they look)."""
     windows = redactor._windows
     lowered = _lower_ascii(text)
     size = len(text)
@@ -39,18 +38,7 @@ def _reference(redactor: Redactor, text: str) -> str:
             position += 1
             continue
         mask, widen = hit
-        end = position + _WINDOW
-        while end < size and lowered[end - _WINDOW + 1 : end + 1] in windows:
-            end += 1
-        while text[position].isspace():
-            position += 1
-        while text[end - 1].isspace():
-            end -= 1
-        if widen:
-            while position > done and text[position - 1] in _TOKEN_HEAD_CHARS:
-                position -= 1
-            while end < size and text[end] in _TOKEN_CHARS:
-                end += 1
+        position, end = _echo(text, lowered, windows, position, done, widen)
         pieces += [text[done:position], mask]
         done = position = end
     if not pieces:

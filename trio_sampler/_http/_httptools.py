@@ -269,30 +269,19 @@ class _HttptoolsBody:
     async def _read(self) -> AsyncGenerator[bytes, None]:
         # Per read: one receive_some, one feed_data, one yield; no scope (the actor's
         # timers bound the wait) and no object kept past the read.
-        message, parser = self._message, self._parser
         receive = self._connection.stream.receive_some
-        pieces = message.pieces
         while True:
-            if pieces:
-                chunk = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-                pieces.clear()
-                yield chunk
-            if message.complete:
-                self._end(reusable=self._reusable)
+            chunk = self._parsed()
+            if chunk is None:
                 return
+            if chunk:
+                yield chunk
+                continue
             try:
                 data = await receive(_RECEIVE_BYTES)
             except _BROKEN as exc:
                 raise _failure("the connection failed while reading", exc) from None
-            if not data:
-                self._end_at_eof()
-                if not pieces:
-                    return
-                continue
-            try:
-                parser.feed_data(data)
-            except httptools.HttpParserError as exc:
-                self._parse_error(exc)
+            self._feed(data)
 
     def socket_reads(self) -> SocketReads | None:
         """The body's reads without a coroutine (:class:`SocketReads`), over a plain
@@ -311,8 +300,7 @@ class _HttptoolsBody:
         """:meth:`_read`'s steps, one read at most (:class:`SocketReads`): the pieces
         parsed, else the end, else (``ready``) one read fed to llhttp."""
         message = self._message
-        pieces = message.pieces
-        if ready and not pieces and not message.complete:
+        if ready and not message.pieces and not message.complete:
             stream = self._connection.stream
             assert type(stream) is StampedSocketStream
             try:
@@ -321,13 +309,14 @@ class _HttptoolsBody:
                 raise _failure("the connection failed while reading", exc) from None
             if data is None:  # a spurious wake
                 return b""
-            if not data:
-                self._end_at_eof()
-            else:
-                try:
-                    self._parser.feed_data(data)
-                except httptools.HttpParserError as exc:
-                    self._parse_error(exc)
+            self._feed(data)
+        return self._parsed()
+
+    def _parsed(self) -> bytes | None:
+        """The body bytes llhttp parsed and nobody took yet; ``None`` once the message is
+        complete and taken (its connection is given back then); ``b""``: none yet."""
+        message = self._message
+        pieces = message.pieces
         if pieces:
             chunk = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             pieces.clear()
@@ -336,6 +325,16 @@ class _HttptoolsBody:
             self._end(reusable=self._reusable)
             return None
         return b""
+
+    def _feed(self, data: bytes | bytearray) -> None:
+        """One read's bytes to llhttp (``b""``: the server closed the connection)."""
+        if not data:
+            self._end_at_eof()
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._parse_error(exc)
 
     def _parse_error(self, exc: httptools.HttpParserError) -> None:
         """A body llhttp cannot parse fails; bytes after a whole message (nobody asked
