@@ -252,15 +252,8 @@ class StageRunner:
     async def one(
         self, sampler: SamplerHandle, item: WorkItem, measured: bool, scheduled: float | None
     ) -> None:
-        progress = self.progress
-        stats = self.stats
         now = trio.current_time
-        progress.in_flight += 1
-        progress.sent += 1
-        if progress.in_flight == 1:
-            self.idle = trio.Event()
-        if measured:
-            stats.started += 1
+        self._in_flight(measured)
         first: float | None = None
         last = 0.0
         count = 0
@@ -295,19 +288,36 @@ class StageRunner:
                 self.stats.in_window(*_tokens(stream.terminal, item, count))
         except trio.Cancelled:
             if measured:
-                stats.unfinished += 1
+                self.stats.unfinished += 1
             raise
         finally:
-            progress.in_flight -= 1
-            progress.finished += 1
-            if progress.in_flight == 0:
-                self.idle.set()
-            if measured:
-                stats.second(int(submitted - self.start)).sent += 1
-                if scheduled is not None:
-                    stats.histograms["send_lag"].record(round((submitted - scheduled) * 1e6))
+            self._out_of_flight(measured, submitted, scheduled)
         if measured:
             self.record(item, stream.terminal, submitted, first, done, count, gaps, scheduled)
+
+    def _in_flight(self, measured: bool) -> None:
+        """A request begins: counted in flight (the stage is no longer idle)."""
+        progress = self.progress
+        progress.in_flight += 1
+        progress.sent += 1
+        if progress.in_flight == 1:
+            self.idle = trio.Event()
+        if measured:
+            self.stats.started += 1
+
+    def _out_of_flight(self, measured: bool, submitted: float, scheduled: float | None) -> None:
+        """A request is over, however it ended: its sending counted (and, in an open loop,
+        how late it was sent)."""
+        progress = self.progress
+        progress.in_flight -= 1
+        progress.finished += 1
+        if progress.in_flight == 0:
+            self.idle.set()
+        if measured:
+            stats = self.stats
+            stats.second(int(submitted - self.start)).sent += 1
+            if scheduled is not None:
+                stats.histograms["send_lag"].record(round((submitted - scheduled) * 1e6))
 
     def record(
         self,
