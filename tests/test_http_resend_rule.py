@@ -1,4 +1,6 @@
-"""The HTTP seam's promises about what reaches a server, over real loopback sockets.
+"""The HTTP seam's promises about what reaches a server, over real loopback sockets, on
+the default (direct) and the httpx transports (``test_http_httptools`` holds httptools to
+the same).
 
 * A request the server may have received is never sent again invisibly. A server that
   reads a whole POST on a reused connection and then closes or resets it before a
@@ -123,9 +125,15 @@ BREAKS = [
 ]
 
 
+#: The transports whose sending these tests hold to the rule (``httptools`` has its own
+#: copies, over its own connections: ``test_http_httptools``).
+TRANSPORTS = ("direct", "httpx")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize(("head_bytes", "hold", "how"), BREAKS)
 async def test_a_post_the_server_read_is_one_visible_attempt(
-    head_bytes: int, hold: float, how: str
+    head_bytes: int, hold: float, how: str, transport: str
 ) -> None:
     """The second request goes on the kept connection, which the server breaks after
     reading it: the caller sees one ``Retrying`` (a transport error), and the server
@@ -133,7 +141,8 @@ async def test_a_post_the_server_read_is_one_visible_attempt(
     with trio.fail_after(30):
         async with breaking_on_reuse(head_bytes, hold, how) as origin:
             retry = RetryPolicy(max_retries=1, base_delay=0.01, jitter=0.0)
-            first, second = await collect(config_for(origin, retry=retry), 2)
+            config = config_for(origin, retry=retry, http_transport=transport)
+            first, second = await collect(config, 2)
     assert isinstance(first[-1], Completed)
     retrying = [e for e in second if isinstance(e, Retrying)]
     assert [r.kind for r in retrying] == [SamplingErrorKind.TRANSPORT]
@@ -145,13 +154,15 @@ async def test_a_post_the_server_read_is_one_visible_attempt(
     assert origin.connections == 2
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize(("head_bytes", "hold", "how"), BREAKS[:4])
 async def test_without_a_retry_left_it_fails_and_is_sent_once(
-    head_bytes: int, hold: float, how: str
+    head_bytes: int, hold: float, how: str, transport: str
 ) -> None:
     with trio.fail_after(30):
         async with breaking_on_reuse(head_bytes, hold, how) as origin:
-            first, second = await collect(config_for(origin, retry=RetryPolicy(max_retries=0)), 2)
+            config = config_for(origin, retry=RetryPolicy(max_retries=0), http_transport=transport)
+            first, second = await collect(config, 2)
     assert isinstance(first[-1], Completed)
     assert not [e for e in second if isinstance(e, Retrying)]
     end = second[-1]
