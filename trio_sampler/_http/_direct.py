@@ -384,6 +384,26 @@ def _refused_whole(exc: object) -> bool:
     return False
 
 
+class _InFlight:
+    """A request's place in its pool's count of requests in flight (``load[index]``),
+    taken when made and given back at the first call. An object rather than a closure:
+    the closure's function, cells and their tuple lived as long as the response (the
+    collector's share)."""
+
+    __slots__ = ("_index", "_load")
+
+    def __init__(self, load: list[int], index: int) -> None:
+        load[index] += 1
+        self._load: list[int] | None = load
+        self._index = index
+
+    def __call__(self) -> None:
+        load = self._load
+        if load is not None:
+            self._load = None
+            load[self._index] -= 1
+
+
 # -- bodies -------------------------------------------------------------------------------
 
 
@@ -619,15 +639,7 @@ class DirectTransport:
             built = self.build(request)
         except (httpx2.HTTPError, httpx2.InvalidURL, UnicodeError) as exc:
             raise SamplingClientError(unbuildable(exc)) from None
-        load[index] += 1
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                load[index] -= 1
-
+        release = _InFlight(load, index)
         started = trio.current_time()
         try:
             response, sent_at = await self._send_resending_unwritten(index, built)

@@ -384,6 +384,25 @@ def _keep(connection: _Connection, reusable: bool) -> None:
     pass
 
 
+class _Idle:
+    """An origin's idle connections, up to ``keep``; called with a response's connection
+    when the response ends (``reusable``: it may carry another request), else it is
+    closed. One per origin, given to each response (a closure per response lived as
+    long as the response: its function, cells and their tuple, the collector's share)."""
+
+    __slots__ = ("connections", "keep")
+
+    def __init__(self, keep: int) -> None:
+        self.connections: list[_Connection] = []
+        self.keep = keep
+
+    def __call__(self, connection: _Connection, reusable: bool) -> None:
+        if reusable and len(self.connections) < self.keep:
+            self.connections.append(connection)
+        else:
+            connection.close()
+
+
 # -- the transport --------------------------------------------------------------------------
 
 
@@ -396,7 +415,7 @@ class HttptoolsTransport:
         self._context = ssl_context
         self._stamped = config.receive_timestamps
         self._keep_alive = config.max_keepalive_connections
-        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+        self._idle: dict[tuple[str, str, int], _Idle] = {}
         self._origins: dict[tuple[str, tuple[tuple[str, str], ...]], _Origin] = {}
         #: Requests resent at once because a reused connection refused the first write
         #: whole; never visible as a retry.
@@ -444,25 +463,20 @@ class HttptoolsTransport:
     async def _connection(self, origin: _Origin, seconds: float | None) -> tuple[_Connection, bool]:
         """An idle live connection to ``origin`` (``True``: reused), else a new one."""
         idle = self._idle.get(origin.key)
-        while idle:
-            connection = idle.pop()
+        while idle is not None and idle.connections:
+            connection = idle.connections.pop()
             if not connection.dead():
                 return connection, True
             await connection.aclose()
         context = self._tls_context() if origin.tls else None
         return await _connect(origin, seconds, self._stamped, context), False
 
-    def _release(self, origin: _Origin) -> Callable[[_Connection, bool], None]:
-        idle = self._idle.setdefault(origin.key, [])
-        keep = self._keep_alive
-
-        def release(connection: _Connection, reusable: bool) -> None:
-            if reusable and len(idle) < keep:
-                idle.append(connection)
-            else:
-                connection.close()
-
-        return release
+    def _release(self, origin: _Origin) -> _Idle:
+        """Where a response to ``origin`` gives its connection back."""
+        idle = self._idle.get(origin.key)
+        if idle is None:
+            idle = self._idle[origin.key] = _Idle(self._keep_alive)
+        return idle
 
     async def open(self, request: HttpRequest) -> Body:
         try:
@@ -539,8 +553,8 @@ class HttptoolsTransport:
         try:
             with trio.CancelScope(shield=True, relative_deadline=CLOSE_TIMEOUT):
                 idle, self._idle = self._idle, {}
-                for connections in idle.values():
-                    for connection in connections:
+                for kept in idle.values():
+                    for connection in kept.connections:
                         await connection.aclose()
         finally:
             if self._release_kernel_timestamps is not None:

@@ -202,7 +202,9 @@ class MetricsRecorder:
         #: The attempt whose timings the request reports.
         self.current: AttemptMetrics | None = None
         self.started = 0
-        self.skipped: list[tuple[str, str]] = []
+        #: The routes passed over, and why (a tuple: most requests pass over none, and
+        #: an empty one is shared rather than a list per request).
+        self.skipped: tuple[tuple[str, str], ...] = ()
         self.route: str | None = None
 
     def start_attempt(
@@ -295,7 +297,7 @@ class MetricsRecorder:
 
     def skip(self, route: str, reason: str) -> None:
         """The chain passed over ``route`` without an attempt."""
-        self.skipped.append((route, reason))
+        self.skipped += ((route, reason),)
 
     def _ms(self, at: float | None) -> float | None:
         return None if at is None else (at - self.submitted_at) * 1000.0
@@ -340,7 +342,7 @@ class MetricsRecorder:
             total_usage=_sum_usages(ledger),
             total_cost_usd_ticks=_sum_costs(ledger),
             route=self.route,
-            skipped_routes=tuple(self.skipped),
+            skipped_routes=self.skipped,
             rate_limit=reported,
             rate_limit_wait_ms=waited,
         )

@@ -24,7 +24,14 @@ from ..config import RetryPolicy, SamplerConfig
 from ..doom_loop import DoomLoopPolicy
 from ..models import ModelCatalog
 from ..retry import RetryBudget
-from ..routing import CircuitBreaker, Route, RouteAction, RouteBreaker, RoutingPolicy
+from ..routing import (
+    CircuitBreaker,
+    HedgePolicy,
+    Route,
+    RouteAction,
+    RouteBreaker,
+    RoutingPolicy,
+)
 from ..types import (
     Assistant,
     AttemptOutcome,
@@ -245,11 +252,7 @@ class RequestRunner:
                 assert leg.route is not None  # a sampler without routing skips nothing
                 state.metrics.skip(leg.route.name, reason)
                 continue
-            later = [
-                other
-                for other in legs[index + 1 :]
-                if unsuitable(other, state.request, failure) is None and other.available
-            ]
+            later = _later(legs[index + 1 :], state.request, failure)
             result = await self._leg(state, leg, later, failure)
             if isinstance(result, FailOver):
                 failure = result
@@ -267,9 +270,7 @@ class RequestRunner:
             leg.state.passed_over_rate_limit += 1
             state.metrics.skip(leg.route.name, held)
             return None
-        # Asking the route's admission while choosing is worth it only when a later
-        # route is admitted elsewhere (routes of one limiter share its budget).
-        steer = any(other.admission is not leg.admission for other in later)
+        steer = _steers(leg, later)
         hedge_leg = later[0] if later else None
         result = await self._route(
             state, leg, failure, hedge_leg, has_next=bool(later), steer=steer
@@ -639,25 +640,7 @@ class RequestRunner:
         if hedge is not None and leg.state is not None and resume is None:
             # A continuation is hedged on its own route: the prefill was chosen for it.
             target = hedge_leg if hedge.next_route and hedge_leg is not None else leg
-
-            async def run(
-                lane: AttemptSink, on: Leg, metrics: AttemptMetrics, first: bool
-            ) -> AttemptResult:
-                return await self._attempt(
-                    state,
-                    lane,
-                    request,
-                    on,
-                    metrics,
-                    armed=armed,
-                    prepared=prepared if first else None,
-                )
-
-            try:
-                return await Race(state, run, self._priced).run(leg, target, hedge)
-            finally:
-                if prepared is not None:  # the first lane takes it; if it never ran:
-                    await self.gates.discard(prepared)
+            return await self._hedged(state, request, leg, target, hedge, prepared, armed=armed)
         model = request.model or leg.config.model
         metrics = state.metrics.start_attempt(trio.current_time(), leg.name, model)
         result = None
@@ -670,6 +653,40 @@ class RequestRunner:
                 partial = self._priced(partial_output(state.transform), leg.config)
                 leg.cut_short(state.metrics, metrics, partial, AttemptOutcome.CANCELLED)
         return result, metrics, leg
+
+    async def _hedged(
+        self,
+        state: RequestState,
+        request: ConversationRequest,
+        leg: Leg,
+        target: Leg,
+        hedge: HedgePolicy,
+        prepared: Prepared | None,
+        *,
+        armed: bool,
+    ) -> tuple[AttemptResult, AttemptMetrics, Leg]:
+        """One attempt on ``leg`` raced by a hedge on ``target`` (``_race.Race``). Apart
+        from :meth:`_try`: the lanes' closure makes cells of what it reads, which would
+        live through every request's attempt, hedged or not (the collector's share)."""
+
+        async def run(
+            lane: AttemptSink, on: Leg, metrics: AttemptMetrics, first: bool
+        ) -> AttemptResult:
+            return await self._attempt(
+                state,
+                lane,
+                request,
+                on,
+                metrics,
+                armed=armed,
+                prepared=prepared if first else None,
+            )
+
+        try:
+            return await Race(state, run, self._priced).run(leg, target, hedge)
+        finally:
+            if prepared is not None:  # the first lane takes it; if it never ran:
+                await self.gates.discard(prepared)
 
     async def _attempt(
         self,
@@ -739,3 +756,22 @@ def _facts(
         result.resume_refused,
         replay_safe=request.replay_safe,
     )
+
+
+# The chain's two questions about the routes after a leg, as functions of their own: a
+# comprehension or generator in a coroutine reads the names it uses from cells, which
+# would then live as long as the request.
+
+
+def _later(rest: list[Leg], request: ConversationRequest, failure: FailOver | None) -> list[Leg]:
+    """The legs of ``rest`` that could still take the request after ``failure``."""
+    return [
+        other for other in rest if unsuitable(other, request, failure) is None and other.available
+    ]
+
+
+def _steers(leg: Leg, later: list[Leg]) -> bool:
+    """Whether a later route is admitted by another gate than ``leg``'s (asking ``leg``'s
+    admission while choosing is worth it only then: routes of one limiter share its
+    budget)."""
+    return any(other.admission is not leg.admission for other in later)

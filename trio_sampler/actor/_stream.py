@@ -229,7 +229,8 @@ class RequestState:
     last_partial: ConversationResponse | None = None
     #: ``(batch number of a Retrying, the transform it discarded)``: until the consumer
     #: has read that ``Retrying``, the attempt it is looking at is the discarded one.
-    discards: list[tuple[int, StreamTransform | None]] = attrs.field(factory=list, repr=False)
+    #: A tuple: most requests retry nothing, and an empty one is shared.
+    discards: tuple[tuple[int, StreamTransform | None], ...] = attrs.field(default=(), repr=False)
     #: The structured answer and tool arguments read as they stream (``None`` for a
     #: request with neither ``output=`` nor tools): it adds ``OutputDelta`` /
     #: ``ToolArgumentsDelta`` after their sources and reads the answer at the end.
@@ -363,7 +364,7 @@ class RequestState:
         reports the attempt it has seen as the partial output."""
         discarded = self.transform
         await self.emit(retrying)
-        self.discards.append((self.sent, discarded))
+        self.discards += ((self.sent, discarded),)
         self.transform = None
 
     @trio.lowlevel.enable_ki_protection

@@ -127,8 +127,9 @@ class StreamAccumulator:
         #: The id of the audio answer (Chat Completions ``delta.audio.id``): the next turn
         #: refers to it (``Assistant.audio_id``).
         self.audio_id: str | None = None
-        #: Doom-loop trigger labels reported by the server (deduplicated, first-seen order).
-        self.doom_loop_signals: list[str] = []
+        #: Doom-loop trigger labels reported by the server (deduplicated, first-seen
+        #: order; a tuple, as the fold's warnings).
+        self.doom_loop_signals: tuple[str, ...] = ()
 
     @property
     def text_chunks(self) -> int:
@@ -508,7 +509,7 @@ class StreamAccumulator:
             message_id=self.message_id,
             stop_sequence=self.stop_sequence,
             audio_id=self.audio_id,
-            doom_loop_signals=tuple(self.doom_loop_signals),
+            doom_loop_signals=self.doom_loop_signals,
         )
 
     def _complete_tools(self, out: list[SamplingEvent]) -> None:

@@ -241,8 +241,9 @@ class ResponseFold:
         self._run: _Text | None = None  # the run of text opened last
         #: Slot index of a text run → the ``phase`` of the message it belongs to.
         self.phases: dict[int, str] = {}
-        #: The server's final word where it corrected the streamed text.
-        self.warnings: list[ServerTextDiffers] = []
+        #: The server's final word where it corrected the streamed text (a tuple: most
+        #: responses have none, and an empty one is shared rather than a list per fold).
+        self.warnings: tuple[ServerTextDiffers, ...] = ()
         #: Slot index of a text run → the sources its text cites.
         self.citations: dict[int, list[Citation]] = {}
         self.model: str | None = None
@@ -418,7 +419,7 @@ class ResponseFold:
         return self.append(slot, final)
 
     def server_text(self, warning: ServerTextDiffers) -> bool:
-        self.warnings.append(warning)
+        self.warnings += (warning,)
         return self.replace_text(warning.item_index, warning.final)
 
     def citation(self, index: int, citation: Citation) -> None:

@@ -581,7 +581,7 @@ class ResponsesTransform(StreamTransform):
         """Record trigger labels (cumulative on the wire: deduplicated, in first-seen order)."""
         if not isinstance(triggers, list):
             return
-        signals = self.acc.doom_loop_signals
+        acc = self.acc
         for label in triggers:
-            if isinstance(label, str) and label not in signals:
-                signals.append(label)
+            if isinstance(label, str) and label not in acc.doom_loop_signals:
+                acc.doom_loop_signals += (label,)
