@@ -759,8 +759,8 @@ def _facts(
 
 
 # The chain's two questions about the routes after a leg, as functions of their own: a
-# comprehension or generator in a coroutine reads the names it uses from cells, which
-# would then live as long as the request.
+# generator expression in a coroutine (and before Python 3.12 a comprehension) reads
+# the coroutine's names it uses from cells, which then live as long as the request.
 
 
 def _later(rest: list[Leg], request: ConversationRequest, failure: FailOver | None) -> list[Leg]:
