@@ -89,10 +89,10 @@ import orjson
 import trio
 
 try:
-    from benchmarks.common import cpu_seconds, read_request
+    from benchmarks.common import cpu_seconds, raise_nofile, read_request
 except ModuleNotFoundError:  # run as a script: python benchmarks/bench_actor.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from benchmarks.common import cpu_seconds, read_request
+    from benchmarks.common import cpu_seconds, raise_nofile, read_request
 
 from trio_sampler.actor import RequestStream, SamplerHandle, open_sampler
 from trio_sampler.config import RetryPolicy, SamplerConfig, Timeouts
@@ -147,25 +147,6 @@ _PROSE = (
 
 
 # -- shared helpers --------------------------------------------------------------------
-
-
-#: Open files wanted per process: 10,000 streams plus the previous cell's lingering sockets.
-WANTED_NOFILE = 65536
-
-
-def raise_nofile() -> tuple[int, int]:
-    """Raise the open-file limit (to ``WANTED_NOFILE`` where allowed, e.g. as root; else
-    the soft limit to the hard one); return the (soft, hard) now set."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < WANTED_NOFILE:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (WANTED_NOFILE, WANTED_NOFILE))
-        except (ValueError, OSError):
-            pass  # not privileged: the hard limit stands
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
 def rss_bytes() -> int:

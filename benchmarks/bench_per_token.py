@@ -51,7 +51,7 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -369,7 +369,7 @@ async def _measure(
     counter = Counter()
     result: dict[str, Any] = {}
 
-    async def loops(start: Any) -> None:
+    async def loops(start: StreamLoop) -> None:
         async with trio.open_nursery() as nursery:
             for _ in range(concurrency):
                 nursery.start_soon(start)
@@ -379,14 +379,32 @@ async def _measure(
             result.update(spent.close(window))
             nursery.cancel_scope.cancel()
 
+    await run_streams(impl, port, concurrency, counter, loops)
+    return result
+
+
+#: One stream's loop of a contender: a request after another, counting its tokens.
+StreamLoop = Callable[[], Awaitable[None]]
+
+
+async def run_streams(
+    impl: str,
+    port: int,
+    concurrency: int,
+    counter: Counter,
+    streams: Callable[[StreamLoop], Awaitable[None]],
+) -> None:
+    """``streams(start)``, ``start`` being one stream's loop of ``impl`` (any contender
+    but ``openai``, which runs under asyncio) counting into ``counter``, with the client
+    or sampler it needs open around it (pooled for ``concurrency`` streams)."""
     if impl == "raw":
-        await loops(lambda: _raw_loop(port, counter))
+        await streams(lambda: _raw_loop(port, counter))
     elif impl == "httpx2":
         import httpx2
 
         limits = httpx2.Limits(max_connections=None, max_keepalive_connections=concurrency)
         async with httpx2.AsyncClient(limits=limits, timeout=120.0) as client:
-            await loops(lambda: _httpx2_loop(client, port, counter))
+            await streams(lambda: _httpx2_loop(client, port, counter))
     elif impl == "loadtest":
         from trio_sampler.actor import open_sampler
         from trio_sampler.doom_loop import DoomLoopPolicy
@@ -395,22 +413,20 @@ async def _measure(
         no_doom = DoomLoopPolicy(enabled=False)
         async with open_sampler(_ours_config(impl, port), doom_loop=no_doom) as sampler:
             with _no_full_collections():  # as the load generator runs a stage
-                await loops(lambda: _loadtest_loop(sampler, counter))
+                await streams(lambda: _loadtest_loop(sampler, counter))
     else:
         from trio_sampler.actor import open_sampler
 
         async with open_sampler(_ours_config(impl, port)) as sampler:
-            await loops(lambda: _ours_loop(sampler, counter))
-    return result
+            await streams(lambda: _ours_loop(sampler, counter))
 
 
 def client_main(impl: str, port: int, concurrency: int, warmup: float, window: float) -> None:
-    import resource
-
     import trio
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
+    from benchmarks.common import raise_nofile
+
+    raise_nofile()
     if impl == "openai":
         result = asyncio.run(_openai_measure(port, concurrency, warmup, window))
     else:

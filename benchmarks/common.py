@@ -1,18 +1,20 @@
 """Small pieces the benchmark scripts share (and the tests' hand-written servers use): the
 CPU time and run-queue wait of child processes, one HTTP/1.1 request read off a socket,
-the arguments of the per-request counts, and a results file written."""
+the arguments of the per-request counts, a results file written, and the open-file limit
+raised for many streams."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import resource
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import trio
 
-__all__ = ["cpu_seconds", "read_request", "run_queue_seconds", "write_results"]
+__all__ = ["cpu_seconds", "raise_nofile", "read_request", "run_queue_seconds", "write_results"]
 
 # A request head longer than this is not a request these servers are sent.
 _MAX_HEAD = 1 << 20
@@ -105,3 +107,22 @@ def per_request_arguments(
             + ", ".join(contenders)
         )
     return parser, args, impls
+
+
+#: Open files wanted per process: 10,000 streams plus the previous cell's lingering sockets.
+WANTED_NOFILE = 65536
+
+
+def raise_nofile() -> tuple[int, int]:
+    """Raise the open-file limit (to ``WANTED_NOFILE`` where allowed, e.g. as root; else
+    the soft limit to the hard one); return the (soft, hard) now set."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < WANTED_NOFILE:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (WANTED_NOFILE, WANTED_NOFILE))
+        except (ValueError, OSError):
+            pass  # not privileged: the hard limit stands
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -42,8 +42,10 @@ if __package__ in (None, ""):  # run as a script: the checkout's packages first
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import bench_per_token as paced
-from benchmarks.common import write_results
+from benchmarks.common import raise_nofile, write_results
 
+#: Not the ``loadtest`` contender: it freezes the heap (``gc.freeze``), which hides the
+#: objects from ``gc.get_objects``.
 IMPLS = ("raw", "httpx2", "direct", "httpx", "httptools")
 #: Text deltas a stream is given: none ends while the streams are counted.
 TOKENS = 100_000
@@ -64,7 +66,7 @@ async def _count(impl: str, port: int, streams: int, settle: float) -> Counter[s
     tokens = paced.Counter()
     counted: Counter[str] = Counter()
 
-    async def open_streams(start: Any) -> None:
+    async def open_streams(start: paced.StreamLoop) -> None:
         async with trio.open_nursery() as nursery:
             for _ in range(streams):
                 nursery.start_soon(start)
@@ -74,30 +76,15 @@ async def _count(impl: str, port: int, streams: int, settle: float) -> Counter[s
             counted.update(census())
             nursery.cancel_scope.cancel()
 
-    if impl == "raw":
-        await open_streams(lambda: paced._raw_loop(port, tokens))
-    elif impl == "httpx2":
-        import httpx2
-
-        limits = httpx2.Limits(max_connections=None, max_keepalive_connections=streams)
-        async with httpx2.AsyncClient(limits=limits, timeout=120.0) as client:
-            await open_streams(lambda: paced._httpx2_loop(client, port, tokens))
-    else:
-        from trio_sampler.actor import open_sampler
-
-        async with open_sampler(paced._ours_config(impl, port)) as sampler:
-            await open_streams(lambda: paced._ours_loop(sampler, tokens))
+    await paced.run_streams(impl, port, streams, tokens, open_streams)
     return counted
 
 
 def count_main(impl: str, port: int, streams: int, settle: float) -> None:
     """One count, in a process of its own: the census as JSON on standard output."""
-    import resource
-
     import trio
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
+    raise_nofile()
     print(json.dumps(trio.run(_count, impl, port, streams, settle)))
 
 
