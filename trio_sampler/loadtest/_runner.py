@@ -260,7 +260,7 @@ class StageRunner:
         # Microseconds, as raw 64-bit integers: not an int object a token kept for the
         # request's life (``benchmarks/bench_per_token.py``, the ``loadtest`` contender).
         gaps = array("q")
-        submitted = now()
+        submitted = now()  # (its time if the wait at the start gate is cancelled)
         try:
             await self.starts.turn()  # a few starts in each scheduler round (``_starts.py``)
             # The last thing before the request is handed over: the bookkeeping of its
