@@ -9,7 +9,8 @@ changed, when an upgrade of those libraries changes it.
 
 from __future__ import annotations
 
-from typing import Any
+import socket
+import struct
 
 import h11
 import httpcore2
@@ -20,15 +21,15 @@ from fakes import http11_sse_response
 from loopback import read_request, serve, take_all
 
 from trio_sampler._http._direct import (
+    _BROKEN_CONNECTION_ERRORS,
     POOL_TO_H11,
     TO_POOL_STREAM,
-    _ConnectionTrace,
     own_pool,
     socket_reads,
     to_own_pool,
     use_own_backend,
 )
-from trio_sampler._network import TrioNetworkBackend, _Connection
+from trio_sampler._network import EXCHANGE, Exchange, TrioNetworkBackend, _Connection
 
 BODY = b"data: [DONE]\n\n"
 
@@ -115,69 +116,80 @@ async def test_a_body_leads_to_its_connections_h11_state() -> None:
             await core.aclose()
 
 
-async def test_the_trace_events_the_resend_rule_reads() -> None:
-    """httpcore2 traces ``connection.connect_tcp``, ``http11.send_request_headers`` and
-    ``http11.send_request_body`` (``.complete``; ``.failed`` with the ``exception``), and
-    a response carries ``http_version`` and ``network_stream``."""
-    events: list[tuple[str, Any]] = []
-
-    async def record(event: str, info: Any) -> None:
-        events.append((event, info))
-
+async def test_the_pool_connects_and_writes_in_the_task_sending_the_request() -> None:
+    """httpcore2 opens a request's connection (``connect_tcp``) and writes the request
+    through the pool's network backend in the task that sends it: what lets our
+    connections record the exchange for that task (``trio_sampler._network.Exchange``,
+    read by the resend rule and for the request's sending time). A response carries
+    ``http_version`` and ``network_stream``."""
     async with serve(answer) as port, httpx2.AsyncClient() as client:
         pool = own_pool(client)
+        assert use_own_backend(pool, stamped=False)
         assert pool is not None
-        request = httpcore2.Request(
-            b"POST",
-            f"http://127.0.0.1:{port}/v1",
-            headers=[(b"Host", b"x"), (b"Content-Length", b"2")],
-            content=b"{}",
-            extensions={"trace": record},
-        )
-        core = await pool.handle_async_request(request)
+        exchanges = []
+        for _ in range(2):  # a new connection, then the same one reused
+            exchange = Exchange()
+            recording = EXCHANGE.set(exchange)
+            before = trio.current_time()
+            try:
+                core = await pool.handle_async_request(_post(port))
+            finally:
+                EXCHANGE.reset(recording)
+            assert core.extensions["http_version"] == b"HTTP/1.1"
+            assert "network_stream" in core.extensions
+            await core.aread()
+            await core.aclose()
+            assert exchange.sent_at is not None and exchange.sent_at >= before
+            exchanges.append(exchange)
+    assert [e.connected for e in exchanges] == [True, False], "httpcore2 connects elsewhere"
+    assert not any(e.refused or e.unwritten for e in exchanges)
+
+
+async def test_a_write_refused_whole_reaches_the_sending_task_as_a_broken_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a reused connection the server has reset, httpcore2 writes the request through
+    our connection, whose write is refused whole: the exchange says ``unwritten`` (not
+    one byte went), and httpcore2 raises one of the errors the resend rule catches."""
+    quiet = _Connection.get_extra_info
+
+    def never_readable(self: _Connection, info: str) -> object:
+        return False if info == "is_readable" else quiet(self, info)
+
+    monkeypatch.setattr(_Connection, "get_extra_info", never_readable)
+
+    async def answer_then_reset(stream: trio.SocketStream) -> None:
+        if await read_request(stream) is not None:
+            await stream.send_all(http11_sse_response(BODY))
+            await trio.sleep(0.05)
+            stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            await stream.aclose()
+
+    async with serve(answer_then_reset) as port, httpx2.AsyncClient() as client:
+        pool = own_pool(client)
+        assert use_own_backend(pool, stamped=False)
+        assert pool is not None
+        core = await pool.handle_async_request(_post(port))
+        await core.aread()
         await core.aclose()
-    names = [event for event, _ in events]
-    for expected in (
-        "connection.connect_tcp.started",
-        "http11.send_request_headers.started",
-        "http11.send_request_body.complete",
-    ):
-        assert expected in names, f"httpcore2 no longer traces {expected}: {names}"
-    assert core.extensions["http_version"] == b"HTTP/1.1"
-    assert "network_stream" in core.extensions
-    # The trace object the direct transport installs reads those names.
-    trace = _ConnectionTrace({})
-    for event, info in events:
-        await trace(event, info)
-    assert trace.connected and trace.sent and not trace.reused
-    assert trace.sent_at is not None
+        await trio.sleep(0.3)  # the reset arrives
+        exchange = Exchange()
+        recording = EXCHANGE.set(exchange)
+        try:
+            with pytest.raises(_BROKEN_CONNECTION_ERRORS):
+                await pool.handle_async_request(_post(port))
+        finally:
+            EXCHANGE.reset(recording)
+    assert not exchange.connected and exchange.refused and exchange.unwritten
 
 
-async def test_a_failed_write_is_traced_with_its_exception() -> None:
-    """httpcore2 reports a failed step as ``<name>.failed`` with ``{"exception": exc}``:
-    what the resend rule reads to tell a write refused whole (here the body is longer
-    than its ``Content-Length``, which h11 refuses before writing it)."""
-    seen: list[tuple[str, Any]] = []
-
-    async def record(event: str, info: Any) -> None:
-        seen.append((event, info))
-
-    async with serve(answer) as port, httpx2.AsyncClient() as client:
-        pool = own_pool(client)
-        assert pool is not None
-        request = httpcore2.Request(
-            b"POST",
-            f"http://127.0.0.1:{port}/v1",
-            headers=[(b"Host", b"x"), (b"Content-Length", b"1")],
-            content=b"{}",
-            extensions={"trace": record},
-        )
-        refused = (httpcore2.LocalProtocolError, h11.LocalProtocolError)
-        with pytest.raises(refused):
-            await pool.handle_async_request(request)
-    failed = [(event, info) for event, info in seen if event.endswith(".failed")]
-    assert failed and failed[0][0] == "http11.send_request_body.failed", seen
-    assert isinstance(failed[0][1].get("exception"), refused)
+def _post(port: int) -> httpcore2.Request:
+    return httpcore2.Request(
+        b"POST",
+        f"http://127.0.0.1:{port}/v1",
+        headers=[(b"Host", b"x"), (b"Content-Length", b"2")],
+        content=b"{}",
+    )
 
 
 async def test_socket_reads_read_a_body_through_h11_and_give_its_connection_back() -> None:

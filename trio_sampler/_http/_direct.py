@@ -5,7 +5,7 @@ limits, HTTP/2, proxies from the environment) into ``httpcore2`` connection pool
 request that needs nothing of httpx2 beyond them (a POST whose URL goes to the client's
 own pool rather than a proxy, no cookie in the jar, no header httpx2 sets itself) is
 handed to that ``httpcore2`` pool directly, as httpx2 would hand it: the same headers in
-the same order, the same timeouts and trace, the same connection. It skips httpx2's layers
+the same order, the same timeouts, the same connection. It skips httpx2's layers
 around the exchange and around every body chunk (about 0.25 ms of CPU per 200-chunk
 stream: ``docs/benchmarks-actor.md``). A ``Set-Cookie`` is kept in the client's jar as
 httpx2 would keep it (so later requests to its domain take httpx2's way, which sends
@@ -16,7 +16,8 @@ pools.
 Under the pools, :class:`~trio_sampler._network.TrioNetworkBackend`: a request in one
 write, writes timed (when the request was sent), reads timed by their bytes' arrival when
 ``SamplerConfig.receive_timestamps`` is on (the load generator's timestamps), and a write
-refused whole told apart (the resend rule: :meth:`DirectTransport._send_resending_unwritten`).
+refused whole told apart (the resend rule: :meth:`DirectTransport._send_resending_unwritten`),
+all recorded for the task sending the request (``trio_sampler._network.Exchange``).
 
 **What this module relies on that httpx2, httpcore2 and h11 keep private**, each step
 checked by type, so that a change answers "not taken" rather than failing a request; the
@@ -53,11 +54,10 @@ from collections.abc import (
     AsyncIterator,
     Callable,
     Mapping,
-    MutableMapping,
     Sequence,
 )
 from types import AsyncGeneratorType
-from typing import Any, cast
+from typing import cast
 
 import attrs
 import h11
@@ -65,11 +65,9 @@ import httpcore2
 import httpx2
 import trio
 
-from .._network import TrioNetworkBackend, is_stamped, socket_for_reads
+from .._network import EXCHANGE, Exchange, TrioNetworkBackend, is_stamped, socket_for_reads
 from .._receive_time import (
     LAST_RECEIVED,
-    LAST_SENT,
-    NothingWritten,
     StampedSocketStream,
     hold_kernel_timestamps,
 )
@@ -317,71 +315,6 @@ def use_own_backend(
         return False
     pool._network_backend = backend if backend is not None else TrioNetworkBackend(stamped=stamped)
     return True
-
-
-# -- the trace: reused, unwritten, sent when -----------------------------------------------
-
-
-class _ConnectionTrace:
-    """An httpcore ``trace`` extension: was the request sent on a reused connection,
-    did it provably not reach the server, and when was its last byte written?
-
-    Reused when httpcore sent it over HTTP/1.1 or HTTP/2 without first opening a
-    connection for it. ``unwritten`` when writing it failed before any byte of it was
-    written: the failed write was refused whole (:class:`~trio_sampler._receive_time.
-    NothingWritten`, raised by this transport's connections only) and no write of it
-    succeeded before. ``sent_at`` is when httpcore handed the request's last byte to the
-    connection (the end of its ``send_request_body`` step): the write's own time (the
-    connections time their writes), else the time at that step.
-
-    Once the body is sent every answer is known, and the trace takes itself out of the
-    request's extensions (httpcore reads them at each step): the rest of the exchange (the
-    response, the close) is not traced at all."""
-
-    __slots__ = ("_extensions", "_started_at", "connected", "sent", "sent_at", "unwritten")
-
-    def __init__(self, extensions: MutableMapping[str, Any]) -> None:
-        self._extensions = extensions
-        self.connected = False
-        self.sent = False
-        self.unwritten = False
-        self.sent_at: float | None = None
-        self._started_at = 0.0
-
-    @property
-    def reused(self) -> bool:
-        return self.sent and not self.connected
-
-    async def __call__(self, event: str, info: Mapping[str, object]) -> None:
-        if event.endswith("send_request_body.complete"):  # http11. or http2.
-            written = LAST_SENT.get()
-            if written is None or written < self._started_at:  # not this request's write
-                written = trio.current_time()
-            self.sent_at = written
-            if self._extensions.get("trace") is self:
-                del self._extensions["trace"]
-        elif event.endswith(("send_request_headers.failed", "send_request_body.failed")):
-            written = LAST_SENT.get()
-            self.unwritten = _refused_whole(info.get("exception")) and (
-                written is None or written < self._started_at
-            )
-        elif event.startswith("connection.connect_"):  # connect_tcp, connect_unix_socket
-            self.connected = True
-        elif event.startswith(("http11.send_request_headers", "http2.send_request_headers")):
-            if not self.sent:
-                self._started_at = trio.current_time()
-            self.sent = True
-
-
-def _refused_whole(exc: object) -> bool:
-    """Whether ``exc`` (a failed write, as httpcore raised it) is a write the connection
-    refused whole (see :class:`_ConnectionTrace`)."""
-    seen = 0
-    while isinstance(exc, BaseException) and seen < 4:
-        if isinstance(exc, NothingWritten):
-            return True
-        exc, seen = exc.__cause__, seen + 1
-    return False
 
 
 class _InFlight:
@@ -756,17 +689,23 @@ class DirectTransport:
         **The resend rule.** A request is sent again without the caller seeing it only
         when its connection failed before any byte of it was written: a reused
         connection that the server had already closed refused the request's first write
-        whole (:class:`_ConnectionTrace` ``unwritten``). Anything else that fails before
-        a response head (the server read the request and closed or reset the
-        connection, after none or some of a head's bytes) may have reached the server:
-        it is raised, and the actor makes it a visible attempt (``Retrying``, an
-        ``AttemptRecord``, a retry spent), or no retry at all for a request that must
-        not be repeated. Bounded by :data:`STALE_CONNECTION_RESENDS`.
+        whole. The pools' connections record that for the task sending the request, in
+        the :class:`~trio_sampler._network.Exchange` put in ``EXCHANGE`` here (opened
+        for it or reused, ``unwritten``, when its last byte was written). Anything else
+        that fails before a response head (the server read the request and closed or
+        reset the connection, after none or some of a head's bytes) may have reached
+        the server: it is raised, and the actor makes it a visible attempt
+        (``Retrying``, an ``AttemptRecord``, a retry spent), or no retry at all for a
+        request that must not be repeated. Bounded by :data:`STALE_CONNECTION_RESENDS`.
+
+        Through another network backend (a test's in-memory connections) or a proxy
+        httpx2 mounted, nothing records the exchange: such a request is never resent,
+        and when it was sent is not known.
         """
         resends = 0
         while True:
-            trace = _ConnectionTrace(request.extensions)
-            request.extensions["trace"] = trace
+            exchange = Exchange()
+            recording = EXCHANGE.set(exchange)
             try:
                 if isinstance(request, httpx2.Request):
                     response: httpx2.Response | httpcore2.Response = await self._clients[
@@ -776,9 +715,12 @@ class DirectTransport:
                     pool = self._pools[index]
                     assert pool is not None  # a direct request is only built for one
                     response = await pool.handle_async_request(request)
-                return response, trace.sent_at
+                return response, exchange.sent_at
             except _BROKEN_CONNECTION_ERRORS:
-                if not (trace.reused and trace.unwritten) or resends >= STALE_CONNECTION_RESENDS:
+                reused = not exchange.connected
+                if not (reused and exchange.unwritten) or resends >= STALE_CONNECTION_RESENDS:
                     raise
+            finally:
+                EXCHANGE.reset(recording)
             resends += 1
             self.stale_connection_resends += 1
