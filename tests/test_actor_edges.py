@@ -337,3 +337,68 @@ async def test_leaving_open_sampler_ends_every_request(emulator: EmulatorFixture
         await sampler.submit(slow_request(emulator))
     await sampler.cancel(streams[0].request_id)  # a no-op after shutdown
     assert not await sampler.is_active(streams[0].request_id)
+
+
+async def test_two_tasks_reading_one_stream_take_each_event_once_in_order(
+    emulator: EmulatorFixture,
+) -> None:
+    """Two tasks iterating the same stream at once: every event goes to one of them,
+    once, in the order sent (the tokens, in the order taken, spell the response), the
+    terminal to one, and both iterations end. The second task waits beside the first
+    (which is handed the first token, then dawdles): the tokens queued meanwhile go to
+    the second while the stream is still running, not after its end."""
+    script = {"text": "word " * 40, "chunk_chars": 5, "first_token_ms": 100}
+    script["token_interval_ms"] = 2
+    request = ConversationRequest(items=[User("talk")], extra_headers=emulator.script(**script))
+    taken: list[tuple[str, SamplingEvent, bool]] = []  # (reader, event, stream running)
+    ended: list[str] = []
+    async with open_sampler(config_for(emulator)) as sampler:
+        stream = await sampler.submit(request)
+
+        async def read(name: str, pause: float) -> None:
+            async for event in stream:
+                taken.append((name, event, stream.terminal is None))
+                if isinstance(event, ChannelToken):
+                    await trio.sleep(pause)
+            ended.append(name)
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read, "first", 0.05)
+                await trio.testing.wait_all_tasks_blocked()  # it waits for the first token
+                nursery.start_soon(read, "second", 0)
+    events = [event for _, event, _ in taken]
+    terminals = [event for event in events if isinstance(event, Completed)]
+    assert len(terminals) == 1 and events[-1] is terminals[0]
+    text = "".join(event.text for event in events if isinstance(event, ChannelToken))
+    assert text == terminals[0].response.text == "word " * 40
+    assert sorted(ended) == ["first", "second"]
+    tokens = [(name, running) for name, event, running in taken if isinstance(event, ChannelToken)]
+    assert tokens[0] == ("first", True)
+    assert ("second", True) in tokens, tokens
+
+
+async def test_closing_the_stream_ends_every_task_reading_it(emulator: EmulatorFixture) -> None:
+    """Two tasks wait on one stream (one to be handed the next batch, one beside it):
+    closing the stream from a third ends both iterations, and the request."""
+    ended: list[str] = []
+    async with open_sampler(config_for(emulator)) as sampler:
+        stream = await sampler.submit(slow_request(emulator))
+        async for event in stream:
+            if isinstance(event, ChannelToken):
+                break
+
+        async def read(name: str) -> None:
+            async for _ in stream:
+                pass
+            ended.append(name)
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read, "first")
+                nursery.start_soon(read, "second")
+                await trio.testing.wait_all_tasks_blocked()
+                await stream.aclose()
+        assert sorted(ended) == ["first", "second"]
+        assert isinstance(stream.terminal, Cancelled)
+        assert request_tasks() == []

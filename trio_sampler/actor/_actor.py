@@ -45,7 +45,7 @@ from ..types import ConversationRequest, ConversationResponse, TrioSamplerError
 from ._count import count_tokens
 from ._memory import DEFAULT_MAX_BUFFERED_RESPONSE_BYTES, ResponseMemory
 from ._request import RequestRunner
-from ._stream import RequestState, RequestStream, open_request_channel
+from ._stream import RequestState, RequestStream
 
 __all__ = [
     "DuplicateRequestError",
@@ -121,7 +121,6 @@ class _SamplerActor:
                 f"request id {request_id!r} is already running; use a unique id "
                 "per request (or omit it to get a generated one)"
             )
-        send, receive, credits = open_request_channel(self.max_buffered_batches)
         if config is None and chain is None and self.routing is not None:
             chain = self.routing.routes
         config = config or self.config  # a snapshot: later updates don't apply
@@ -130,8 +129,7 @@ class _SamplerActor:
             request=request,
             config=config,
             scope=trio.CancelScope(),
-            send=send,
-            credits=credits,
+            credit=self.max_buffered_batches,
             submitted_at=trio.current_time(),
             live=self.live,
             redactor=self._redactor(config, chain, request.extra_headers),
@@ -143,11 +141,9 @@ class _SamplerActor:
                 self.runner.serve, state, name=f"trio_sampler request {request_id}"
             )
         except RuntimeError:  # the nursery has closed: the sampler is gone
-            send.close()
-            receive.close()
             raise SamplerClosedError("the sampler is shut down; open a new one to submit") from None
         self.live[request_id] = state
-        return RequestStream(state, receive, self.token)
+        return RequestStream(state, self.token)
 
     def _redactor(
         self,

@@ -51,7 +51,7 @@ class Lane:
     def emit_may_wait(self) -> bool:
         """Whether :meth:`emit` may wait for credit: once it wins, it sends what it held
         and the batch, a credit each."""
-        return self.race.state.credits.value <= len(self.held)
+        return self.race.state.credit <= len(self.held)
 
     @property
     def emit_is_quick(self) -> bool:

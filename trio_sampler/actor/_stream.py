@@ -1,16 +1,21 @@
-"""One request's event stream: the channel between its task and its consumer.
+"""One request's event stream: the hand-over between its task and its consumer.
 
 Design:
 
-* Events travel as **batches**, one channel message per network read, and the
-  consumer-side iterator flattens them: a trio channel hop costs a few microseconds, a
-  token event well under one, so the hop is paid per read, not per token.
-* The channel's buffer is unbounded, but every data batch needs a **credit** from a
-  semaphore that the consumer gives back as it reads. That bounds what a request buffers
-  (``max_buffered_batches`` reads) and makes a slow consumer slow down the HTTP read.
-* The terminal event needs no credit: it is handed over with ``send_nowait`` (which never
-  blocks and is not a checkpoint, so it works from a cancelled context) and the send side
-  is closed right after it. Consumers see end-of-stream right after the terminal.
+* Events travel as **batches**, one per network read, and the consumer-side iterator
+  flattens them: a hop from one task to another costs a few microseconds, a token event
+  well under one, so the hop is paid per read, not per token.
+* A batch goes to the consumer waiting for it, else into the request's **queue**, which
+  has no bound of its own; every data batch needs a **credit** that the consumer gives
+  back as it takes one. That bounds what a request buffers (``max_buffered_batches``
+  reads) and makes a slow consumer slow down the HTTP read.
+* The terminal event needs no credit: it is handed over synchronously (never blocks, no
+  checkpoint, so it works from a cancelled context), and nothing is handed over after
+  it. Consumers see end-of-stream right after the terminal.
+* The queue, the credits and the waits are the request's own fields, not a trio memory
+  channel and semaphore (which did the same): those were 11 objects and 4.5 µs to make a
+  request, and about 0.45 µs a batch to pass through (``objects_per_stream.py``,
+  ``docs/actor-internals.md``).
 * A cancel records the ``Cancelled`` terminal **at once**, in the task that cancels
   (``RequestState.cancel``): the request's scope is cancelled and the terminal is final
   before ``cancel()`` returns, whatever the request task is waiting on. The consumer's
@@ -26,7 +31,6 @@ Design:
 from __future__ import annotations
 
 import collections
-import math
 import operator
 import weakref
 from collections.abc import AsyncIterator
@@ -187,8 +191,9 @@ class RequestState:
     #: wins. It encloses the request's nursery, so cancelling it cancels the request and
     #: every helper task it runs.
     scope: trio.CancelScope
-    send: trio.MemorySendChannel[list[SamplingEvent]]
-    credits: trio.Semaphore
+    #: How many more data batches may wait for the consumer (``max_buffered_batches``
+    #: less those waiting): ``emit`` waits at 0 until the consumer takes one.
+    credit: int
     submitted_at: float
     #: The sampler's table of requests without a terminal; ``finish`` removes this one.
     live: dict[str, RequestState] = attrs.field(factory=dict, repr=False)
@@ -207,13 +212,23 @@ class RequestState:
     cancel_reason: str | None = None
     #: The transform of the attempt in progress (its accumulation is the partial output).
     transform: StreamTransform | None = None
-    #: Batches handed to the channel, and taken out of it by the consumer.
+    #: Batches handed over (straight or through the queue), and taken by the consumer.
     sent: int = 0
     read: int = 0
-    #: Per batch in the channel, in order: when the bytes of the read that produced it
-    #: arrived (``None``: not from a read, or not known).
+    #: The batches handed over and not taken yet, in order (the terminal's is last).
+    queue: collections.deque[list[SamplingEvent]] = attrs.field(
+        factory=collections.deque, repr=False
+    )
+    #: The tasks waiting for credit, and those reading beside the one in ``waiter`` (a
+    #: second task reading the stream at once): each made when first needed.
+    wanting_credit: trio.lowlevel.ParkingLot | None = attrs.field(default=None, repr=False)
+    readers: trio.lowlevel.ParkingLot | None = attrs.field(default=None, repr=False)
+    #: The consumer closed its stream: nothing more is taken (an ``emit`` is a cancel).
+    closed: bool = False
+    #: Per batch handed over and not taken, in order: when the bytes of the read that
+    #: produced it arrived (``None``: not from a read, or not known).
     arrivals: collections.deque[float | None] = attrs.field(factory=collections.deque)
-    #: Per batch in the channel, in order: the bytes it holds (:func:`batch_bytes`). A
+    #: Per batch handed over and not taken, in order: its bytes (:func:`batch_bytes`). A
     #: consumer slower than the server leaves up to ``max_buffered_batches`` batches
     #: here, each a whole read's text: the sampler's memory account counts them
     #: (``buffered_bytes``: these and the batch the consumer is going through).
@@ -276,7 +291,7 @@ class RequestState:
     @property
     def emit_may_wait(self) -> bool:
         """Whether :meth:`emit` would wait for credit (the consumer is behind)."""
-        return self.credits.value == 0
+        return self.credit == 0
 
     @property
     def emit_is_quick(self) -> bool:
@@ -301,10 +316,10 @@ class RequestState:
         values and 70 of changes a byte, for ``[{},{},...]``) is bounded as it is made,
         the stream stopped midway if it is the largest, or waiting while the streams
         stopped have not ended yet (a checkpoint only then)."""
-        try:
-            self.credits.acquire_nowait()
-        except trio.WouldBlock:
-            await self.credits.acquire()
+        if self.credit:
+            self.credit -= 1
+        else:
+            await self._wait_for_credit()
         if self.partials is not None:
             if holding is None:
                 batch = self.partials.batch(batch)
@@ -312,35 +327,59 @@ class RequestState:
                 try:
                     batch = await _parse(self.partials, batch, holding)
                 except BaseException:  # the memory stopped the stream, or a cancel
-                    self.credits.release()
+                    self.give_credit()
                     raise
-        try:
-            batch = self.redactor.events(batch)
-            if self.waiter is not None:
-                self.hand(batch)
-            else:
-                self.send.send_nowait(batch)
-            self.arrivals.append(received_at)
-            size = batch_bytes(batch)
-            if self.partials is not None:  # the changes its parsed deltas carry
-                size += self.partials.delta_bytes
-            self.queued.append(size)
-            self.buffered_bytes += size
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        if self.closed or self.terminal is not None:
             # The consumer closed its stream: that is a cancel (contract 3).
-            self.credits.release()
+            self.give_credit()
             self.cancel("the consumer closed the stream")
             await trio.lowlevel.checkpoint()
-        else:
-            self.sent += 1
+            return
+        batch = self.redactor.events(batch)
+        self._deliver(batch)
+        self.arrivals.append(received_at)
+        size = batch_bytes(batch)
+        if self.partials is not None:  # the changes its parsed deltas carry
+            size += self.partials.delta_bytes
+        self.queued.append(size)
+        self.buffered_bytes += size
+        self.sent += 1
+
+    async def _wait_for_credit(self) -> None:
+        """Wait until the consumer has taken a batch and given its credit back, and take
+        it (backpressure: the request stops reading its body meanwhile)."""
+        waiting = self.wanting_credit
+        if waiting is None:
+            waiting = self.wanting_credit = trio.lowlevel.ParkingLot()
+        while not self.credit:
+            await waiting.park()
+        self.credit -= 1
+
+    def give_credit(self) -> None:
+        """A data batch was taken (or not sent after all): one more may wait."""
+        self.credit += 1
+        waiting = self.wanting_credit
+        if waiting:
+            waiting.unpark()
+
+    def _deliver(self, batch: list[SamplingEvent]) -> None:
+        """Hand ``batch`` to the consumer waiting for it, else queue it (and wake a task
+        reading beside, if one waits)."""
+        if self.waiter is not None:
+            self.hand(batch)
+            return
+        self.queue.append(batch)
+        readers = self.readers
+        if readers:
+            readers.unpark()
 
     def hand(self, batch: list[SamplingEvent] | None) -> None:
         """Wake the consumer waiting for a batch with ``batch`` (``None``: its stream was
-        closed). The channel is empty while it waits, so the order of the batches holds.
+        closed). The queue is empty while it waits, so the order of the batches holds.
 
         Per token (one token per read) the consumer waits for every batch: waking it
-        here, where trio's ``receive`` raised a ``WouldBlock`` per wait, entered its
-        cancel check twice and registered the task in two tables, costs a reschedule
+        here, where trio's channel ``receive`` raised a ``WouldBlock`` per wait, entered
+        its cancel check twice and registered the task in two tables, costs a reschedule
         and no object but the batch (``benchmarks/bench_per_token.py``)."""
         waiter = self.waiter
         assert waiter is not None
@@ -393,35 +432,16 @@ class RequestState:
         self.transform = None
         if self.live.get(self.request_id) is self:
             del self.live[self.request_id]
-        with self.send:
-            if self.waiter is not None:
-                self.hand([terminal])
-            else:
-                try:
-                    self.send.send_nowait([terminal])
-                except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
-                    pass  # the consumer is gone; ``result()`` still reads ``terminal``
+        if not self.closed:  # else the consumer is gone; ``result()`` still reads it
+            self._deliver([terminal])
+        if self.readers:  # a task reading beside: nothing more will come
+            self.readers.unpark_all()
         self.done.set()
 
 
 def partial_output(transform: StreamTransform | None) -> ConversationResponse | None:
     """What ``transform`` has accumulated, or ``None`` if nothing (no content, no usage)."""
     return None if transform is None else transform.partial()
-
-
-def open_request_channel(
-    max_buffered_batches: int,
-) -> tuple[
-    trio.MemorySendChannel[list[SamplingEvent]],
-    trio.MemoryReceiveChannel[list[SamplingEvent]],
-    trio.Semaphore,
-]:
-    # Not ``open_memory_channel[...]``: subscripting a generic at run time costs more
-    # than opening the channel.
-    send: trio.MemorySendChannel[list[SamplingEvent]]
-    receive: trio.MemoryReceiveChannel[list[SamplingEvent]]
-    send, receive = trio.open_memory_channel(math.inf)
-    return send, receive, trio.Semaphore(max_buffered_batches)
 
 
 class RequestStream:
@@ -445,14 +465,8 @@ class RequestStream:
       :class:`SamplingError` / :class:`RequestCancelledError` carrying the partial output.
     """
 
-    def __init__(
-        self,
-        state: RequestState,
-        receive: trio.MemoryReceiveChannel[list[SamplingEvent]],
-        token: trio.lowlevel.TrioToken,
-    ) -> None:
+    def __init__(self, state: RequestState, token: trio.lowlevel.TrioToken) -> None:
         self._state = state
-        self._receive = receive
         self._token = token
         self._batch: list[SamplingEvent] = []
         self._position = 0
@@ -514,25 +528,24 @@ class RequestStream:
         if type(state.terminal) is Cancelled:
             return self._take_cancelled()
         try:
-            # A batch already waiting is taken without a schedule point (the request task
+            # A batch already queued is taken without a schedule point (the request task
             # yields at every read anyway), but a cancelled consumer still stops here.
-            # Whether one waits is known from the counts (every batch but the terminal is
-            # counted in ``sent``): with one token per read none does, and trying first
-            # raised a ``WouldBlock`` per token, kept alive with its traceback across the
-            # wait by an ``await`` in its ``except`` clause (the collector's share).
-            # None waiting: the consumer's task waits to be handed the next batch
+            # None queued: the consumer's task waits to be handed the next batch
             # (``RequestState.hand``), waited on here, not in a coroutine of its own
-            # alive across the wait; a second task reading the stream at once waits in
-            # the channel.
-            if state.read < state.sent or state.terminal is not None:
+            # alive across the wait; a second task reading the stream at once waits
+            # beside it. The terminal recorded and none queued: another task took it.
+            queue = state.queue
+            if queue:
                 await trio.lowlevel.checkpoint_if_cancelled()
-                batch = self._receive.receive_nowait()
+                batch = queue.popleft()
+            elif state.terminal is not None:
+                raise trio.EndOfChannel
             elif state.waiter is None:
                 state.waiter = trio.lowlevel.current_task()
                 await trio.lowlevel.wait_task_rescheduled(self._abort_wait)
                 batch = self._handed()
             else:
-                batch = await self._receive.receive()
+                batch = await self._beside()
         except (trio.EndOfChannel, trio.ClosedResourceError):
             self._ended = True
             raise StopAsyncIteration from None
@@ -544,7 +557,7 @@ class RequestStream:
             self._received_at = state.arrivals.popleft() if state.arrivals else None
             state.buffered_bytes -= state.taken_bytes
             state.taken_bytes = state.queued.popleft() if state.queued else 0
-            state.credits.release()
+            state.give_credit()
             if type(state.terminal) is Cancelled:  # cancelled while this batch waited
                 return self._take_cancelled()
         # A batch of one event is not kept: its list would live across the wait for the
@@ -561,6 +574,22 @@ class RequestStream:
         if batch is None:
             raise trio.ClosedResourceError
         return batch
+
+    async def _beside(self) -> list[SamplingEvent]:
+        """The next batch queued, for a task reading this stream while another waits to
+        be handed one: it waits until one is queued, or the stream ends."""
+        state = self._state
+        readers = state.readers
+        if readers is None:
+            readers = state.readers = trio.lowlevel.ParkingLot()
+        while True:
+            await readers.park()
+            if self._ended:
+                raise trio.ClosedResourceError
+            if state.queue:
+                return state.queue.popleft()
+            if state.terminal is not None:
+                raise trio.EndOfChannel
 
     def _abort_wait(self, raise_cancel: object) -> trio.lowlevel.Abort:
         self._state.waiter = None
@@ -585,9 +614,11 @@ class RequestStream:
         self._batch = []
         self._size = 0
         self._position = 0
-        self._receive.close()
-        if self._state.waiter is not None:  # read by another task, waiting: it ends
-            self._state.hand(None)
+        state = self._state
+        state.closed = True
+        state.queue.clear()
+        if state.waiter is not None:  # read by another task, waiting: it ends
+            state.hand(None)
 
     async def result(self) -> RequestResult:
         """Read the rest of the stream; return how the request ended."""
