@@ -21,6 +21,8 @@ from ..types import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..models import ModelCatalog
     from ..wire import StreamTransform
 
@@ -194,9 +196,12 @@ class MetricsRecorder:
         self.submitted_at = submitted_at
         #: Prices what the server reported no cost for (``None``: nothing is priced).
         self.catalog = catalog
-        self.attempts: list[AttemptRecord] = []
-        #: Every ended attempt's bill, line by line: what the totals are the sum of.
-        self.ledger: list[LedgerEntry] = []
+        #: The ended attempts, and every ended attempt's bill line by line (what the
+        #: totals are the sum of). Tuples: empty and shared while the first attempt
+        #: streams, rather than two lists a request that live as long as it (the
+        #: collector's share, ``benchmarks/objects_per_stream.py``).
+        self.attempts: tuple[AttemptRecord, ...] = ()
+        self.ledger: tuple[LedgerEntry, ...] = ()
         #: Attempts started and not yet ended.
         self.open: list[AttemptMetrics] = []
         #: The attempt whose timings the request reports.
@@ -235,9 +240,9 @@ class MetricsRecorder:
             outcome = AttemptOutcome.COMPLETED if error is None else AttemptOutcome.FAILED
         lines = bill(attempt, outcome, usage, cost_usd_ticks, self.catalog)
         cost = _sum_costs(lines)
-        self.ledger.extend(lines)
+        self.ledger += tuple(lines)
         billed = _sum_usages(lines)
-        self.attempts.append(self._record(attempt, now, error, outcome, billed, cost))
+        self.attempts += (self._record(attempt, now, error, outcome, billed, cost),)
         return cost
 
     def drop_attempt(self, attempt: AttemptMetrics) -> None:
@@ -305,7 +310,8 @@ class MetricsRecorder:
     def build(self, response: ConversationResponse | None) -> RequestMetrics:
         """The metrics so far. Attempts still open (a cancel arriving now) are listed as
         cancelled, their duration up to their last byte, billed what they had reached."""
-        attempts, ledger = self.attempts, self.ledger
+        attempts: Sequence[AttemptRecord] = self.attempts
+        ledger: Sequence[LedgerEntry] = self.ledger
         if self.open:
             cut = [self._cut(a) for a in self.open]
             attempts = [*attempts, *(record for record, _ in cut)]
@@ -348,12 +354,12 @@ class MetricsRecorder:
         )
 
 
-def _sum_usages(lines: list[LedgerEntry] | tuple[LedgerEntry, ...]) -> Usage | None:
+def _sum_usages(lines: Sequence[LedgerEntry]) -> Usage | None:
     """The sum of the lines' usage (``None``: no line has one)."""
     return sum_usage([line.usage for line in lines if line.usage is not None])
 
 
-def _sum_costs(lines: list[LedgerEntry] | tuple[LedgerEntry, ...]) -> int | None:
+def _sum_costs(lines: Sequence[LedgerEntry]) -> int | None:
     """The sum of the lines' costs (``None``: no line has one)."""
     costs = [line.cost_usd_ticks for line in lines if line.cost_usd_ticks is not None]
     return sum(costs) if costs else None

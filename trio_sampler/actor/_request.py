@@ -134,7 +134,7 @@ class RequestRunner:
 
     async def serve(self, state: RequestState) -> None:
         """The request task: exactly one terminal, whatever happens (see module doc), and
-        ``state.task_done`` set as its last act."""
+        ``state.finish_task()`` as its last act."""
         terminal: TerminalEvent | None = None
         try:
             with state.scope:
@@ -164,7 +164,7 @@ class RequestRunner:
                 state.finish(terminal)
             finally:
                 # The task's last act, whatever happened above.
-                state.task_done.set()
+                state.finish_task()
 
     async def _run(self, state: RequestState) -> TerminalEvent:
         """Every attempt on every route, under the one ``Timeouts.total`` deadline

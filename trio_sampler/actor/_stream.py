@@ -87,6 +87,10 @@ CONTENT_EVENTS: Final = frozenset(
 )
 
 _TERMINALS = (Completed, Failed, Cancelled)
+#: A batch on its way to the consumer: its events, when the bytes of the read that
+#: produced it arrived (``None``: not from a read, or not known), and its bytes
+#: (:func:`batch_bytes`; 0 for the terminal's).
+Entry = tuple[list[SamplingEvent], float | None, int]
 _TOKENS_ONLY: Final = {ChannelToken}
 _NO_EVENTS: Final[list[SamplingEvent]] = []
 
@@ -204,35 +208,31 @@ class RequestState:
     #: Scrubs every event on its way to the consumer: the one place events leave the
     #: request, so the credentials of its config appear in none (``trio_sampler._redact``).
     redactor: Redactor = attrs.field(factory=Redactor)
-    #: Set when the terminal is recorded.
-    done: trio.Event = attrs.field(factory=trio.Event)
-    #: Set when the request's task has finished (its connection is closed).
-    task_done: trio.Event = attrs.field(factory=trio.Event)
     terminal: TerminalEvent | None = None
+    #: The request's task has finished (its connection is closed).
+    task_finished: bool = False
+    #: :attr:`done` and :attr:`task_done`, made when first asked for.
+    done_event: trio.Event | None = attrs.field(default=None, init=False, repr=False)
+    task_done_event: trio.Event | None = attrs.field(default=None, init=False, repr=False)
     cancel_reason: str | None = None
     #: The transform of the attempt in progress (its accumulation is the partial output).
     transform: StreamTransform | None = None
     #: Batches handed over (straight or through the queue), and taken by the consumer.
     sent: int = 0
     read: int = 0
-    #: The batches handed over and not taken yet, in order (the terminal's is last).
-    queue: collections.deque[list[SamplingEvent]] = attrs.field(
-        factory=collections.deque, repr=False
-    )
+    #: The batches handed over and not taken yet, in order (the terminal's is last),
+    #: each with when the bytes of the read that produced it arrived and its bytes.
+    queue: collections.deque[Entry] = attrs.field(factory=collections.deque, repr=False)
     #: The tasks waiting for credit, and those reading beside the one in ``waiter`` (a
     #: second task reading the stream at once): each made when first needed.
     wanting_credit: trio.lowlevel.ParkingLot | None = attrs.field(default=None, repr=False)
     readers: trio.lowlevel.ParkingLot | None = attrs.field(default=None, repr=False)
     #: The consumer closed its stream: nothing more is taken (an ``emit`` is a cancel).
     closed: bool = False
-    #: Per batch handed over and not taken, in order: when the bytes of the read that
-    #: produced it arrived (``None``: not from a read, or not known).
-    arrivals: collections.deque[float | None] = attrs.field(factory=collections.deque)
-    #: Per batch handed over and not taken, in order: its bytes (:func:`batch_bytes`). A
-    #: consumer slower than the server leaves up to ``max_buffered_batches`` batches
-    #: here, each a whole read's text: the sampler's memory account counts them
-    #: (``buffered_bytes``: these and the batch the consumer is going through).
-    queued: collections.deque[int] = attrs.field(factory=collections.deque)
+    #: The bytes of the batches handed over and not taken, and of the one the consumer
+    #: is going through (:func:`batch_bytes`). A consumer slower than the server leaves
+    #: up to ``max_buffered_batches`` batches queued, each a whole read's text: the
+    #: sampler's memory account counts them.
     buffered_bytes: int = 0
     #: The bytes of the batch the consumer took last (it holds it until the next).
     taken_bytes: int = 0
@@ -259,11 +259,40 @@ class RequestState:
     #: The request's stream (weakly: dropping it is a cancel): a ``Cancelled``
     #: terminal drops the batch it is going through (``RequestStream.drop_batch``).
     consumer: weakref.ReferenceType[RequestStream] | None = attrs.field(default=None, repr=False)
-    #: The consumer's task while it waits for the next batch with none in the channel
+    #: The consumer's task while it waits for the next batch with none queued
     #: (``RequestStream.__anext__``), and the batch handed to it straight (``None``
     #: with the task woken: its stream was closed).
     waiter: trio.lowlevel.Task | None = attrs.field(default=None, repr=False)
-    handed: list[SamplingEvent] | None = attrs.field(default=None, repr=False)
+    handed: Entry | None = attrs.field(default=None, repr=False)
+
+    @property
+    def done(self) -> trio.Event:
+        """Set when the terminal is recorded. Made when first asked for: a request
+        nobody waits on does not keep an event and its task set for its whole life
+        (the collector's share, ``benchmarks/objects_per_stream.py``)."""
+        event = self.done_event
+        if event is None:
+            event = self.done_event = trio.Event()
+            if self.terminal is not None:
+                event.set()
+        return event
+
+    @property
+    def task_done(self) -> trio.Event:
+        """Set when the request's task has finished (made when first asked for, as
+        :attr:`done`)."""
+        event = self.task_done_event
+        if event is None:
+            event = self.task_done_event = trio.Event()
+            if self.task_finished:
+                event.set()
+        return event
+
+    def finish_task(self) -> None:
+        """The request's task has finished: its last act."""
+        self.task_finished = True
+        if self.task_done_event is not None:
+            self.task_done_event.set()
 
     def cancel(self, reason: str) -> None:
         """Cancel the request and record its ``Cancelled`` terminal now (a no-op once it
@@ -336,12 +365,10 @@ class RequestState:
             await trio.lowlevel.checkpoint()
             return
         batch = self.redactor.events(batch)
-        self._deliver(batch)
-        self.arrivals.append(received_at)
         size = batch_bytes(batch)
         if self.partials is not None:  # the changes its parsed deltas carry
             size += self.partials.delta_bytes
-        self.queued.append(size)
+        self._deliver((batch, received_at, size))
         self.buffered_bytes += size
         self.sent += 1
 
@@ -362,19 +389,19 @@ class RequestState:
         if waiting:
             waiting.unpark()
 
-    def _deliver(self, batch: list[SamplingEvent]) -> None:
-        """Hand ``batch`` to the consumer waiting for it, else queue it (and wake a task
+    def _deliver(self, entry: Entry) -> None:
+        """Hand a batch to the consumer waiting for it, else queue it (and wake a task
         reading beside, if one waits)."""
         if self.waiter is not None:
-            self.hand(batch)
+            self.hand(entry)
             return
-        self.queue.append(batch)
+        self.queue.append(entry)
         readers = self.readers
         if readers:
             readers.unpark()
 
-    def hand(self, batch: list[SamplingEvent] | None) -> None:
-        """Wake the consumer waiting for a batch with ``batch`` (``None``: its stream was
+    def hand(self, entry: Entry | None) -> None:
+        """Wake the consumer waiting for a batch with ``entry`` (``None``: its stream was
         closed). The queue is empty while it waits, so the order of the batches holds.
 
         Per token (one token per read) the consumer waits for every batch: waking it
@@ -384,7 +411,7 @@ class RequestState:
         waiter = self.waiter
         assert waiter is not None
         self.waiter = None
-        self.handed = batch
+        self.handed = entry
         trio.lowlevel.reschedule(waiter)
 
     async def hand_over(self) -> None:
@@ -433,10 +460,11 @@ class RequestState:
         if self.live.get(self.request_id) is self:
             del self.live[self.request_id]
         if not self.closed:  # else the consumer is gone; ``result()`` still reads it
-            self._deliver([terminal])
+            self._deliver(([terminal], None, 0))
         if self.readers:  # a task reading beside: nothing more will come
             self.readers.unpark_all()
-        self.done.set()
+        if self.done_event is not None:
+            self.done_event.set()
 
 
 def partial_output(transform: StreamTransform | None) -> ConversationResponse | None:
@@ -537,15 +565,15 @@ class RequestStream:
             queue = state.queue
             if queue:
                 await trio.lowlevel.checkpoint_if_cancelled()
-                batch = queue.popleft()
+                batch, received_at, size = queue.popleft()
             elif state.terminal is not None:
                 raise trio.EndOfChannel
             elif state.waiter is None:
                 state.waiter = trio.lowlevel.current_task()
                 await trio.lowlevel.wait_task_rescheduled(self._abort_wait)
-                batch = self._handed()
+                batch, received_at, size = self._handed()
             else:
-                batch = await self._beside()
+                batch, received_at, size = await self._beside()
         except (trio.EndOfChannel, trio.ClosedResourceError):
             self._ended = True
             raise StopAsyncIteration from None
@@ -554,9 +582,9 @@ class RequestStream:
             self._ended = True
             self._received_at = None
         else:
-            self._received_at = state.arrivals.popleft() if state.arrivals else None
+            self._received_at = received_at
             state.buffered_bytes -= state.taken_bytes
-            state.taken_bytes = state.queued.popleft() if state.queued else 0
+            state.taken_bytes = size
             state.give_credit()
             if type(state.terminal) is Cancelled:  # cancelled while this batch waited
                 return self._take_cancelled()
@@ -567,15 +595,15 @@ class RequestStream:
         self._position = 1
         return batch[0]
 
-    def _handed(self) -> list[SamplingEvent]:
+    def _handed(self) -> Entry:
         """The batch handed over while the consumer waited (its stream closed: none)."""
         state = self._state
-        batch, state.handed = state.handed, None
-        if batch is None:
+        entry, state.handed = state.handed, None
+        if entry is None:
             raise trio.ClosedResourceError
-        return batch
+        return entry
 
-    async def _beside(self) -> list[SamplingEvent]:
+    async def _beside(self) -> Entry:
         """The next batch queued, for a task reading this stream while another waits to
         be handed one: it waits until one is queued, or the stream ends."""
         state = self._state
@@ -655,11 +683,11 @@ class RequestStream:
         The terminal is already recorded (a cancel records it at once); what is left is
         the task unwinding and closing its connection, so the block the consumer leaves
         really is the end of the request: no task of it outlives the block."""
-        finished = self._state.task_done
-        if finished.is_set():
+        state = self._state
+        if state.task_finished:
             return False
         with trio.move_on_after(EXIT_WAIT_S, shield=True):
-            await finished.wait()
+            await state.task_done.wait()
         return True
 
     def __del__(self) -> None:
