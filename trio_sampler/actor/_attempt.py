@@ -282,13 +282,14 @@ class _Body:
     ) -> None:
         self.stream = stream
         self.chunks: AsyncIterator[bytes] = stream.__aiter__()
-        #: Reads the loop makes itself where the transport offers them: ``take`` a read,
-        #: and while it says ``b""`` wait for ``fileno`` and take again; ``None``: read
-        #: ``chunks`` (the body's end, or no such reads). What it buys: a waiting read is
-        #: trio's wait alone, not a coroutine per transport layer made each read and alive
-        #: until the next token (the collector walked them; ``docs/benchmarks.md``).
+        #: Reads the loop makes itself where the transport offers them: ``stream.take`` a
+        #: read, and while it says ``b""`` wait for ``fileno`` and take again; ``None``:
+        #: read ``chunks`` (the body's end, or no such reads). What it buys: a waiting
+        #: read is trio's wait alone, not a coroutine per transport layer made each read
+        #: and alive until the next token (the collector walked them;
+        #: ``docs/benchmarks.md``).
         stream.socket_reads()
-        self.take, self.fileno = stream.take, stream.fileno
+        self.fileno = stream.fileno
         self.transform = transform
         self._decoder = stream_decoder(config.stream_media_type, config.max_sse_event_bytes)
         self._timeouts = config.timeouts
@@ -703,7 +704,9 @@ class Attempts:
         transform = body.transform
         timeouts = config.timeouts
         body.start_timer(timeouts.first_token, headers_at)
-        chunks, take, fileno, quick = body.chunks, body.take, body.fileno, sink.emit_is_quick
+        # ``stream.take`` called as a method, not kept bound: a bound method alive across
+        # every wait is one more object the collector walks (``objects_per_stream.py``).
+        chunks, stream, fileno, quick = body.chunks, body.stream, body.fileno, sink.emit_is_quick
         wait_readable = trio.lowlevel.wait_readable
         while True:
             with body.scope:
@@ -716,10 +719,10 @@ class Attempts:
                         if body.short:  # the streams the memory stopped have not ended
                             await body.room()
                         if due:
-                            read = take(False)
+                            read = stream.take(False)
                             while read == b"":  # nothing yet: wait (the deadline may lag)
                                 await wait_readable(fileno)
-                                read = take(True)
+                                read = stream.take(True)
                             if read is None:  # the end, or no socket reads: the iterator's
                                 body.settle()
                                 try:

@@ -246,7 +246,10 @@ class RequestRunner:
         (``trio_sampler.routing.ROUTING``), or ends it."""
         legs = self._legs(state)
         failure: FailOver | None = None
-        for index, leg in enumerate(legs):
+        # Not ``enumerate``: it and the list's iterator would live as long as the
+        # request (``later`` is a tuple for the same reason: an empty one is shared).
+        for index in range(len(legs)):
+            leg = legs[index]
             reason = unsuitable(leg, state.request, failure)
             if reason is not None:
                 assert leg.route is not None  # a sampler without routing skips nothing
@@ -261,7 +264,7 @@ class RequestRunner:
         return self._chain_failed(state, failure)
 
     async def _leg(
-        self, state: RequestState, leg: Leg, later: list[Leg], failure: FailOver | None
+        self, state: RequestState, leg: Leg, later: tuple[Leg, ...], failure: FailOver | None
     ) -> TerminalEvent | FailOver | None:
         """The request on ``leg`` (``None``: the route was passed over)."""
         held = self._rate_limit_hold(leg, later)
@@ -303,7 +306,7 @@ class RequestRunner:
         )
         return Failed(state.request_id, error, None, metrics.build(None))
 
-    def _rate_limit_hold(self, leg: Leg, later: list[Leg]) -> str | None:
+    def _rate_limit_hold(self, leg: Leg, later: tuple[Leg, ...]) -> str | None:
         """Why the chain passes over ``leg`` for its rate limit (``None``: it does not).
 
         A route whose account is held by a 429 (until its ``Retry-After`` or reset), or
@@ -763,14 +766,16 @@ def _facts(
 # the coroutine's names it uses from cells, which then live as long as the request.
 
 
-def _later(rest: list[Leg], request: ConversationRequest, failure: FailOver | None) -> list[Leg]:
+def _later(
+    rest: list[Leg], request: ConversationRequest, failure: FailOver | None
+) -> tuple[Leg, ...]:
     """The legs of ``rest`` that could still take the request after ``failure``."""
-    return [
+    return tuple(
         other for other in rest if unsuitable(other, request, failure) is None and other.available
-    ]
+    )
 
 
-def _steers(leg: Leg, later: list[Leg]) -> bool:
+def _steers(leg: Leg, later: tuple[Leg, ...]) -> bool:
     """Whether a later route is admitted by another gate than ``leg``'s (asking ``leg``'s
     admission while choosing is worth it only then: routes of one limiter share its
     budget)."""

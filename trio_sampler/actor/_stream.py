@@ -472,6 +472,24 @@ def partial_output(transform: StreamTransform | None) -> ConversationResponse | 
     return None if transform is None else transform.partial()
 
 
+class _EndWait:
+    """What ends the consumer's wait for a batch when the wait is cancelled (trio's
+    abort function): the request forgets its waiter. One per stream: a bound method
+    made for each wait lived across it, one more object a token for the collector's
+    young passes to walk and promote. Not the stream's own bound method either: that
+    would be a reference cycle, and a dropped stream would wait for the collector to
+    be cancelled."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: RequestState) -> None:
+        self._state = state
+
+    def __call__(self, raise_cancel: object) -> trio.lowlevel.Abort:
+        self._state.waiter = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+
 class RequestStream:
     """The events of one submitted request.
 
@@ -502,6 +520,7 @@ class RequestStream:
         #: Nothing more will be received (the terminal was taken, or the stream closed).
         self._ended = False
         self._received_at: float | None = None
+        self._abort = _EndWait(state)
         state.consumer = weakref.ref(self)
 
     @property
@@ -570,7 +589,7 @@ class RequestStream:
                 raise trio.EndOfChannel
             elif state.waiter is None:
                 state.waiter = trio.lowlevel.current_task()
-                await trio.lowlevel.wait_task_rescheduled(self._abort_wait)
+                await trio.lowlevel.wait_task_rescheduled(self._abort)
                 batch, received_at, size = self._handed()
             else:
                 batch, received_at, size = await self._beside()
@@ -618,10 +637,6 @@ class RequestStream:
                 return state.queue.popleft()
             if state.terminal is not None:
                 raise trio.EndOfChannel
-
-    def _abort_wait(self, raise_cancel: object) -> trio.lowlevel.Abort:
-        self._state.waiter = None
-        return trio.lowlevel.Abort.SUCCEEDED
 
     def drop_batch(self) -> None:
         """The request was cancelled: the rest of the batch in hand is not yielded, the
