@@ -102,7 +102,7 @@ EXCHANGE: contextvars.ContextVar[Exchange | None] = contextvars.ContextVar(
 )
 
 
-def refused_whole(exc: BaseException) -> bool:
+def _refused_whole(exc: BaseException) -> bool:
     """Whether ``exc`` (a failed write) is a write refused whole, itself or as the cause
     of a wrapping stream's error (a TLS stream's)."""
     seen = 0
@@ -216,7 +216,7 @@ class _Connection(httpcore2.AsyncNetworkStream):
         except trio.TooSlowError as exc:
             raise httpcore2.WriteTimeout(exc) from exc
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            if exchange is not None and refused_whole(exc):
+            if exchange is not None and _refused_whole(exc):
                 exchange.refused = True
             raise httpcore2.WriteError(exc) from exc
         if exchange is not None:

@@ -227,8 +227,6 @@ class RequestState:
     #: second task reading the stream at once): each made when first needed.
     wanting_credit: trio.lowlevel.ParkingLot | None = attrs.field(default=None, repr=False)
     readers: trio.lowlevel.ParkingLot | None = attrs.field(default=None, repr=False)
-    #: The consumer closed its stream: nothing more is taken (an ``emit`` is a cancel).
-    closed: bool = False
     #: The bytes of the batches handed over and not taken, and of the one the consumer
     #: is going through (:func:`batch_bytes`). A consumer slower than the server leaves
     #: up to ``max_buffered_batches`` batches queued, each a whole read's text: the
@@ -358,10 +356,10 @@ class RequestState:
                 except BaseException:  # the memory stopped the stream, or a cancel
                     self.give_credit()
                     raise
-        if self.closed or self.terminal is not None:
-            # The consumer closed its stream: that is a cancel (contract 3).
+        if self.terminal is not None:
+            # The request has ended: a consumer that closed its stream cancelled it first
+            # (contract 3). Nothing more is handed over; the checkpoint takes the cancel.
             self.give_credit()
-            self.cancel("the consumer closed the stream")
             await trio.lowlevel.checkpoint()
             return
         batch = self.redactor.events(batch)
@@ -459,8 +457,7 @@ class RequestState:
         self.transform = None
         if self.live.get(self.request_id) is self:
             del self.live[self.request_id]
-        if not self.closed:  # else the consumer is gone; ``result()`` still reads it
-            self._deliver(([terminal], None, 0))
+        self._deliver(([terminal], None, 0))
         if self.readers:  # a task reading beside: nothing more will come
             self.readers.unpark_all()
         if self.done_event is not None:
@@ -658,7 +655,6 @@ class RequestStream:
         self._size = 0
         self._position = 0
         state = self._state
-        state.closed = True
         state.queue.clear()
         if state.waiter is not None:  # read by another task, waiting: it ends
             state.hand(None)
