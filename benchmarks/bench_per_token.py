@@ -33,7 +33,14 @@ CPU and collector microseconds per token, each contender's CPU over the raw and 
 
     python benchmarks/bench_per_token.py [--cells 100:20:100,1000:200:25] [--tokens 100]
         [--warmup 3] [--window 10] [--impls raw,httpx2,direct,httpx,httptools,loadtest,openai]
-        [--json benchmarks/results/bench_per_token.json]
+        [--stagger] [--json benchmarks/results/bench_per_token.json]
+
+Streams started together stay in step (every stream of a cell is paced alike), so in a
+closed loop they end and start again all at once, a thousand requests' objects freed and
+made within a few hundred milliseconds: the collector's passes come in those waves and
+none between them. ``--stagger`` starts each stream after a random share of one stream's
+length instead (the warm-up counts from the last start), so requests end and start
+spread over the window, as they do against a real server.
 
 The machine's load average is recorded beside every cell: on a shared machine the CPU a
 process is charged for moves with its neighbours (caches, frequency), so compare
@@ -48,6 +55,7 @@ import gc
 import json
 import os
 import platform
+import random
 import subprocess
 import sys
 import time
@@ -322,7 +330,7 @@ class Window:
 
 
 async def _openai_measure(
-    port: int, concurrency: int, warmup: float, window: float
+    port: int, concurrency: int, warmup: float, window: float, stagger: float
 ) -> dict[str, Any]:
     """The ``openai`` contender, under asyncio (the SDK's own loop)."""
     import httpx2
@@ -348,9 +356,13 @@ async def _openai_measure(
                 if chunk.choices and chunk.choices[0].delta.content:
                     counter.tokens += 1
 
-    tasks = [asyncio.create_task(loop()) for _ in range(concurrency)]
+    async def late() -> None:
+        await asyncio.sleep(random.random() * stagger)
+        await loop()
+
+    tasks = [asyncio.create_task(late()) for _ in range(concurrency)]
     try:
-        await asyncio.sleep(warmup)
+        await asyncio.sleep(stagger + warmup)
         spent = Window(counter)
         await asyncio.sleep(window)
         return spent.close(window)
@@ -362,18 +374,22 @@ async def _openai_measure(
 
 
 async def _measure(
-    impl: str, port: int, concurrency: int, warmup: float, window: float
+    impl: str, port: int, concurrency: int, warmup: float, window: float, stagger: float
 ) -> dict[str, Any]:
     import trio
 
     counter = Counter()
     result: dict[str, Any] = {}
 
+    async def late(start: StreamLoop) -> None:
+        await trio.sleep(random.random() * stagger)
+        await start()
+
     async def loops(start: StreamLoop) -> None:
         async with trio.open_nursery() as nursery:
             for _ in range(concurrency):
-                nursery.start_soon(start)
-            await trio.sleep(warmup)
+                nursery.start_soon(late, start)
+            await trio.sleep(stagger + warmup)
             spent = Window(counter)
             await trio.sleep(window)
             result.update(spent.close(window))
@@ -421,16 +437,18 @@ async def run_streams(
             await streams(lambda: _ours_loop(sampler, counter))
 
 
-def client_main(impl: str, port: int, concurrency: int, warmup: float, window: float) -> None:
+def client_main(
+    impl: str, port: int, concurrency: int, warmup: float, window: float, stagger: float
+) -> None:
     import trio
 
     from benchmarks.common import raise_nofile
 
     raise_nofile()
     if impl == "openai":
-        result = asyncio.run(_openai_measure(port, concurrency, warmup, window))
+        result = asyncio.run(_openai_measure(port, concurrency, warmup, window, stagger))
     else:
-        result = trio.run(_measure, impl, port, concurrency, warmup, window)
+        result = trio.run(_measure, impl, port, concurrency, warmup, window, stagger)
     print(json.dumps(result))
 
 
@@ -469,6 +487,7 @@ def run_cell(
             str(concurrency),
             str(args.warmup),
             str(args.window),
+            str(args.tokens * interval_ms / 1000.0 if args.stagger else 0.0),
         ]
         load_before = os.getloadavg()[0]
         done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
@@ -511,6 +530,7 @@ def count_instructions(
                 str(concurrency),
                 str(args.warmup),
                 str(window),
+                "0",  # the counts are of one token's work: no stagger
             ]
             env = {**os.environ, "PYTHONHASHSEED": "0"}
             done = subprocess.run(
@@ -544,8 +564,9 @@ def _fmt(value: float | None, spec: str = ".1f") -> str:
 
 
 def render(cells: dict[str, dict[str, Any]]) -> str:
+    width = max([22, *(len(key) + 1 for key in cells)])
     lines = [
-        f"{'cell':<22}{'tokens/s':>10}{'CPU share':>10}{'CPU µs/tok':>11}{'GC µs/tok':>10}"
+        f"{'cell':<{width}}{'tokens/s':>10}{'CPU share':>10}{'CPU µs/tok':>11}{'GC µs/tok':>10}"
         f"{'× raw':>7}{'× httpx2':>9}{'SDK ÷':>7}  load"
     ]
     for key, row in cells.items():
@@ -555,10 +576,11 @@ def render(cells: dict[str, dict[str, Any]]) -> str:
         sdk = cells.get(f"openai {load_key}", {}).get("cpu_us_per_token")
         cpu = row.get("cpu_us_per_token")
         if "error" in row:
-            lines.append(f"{key:<22}  failed: {row['error'][-200:]!r}")
+            lines.append(f"{key:<{width}}  failed: {row['error'][-200:]!r}")
             continue
         lines.append(
-            f"{key:<22}{_fmt(row['tokens_per_s'], ',.0f'):>10}{_fmt(row['cpu_share'], '.2f'):>10}"
+            f"{key:<{width}}{_fmt(row['tokens_per_s'], ',.0f'):>10}"
+            f"{_fmt(row['cpu_share'], '.2f'):>10}"
             f"{_fmt(cpu):>11}{_fmt(row['gc_us_per_token']):>10}"
             f"{_fmt(cpu / raw if cpu and raw else None, '.2f'):>7}"
             f"{_fmt(cpu / floor if cpu and floor else None, '.2f'):>9}"
@@ -581,6 +603,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--impls", default=",".join(IMPLS))
     parser.add_argument("--json", default="benchmarks/results/bench_per_token.json")
     parser.add_argument(
+        "--stagger",
+        action="store_true",
+        help="start each stream after a random share of one stream's length (the warm-up "
+        "counts from the last start), so that streams do not end and start all at once",
+    )
+    parser.add_argument(
         "--instructions",
         action="store_true",
         help="count instructions per token under callgrind instead (light cells: 2:50)",
@@ -590,11 +618,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     folder.mkdir(exist_ok=True)
     cells: dict[str, dict[str, Any]] = {}
     default_tokens = args.tokens
-    for cell in args.cells.split(","):
-        concurrency, interval, *tokens = cell.split(":")
+    specs = [cell.split(":") for cell in args.cells.split(",")]
+    # Two cells at one load that differ only in their streams' length are told apart
+    # by it (else the second's rows would replace the first's).
+    loads = [tuple(spec[:2]) for spec in specs]
+    for concurrency, interval, *tokens in specs:
         args.tokens = int(tokens[0]) if tokens else default_tokens
+        load = f"C={concurrency},{interval}ms"
+        if loads.count((concurrency, interval)) > 1:
+            load += f",{args.tokens}tok"
         for impl in args.impls.split(","):
-            key = f"{impl} C={concurrency},{interval}ms"
+            key = f"{impl} {load}"
             if args.instructions:
                 cells[key] = count_instructions(
                     impl, int(concurrency), float(interval), args, folder
@@ -626,8 +660,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--serve":
         serve_main(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
     elif len(sys.argv) > 1 and sys.argv[1] == "--client":
-        client_main(
-            sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
-        )
+        impl, port, concurrency, warmup, window, stagger = sys.argv[2:8]
+        client_main(impl, int(port), int(concurrency), float(warmup), float(window), float(stagger))
     else:
         sys.exit(main())
