@@ -650,6 +650,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "default_tokens_per_stream": default_tokens,
         "warmup_s": args.warmup,
         "window_s": args.window,
+        "stagger": args.stagger,
         "cells": cells,
     }
     Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
