@@ -104,8 +104,16 @@ def params(backend: str | None = None, skip: frozenset[str] = frozenset()) -> li
     """
     import pytest  # only the test suite calls this
 
-    return [
+    entries = [
         pytest.param(e, id=e["id"], marks=pytest.mark.real_streams(corpus=e["corpus"]))
         for e in captures(backend)
         if e["file"] not in skip and e["id"] not in skip
     ]
+    if entries:
+        return entries
+    # No capture to read: one parameter marked with an absent folder, which the corpus
+    # rule deselects (an empty parameter set would be a skip). With every folder there,
+    # it runs, and a test given no capture fails.
+    gone = missing()
+    mark = pytest.mark.real_streams(corpus=gone[0].name) if gone else pytest.mark.real_streams
+    return [pytest.param(None, id="no-captures", marks=mark)]
