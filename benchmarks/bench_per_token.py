@@ -38,9 +38,14 @@ CPU and collector microseconds per token, each contender's CPU over the raw and 
 Streams started together stay in step (every stream of a cell is paced alike), so in a
 closed loop they end and start again all at once, a thousand requests' objects freed and
 made within a few hundred milliseconds: the collector's passes come in those waves and
-none between them. ``--stagger`` starts each stream after a random share of one stream's
-length instead (the warm-up counts from the last start), so requests end and start
-spread over the window, as they do against a real server.
+none between them. So a window covers whole stream lifetimes: past ``--window`` seconds
+it runs on until the tokens it counted are a multiple of ``C`` streams' tokens (at most
+one lifetime more; its length is in the JSON), and holds as many waves wherever it
+starts. A window of fixed length holds one wave or two by where it falls, and the
+collector's time a token moved by 2× from run to run. ``--stagger`` starts each stream
+after a random share of one stream's length instead (the warm-up counts from the last
+start), so requests end and start spread over the window, as they do against a real
+server.
 
 The machine's load average is recorded beside every cell: on a shared machine the CPU a
 process is charged for moves with its neighbours (caches, frequency), so compare
@@ -300,21 +305,36 @@ def _ours_config(impl: str, port: int) -> Any:
 
 class Window:
     """What a contender spent over the measured window: CPU, tokens and the collector's
-    time, from :meth:`open` (after the warm-up) to :meth:`close`."""
+    time, from its start (after the warm-up) to :meth:`close`."""
 
     def __init__(self, counter: Counter) -> None:
         self.counter = counter
+        self.started = time.monotonic()
         self.cpu = time.process_time()
         self.tokens = counter.tokens
         self.gc_s = counter.gc_s
         self.collections = counter.collections
         self.generations = list(counter.by_generation)
 
-    def close(self, window: float) -> dict[str, Any]:
+    def whole_lifetimes(self, per_lifetime: int) -> int | None:
+        """The tokens after which the window covers whole stream lifetimes: the multiple
+        of ``per_lifetime`` (``C`` streams' tokens each) at or above those counted so far
+        (``None``: no rounding asked)."""
+        if per_lifetime <= 0:
+            return None
+        counted = self.counter.tokens - self.tokens
+        return max(1, -(-counted // per_lifetime)) * per_lifetime
+
+    def done(self, target: int | None) -> bool:
+        return target is None or self.counter.tokens - self.tokens >= target
+
+    def close(self) -> dict[str, Any]:
         counter = self.counter
+        window = time.monotonic() - self.started
         cpu = time.process_time() - self.cpu
         tokens = counter.tokens - self.tokens
         return {
+            "window_s": window,
             "tokens": tokens,
             "tokens_per_s": tokens / window,
             "cpu_share": cpu / window,
@@ -329,8 +349,13 @@ class Window:
         }
 
 
+#: How often a window past its length looks whether it covers whole lifetimes yet: the
+#: counter is polled (an event set by the loops would put a test in every token's path).
+_ROUNDING_POLL_S = 0.01
+
+
 async def _openai_measure(
-    port: int, concurrency: int, warmup: float, window: float, stagger: float
+    port: int, concurrency: int, warmup: float, window: float, stagger: float, lifetime: int
 ) -> dict[str, Any]:
     """The ``openai`` contender, under asyncio (the SDK's own loop)."""
     import httpx2
@@ -365,7 +390,10 @@ async def _openai_measure(
         await asyncio.sleep(stagger + warmup)
         spent = Window(counter)
         await asyncio.sleep(window)
-        return spent.close(window)
+        target = spent.whole_lifetimes(lifetime)
+        while not spent.done(target):  # noqa: ASYNC110 (the loops' counter, polled)
+            await asyncio.sleep(_ROUNDING_POLL_S)
+        return spent.close()
     finally:
         for task in tasks:
             task.cancel()
@@ -374,7 +402,13 @@ async def _openai_measure(
 
 
 async def _measure(
-    impl: str, port: int, concurrency: int, warmup: float, window: float, stagger: float
+    impl: str,
+    port: int,
+    concurrency: int,
+    warmup: float,
+    window: float,
+    stagger: float,
+    lifetime: int,
 ) -> dict[str, Any]:
     import trio
 
@@ -392,7 +426,10 @@ async def _measure(
             await trio.sleep(stagger + warmup)
             spent = Window(counter)
             await trio.sleep(window)
-            result.update(spent.close(window))
+            target = spent.whole_lifetimes(lifetime)
+            while not spent.done(target):  # noqa: ASYNC110 (the loops' counter, polled)
+                await trio.sleep(_ROUNDING_POLL_S)
+            result.update(spent.close())
             nursery.cancel_scope.cancel()
 
     await run_streams(impl, port, concurrency, counter, loops)
@@ -438,7 +475,13 @@ async def run_streams(
 
 
 def client_main(
-    impl: str, port: int, concurrency: int, warmup: float, window: float, stagger: float
+    impl: str,
+    port: int,
+    concurrency: int,
+    warmup: float,
+    window: float,
+    stagger: float,
+    lifetime: int,
 ) -> None:
     import trio
 
@@ -446,9 +489,10 @@ def client_main(
 
     raise_nofile()
     if impl == "openai":
-        result = asyncio.run(_openai_measure(port, concurrency, warmup, window, stagger))
+        measure = _openai_measure(port, concurrency, warmup, window, stagger, lifetime)
+        result = asyncio.run(measure)
     else:
-        result = trio.run(_measure, impl, port, concurrency, warmup, window, stagger)
+        result = trio.run(_measure, impl, port, concurrency, warmup, window, stagger, lifetime)
     print(json.dumps(result))
 
 
@@ -488,6 +532,7 @@ def run_cell(
             str(args.warmup),
             str(args.window),
             str(args.tokens * interval_ms / 1000.0 if args.stagger else 0.0),
+            str(concurrency * args.tokens),  # the window ends on whole lifetimes
         ]
         load_before = os.getloadavg()[0]
         done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
@@ -531,6 +576,7 @@ def count_instructions(
                 str(args.warmup),
                 str(window),
                 "0",  # the counts are of one token's work: no stagger
+                "0",  # and the windows as given (their difference is what counts)
             ]
             env = {**os.environ, "PYTHONHASHSEED": "0"}
             done = subprocess.run(
@@ -599,7 +645,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--tokens", type=int, default=100, help="text deltas per stream")
     parser.add_argument("--warmup", type=float, default=3.0)
-    parser.add_argument("--window", type=float, default=10.0)
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=10.0,
+        help="seconds measured at least (then on to whole stream lifetimes)",
+    )
     parser.add_argument("--impls", default=",".join(IMPLS))
     parser.add_argument("--json", default="benchmarks/results/bench_per_token.json")
     parser.add_argument(
@@ -661,7 +712,15 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--serve":
         serve_main(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
     elif len(sys.argv) > 1 and sys.argv[1] == "--client":
-        impl, port, concurrency, warmup, window, stagger = sys.argv[2:8]
-        client_main(impl, int(port), int(concurrency), float(warmup), float(window), float(stagger))
+        impl, port, concurrency, warmup, window, stagger, lifetime = sys.argv[2:9]
+        client_main(
+            impl,
+            int(port),
+            int(concurrency),
+            float(warmup),
+            float(window),
+            float(stagger),
+            int(lifetime),
+        )
     else:
         sys.exit(main())
