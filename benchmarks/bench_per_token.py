@@ -40,12 +40,11 @@ closed loop they end and start again all at once, a thousand requests' objects f
 made within a few hundred milliseconds: the collector's passes come in those waves and
 none between them. So a window covers whole stream lifetimes: past ``--window`` seconds
 it runs on until the tokens it counted are a multiple of ``C`` streams' tokens (at most
-one lifetime more; its length is in the JSON), and holds as many waves wherever it
-starts. A window of fixed length holds one wave or two by where it falls, and the
-collector's time a token moved by 2× from run to run. ``--stagger`` starts each stream
-after a random share of one stream's length instead (the warm-up counts from the last
-start), so requests end and start spread over the window, as they do against a real
-server.
+one lifetime more; its length is in the JSON), and holds as many waves as lifetimes
+wherever it starts (a fixed 10 s held two waves but 1.8 lifetimes' tokens at C = 1,000,
+and read the collector about 14 % high). ``--stagger`` starts each stream after a
+random share of one stream's length instead (the warm-up counts from the last start),
+so requests end and start spread over the window, as they do against a real server.
 
 The machine's load average is recorded beside every cell: on a shared machine the CPU a
 process is charged for moves with its neighbours (caches, frequency), so compare
