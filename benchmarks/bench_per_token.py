@@ -65,7 +65,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 if __package__ in (None, ""):  # run as a script: the checkout's packages first
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -348,17 +348,29 @@ class Window:
         }
 
 
+class Schedule(NamedTuple):
+    """When a contender's process measures: ``C`` streams, their starts spread over
+    ``stagger`` seconds, a warm-up, then a window of ``window`` seconds at least, run on
+    to a multiple of ``lifetime`` tokens (``C`` streams' tokens; 0: as given)."""
+
+    concurrency: int
+    warmup: float
+    window: float
+    stagger: float
+    lifetime: int
+
+
 #: How often a window past its length looks whether it covers whole lifetimes yet: the
 #: counter is polled (an event set by the loops would put a test in every token's path).
 _ROUNDING_POLL_S = 0.01
 
 
-async def _openai_measure(
-    port: int, concurrency: int, warmup: float, window: float, stagger: float, lifetime: int
-) -> dict[str, Any]:
+async def _openai_measure(port: int, schedule: Schedule) -> dict[str, Any]:
     """The ``openai`` contender, under asyncio (the SDK's own loop)."""
     import httpx2
     import openai
+
+    concurrency, warmup, window, stagger, lifetime = schedule
 
     counter = Counter()
     limits = httpx2.Limits(max_connections=None, max_keepalive_connections=concurrency)
@@ -400,17 +412,10 @@ async def _openai_measure(
         await client.close()
 
 
-async def _measure(
-    impl: str,
-    port: int,
-    concurrency: int,
-    warmup: float,
-    window: float,
-    stagger: float,
-    lifetime: int,
-) -> dict[str, Any]:
+async def _measure(impl: str, port: int, schedule: Schedule) -> dict[str, Any]:
     import trio
 
+    concurrency, warmup, window, stagger, lifetime = schedule
     counter = Counter()
     result: dict[str, Any] = {}
 
@@ -473,25 +478,16 @@ async def run_streams(
             await streams(lambda: _ours_loop(sampler, counter))
 
 
-def client_main(
-    impl: str,
-    port: int,
-    concurrency: int,
-    warmup: float,
-    window: float,
-    stagger: float,
-    lifetime: int,
-) -> None:
+def client_main(impl: str, port: int, schedule: Schedule) -> None:
     import trio
 
     from benchmarks.common import raise_nofile
 
     raise_nofile()
     if impl == "openai":
-        measure = _openai_measure(port, concurrency, warmup, window, stagger, lifetime)
-        result = asyncio.run(measure)
+        result = asyncio.run(_openai_measure(port, schedule))
     else:
-        result = trio.run(_measure, impl, port, concurrency, warmup, window, stagger, lifetime)
+        result = trio.run(_measure, impl, port, schedule)
     print(json.dumps(result))
 
 
@@ -712,14 +708,9 @@ if __name__ == "__main__":
         serve_main(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
     elif len(sys.argv) > 1 and sys.argv[1] == "--client":
         impl, port, concurrency, warmup, window, stagger, lifetime = sys.argv[2:9]
-        client_main(
-            impl,
-            int(port),
-            int(concurrency),
-            float(warmup),
-            float(window),
-            float(stagger),
-            int(lifetime),
+        schedule = Schedule(
+            int(concurrency), float(warmup), float(window), float(stagger), int(lifetime)
         )
+        client_main(impl, int(port), schedule)
     else:
         sys.exit(main())
