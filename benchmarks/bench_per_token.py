@@ -315,23 +315,23 @@ class Window:
         self.collections = counter.collections
         self.generations = list(counter.by_generation)
 
-    def whole_lifetimes(self, per_lifetime: int) -> int | None:
+    def counted(self) -> int:
+        return self.counter.tokens - self.tokens
+
+    def whole_lifetimes(self, per_lifetime: int) -> int:
         """The tokens after which the window covers whole stream lifetimes: the multiple
         of ``per_lifetime`` (``C`` streams' tokens each) at or above those counted so far
-        (``None``: no rounding asked)."""
+        (those counted, when ``per_lifetime`` is 0: no rounding)."""
+        counted = self.counted()
         if per_lifetime <= 0:
-            return None
-        counted = self.counter.tokens - self.tokens
+            return counted
         return max(1, -(-counted // per_lifetime)) * per_lifetime
-
-    def done(self, target: int | None) -> bool:
-        return target is None or self.counter.tokens - self.tokens >= target
 
     def close(self) -> dict[str, Any]:
         counter = self.counter
         window = time.monotonic() - self.started
         cpu = time.process_time() - self.cpu
-        tokens = counter.tokens - self.tokens
+        tokens = self.counted()
         return {
             "window_s": window,
             "tokens": tokens,
@@ -364,14 +364,37 @@ class Schedule(NamedTuple):
 #: counter is polled (an event set by the loops would put a test in every token's path).
 _ROUNDING_POLL_S = 0.01
 
+#: One stream's loop of a contender: a request after another, counting its tokens.
+StreamLoop = Callable[[], Awaitable[None]]
+
+#: ``trio.sleep`` or ``asyncio.sleep``: the schedule below runs under either loop.
+Sleep = Callable[[float], Awaitable[object]]
+
+
+async def _started_late(start: StreamLoop, stagger: float, sleep: Sleep) -> None:
+    """One stream's loop, after a random share of ``stagger`` seconds."""
+    await sleep(random.random() * stagger)
+    await start()
+
+
+async def _spent(counter: Counter, schedule: Schedule, sleep: Sleep) -> dict[str, Any]:
+    """What the streams (started) spend over the schedule's window, after its starts
+    and warm-up, the window run on to whole lifetimes."""
+    await sleep(schedule.stagger + schedule.warmup)
+    spent = Window(counter)
+    await sleep(schedule.window)
+    target = spent.whole_lifetimes(schedule.lifetime)
+    while spent.counted() < target:  # the loops' counter, polled (see above)
+        await sleep(_ROUNDING_POLL_S)
+    return spent.close()
+
 
 async def _openai_measure(port: int, schedule: Schedule) -> dict[str, Any]:
     """The ``openai`` contender, under asyncio (the SDK's own loop)."""
     import httpx2
     import openai
 
-    concurrency, warmup, window, stagger, lifetime = schedule
-
+    concurrency = schedule.concurrency
     counter = Counter()
     limits = httpx2.Limits(max_connections=None, max_keepalive_connections=concurrency)
     client = openai.AsyncOpenAI(
@@ -392,19 +415,12 @@ async def _openai_measure(port: int, schedule: Schedule) -> dict[str, Any]:
                 if chunk.choices and chunk.choices[0].delta.content:
                     counter.tokens += 1
 
-    async def late() -> None:
-        await asyncio.sleep(random.random() * stagger)
-        await loop()
-
-    tasks = [asyncio.create_task(late()) for _ in range(concurrency)]
+    tasks = [
+        asyncio.create_task(_started_late(loop, schedule.stagger, asyncio.sleep))
+        for _ in range(concurrency)
+    ]
     try:
-        await asyncio.sleep(stagger + warmup)
-        spent = Window(counter)
-        await asyncio.sleep(window)
-        target = spent.whole_lifetimes(lifetime)
-        while not spent.done(target):  # noqa: ASYNC110 (the loops' counter, polled)
-            await asyncio.sleep(_ROUNDING_POLL_S)
-        return spent.close()
+        return await _spent(counter, schedule, asyncio.sleep)
     finally:
         for task in tasks:
             task.cancel()
@@ -415,33 +431,18 @@ async def _openai_measure(port: int, schedule: Schedule) -> dict[str, Any]:
 async def _measure(impl: str, port: int, schedule: Schedule) -> dict[str, Any]:
     import trio
 
-    concurrency, warmup, window, stagger, lifetime = schedule
     counter = Counter()
     result: dict[str, Any] = {}
 
-    async def late(start: StreamLoop) -> None:
-        await trio.sleep(random.random() * stagger)
-        await start()
-
     async def loops(start: StreamLoop) -> None:
         async with trio.open_nursery() as nursery:
-            for _ in range(concurrency):
-                nursery.start_soon(late, start)
-            await trio.sleep(stagger + warmup)
-            spent = Window(counter)
-            await trio.sleep(window)
-            target = spent.whole_lifetimes(lifetime)
-            while not spent.done(target):  # noqa: ASYNC110 (the loops' counter, polled)
-                await trio.sleep(_ROUNDING_POLL_S)
-            result.update(spent.close())
+            for _ in range(schedule.concurrency):
+                nursery.start_soon(_started_late, start, schedule.stagger, trio.sleep)
+            result.update(await _spent(counter, schedule, trio.sleep))
             nursery.cancel_scope.cancel()
 
-    await run_streams(impl, port, concurrency, counter, loops)
+    await run_streams(impl, port, schedule.concurrency, counter, loops)
     return result
-
-
-#: One stream's loop of a contender: a request after another, counting its tokens.
-StreamLoop = Callable[[], Awaitable[None]]
 
 
 async def run_streams(
